@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 LENS := $(VENV)/bin/lens
 DEMO_DIR ?= demo-out/smollm2-k4000
+DEMO_INDEX ?= demo-out/pydoc-index
 
 .PHONY: setup demo test clean
 
@@ -19,7 +20,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Main job on the embedded default (SmolLM2-135M-Instruct): cluster its vocabulary into 4000 lexicon
-# dimensions, then encode a few texts and print their heaviest clusters.
+# dimensions, print the heaviest clusters of a few texts, then build a hybrid index (LENS lexicon +
+# all-MiniLM-L6-v2) over the Python docs' topics in the standard library and answer a few queries.
 demo: setup
 	$(LENS) cluster-vocab --model default --clusters 4000 --out $(DEMO_DIR)
 	$(LENS) explain --model $(DEMO_DIR) --top-k 5 \
@@ -28,6 +30,10 @@ demo: setup
 	$(LENS) explain --model $(DEMO_DIR) --top-k 5 --query \
 		--instruction "Given a scientific claim, retrieve documents that support or refute the claim" \
 		"statins reduce cardiovascular events"
+	$(LENS) index build --corpus pydoc-topics --model $(DEMO_DIR) --output $(DEMO_INDEX)
+	$(LENS) index info $(DEMO_INDEX)
+	$(LENS) search $(DEMO_INDEX) -k 3 "how do I define a class with a custom constructor" \
+		"catching exceptions with try and except" "what does the yield keyword do"
 
 # pytest exits 5 when it collected no test: that is not a failure of the project.
 test: setup

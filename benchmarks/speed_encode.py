@@ -41,12 +41,11 @@ def load_texts(n: int) -> tuple[list[str], str]:
 
 
 def bare_batches(encoder, texts: list[str], batch_size: int) -> list[dict]:
-    from lens.inputs import encode_texts, pad_batch
+    from lens.inputs import encode_texts, length_sorted_batches, pad_batch
 
     items = encode_texts(encoder.tokenizer, texts, encoder.max_seq_length)
-    order = sorted(range(len(items)), key=lambda j: -len(items[j].ids))
-    return [pad_batch([items[j] for j in order[s : s + batch_size]], encoder.tokenizer.pad_token_id)
-            for s in range(0, len(order), batch_size)]
+    batches = length_sorted_batches([len(it.ids) for it in items], batch_size)
+    return [pad_batch([items[j] for j in b], encoder.tokenizer.pad_token_id) for b in batches]
 
 
 def time_bare(encoder, batches) -> float:

@@ -93,10 +93,35 @@ def _check_causal_lm(directory: Path) -> None:
         )
 
 
+def cache_root() -> Path | None:
+    """Where converted GGUF backbones are kept: ``$LENS_CACHE_DIR`` or ``~/.cache/lens``; None if disabled."""
+    if os.environ.get("LENS_NO_CACHE"):
+        return None
+    return Path(os.environ.get("LENS_CACHE_DIR") or Path.home() / ".cache" / "lens")
+
+
+def gguf_cache_dir(ref: BackboneRef) -> Path | None:
+    """The safetensors copy of a GGUF backbone, keyed by the file's name, size and modification time."""
+    root = cache_root()
+    if ref.gguf_file is None or root is None:
+        return None
+    stat = (ref.directory / ref.gguf_file).stat()
+    return root / "gguf" / f"{Path(ref.gguf_file).stem}-{stat.st_size}-{int(stat.st_mtime)}"
+
+
+def _cached(ref: BackboneRef) -> BackboneRef:
+    """``ref`` redirected to its converted copy when one exists."""
+    cached = gguf_cache_dir(ref)
+    if cached is not None and (cached / "config.json").is_file():
+        return BackboneRef(ref.reference, cached)
+    return ref
+
+
 def load_tokenizer(ref: BackboneRef):
     """Load the backbone's tokenizer offline; right padding, with a pad token (EOS when it has none)."""
     from transformers import AutoTokenizer
 
+    ref = _cached(ref)
     tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
     if tok.eos_token_id is None:
         raise ValueError(f"the tokenizer of {ref.reference} has no EOS token; LENS appends EOS to every text")
@@ -115,12 +140,18 @@ def load_backbone(
 ):
     """Load ``(causal_lm, tokenizer)`` from local files only.
 
-    ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA. GGUF weights are de-quantised by transformers.
+    ``dtype`` defaults to float32 on CPU and bfloat16 on CUDA. GGUF weights are de-quantised by transformers;
+    parsing a GGUF is slow (~25 s for the default), so the first load also saves a float32 safetensors copy
+    under ``cache_root()`` and later loads read that (set ``LENS_NO_CACHE=1`` to turn this off).
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     ref = reference if isinstance(reference, BackboneRef) else resolve_backbone(reference)
+    cached = gguf_cache_dir(ref)
+    if cached is not None and not (cached / "config.json").is_file():
+        _convert_gguf(ref, cached)
+    ref = _cached(ref)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
@@ -137,13 +168,33 @@ def load_backbone(
     return model, load_tokenizer(ref)
 
 
+def _convert_gguf(ref: BackboneRef, target: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from lens._io import atomic_dir
+
+    logger.info("converting %s to safetensors in %s (once)", ref.gguf_file, target)
+    model = AutoModelForCausalLM.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
+    # The weights are de-quantised float32 already; only the GGUF flag blocks save_pretrained.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tokenizer = load_tokenizer(ref)
+    try:
+        with atomic_dir(target) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+    except OSError as e:  # a read-only or full disk: work without the cache
+        logger.warning("could not cache the converted backbone in %s: %s", target, e)
+
+
 def load_lm_head(reference: str | os.PathLike | BackboneRef) -> np.ndarray:
     """The LM-head (output embedding) matrix as float32 ``(vocab, hidden)``, read from the weight files.
 
     GGUF: ``output.weight`` (or ``token_embd.weight`` when tied), de-quantised with the ``gguf`` package.
     Safetensors: ``lm_head.weight`` (or the input embeddings when tied). Anything else: load the model.
     """
-    ref = reference if isinstance(reference, BackboneRef) else resolve_backbone(reference)
+    ref = _cached(reference if isinstance(reference, BackboneRef) else resolve_backbone(reference))
     if ref.gguf_file is not None:
         return _gguf_lm_head(ref.directory / ref.gguf_file)
     matrix = _safetensors_lm_head(ref.directory)

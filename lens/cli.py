@@ -20,7 +20,7 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
 
     from lens._io import atomic_dir, atomic_write_bytes
     from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone
-    from lens.clustering import cluster_rows, clusters_tsv, size_summary
+    from lens.clustering import cluster_rows, clusters_tsv, identity_clustering, size_summary
     from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, ClusteringConfig, LensConfig
 
     start = time.perf_counter()
@@ -33,14 +33,18 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
         exclude = sorted((special | set(tokenizer.all_special_ids)) & set(range(len(matrix))))
     print(f"LM head {matrix.shape[0]} x {matrix.shape[1]} from {ref.reference}; excluding {len(exclude)} tokens",
           file=sys.stderr)
-    result = cluster_rows(
-        matrix, args.clusters, iterations=args.iterations, seed=args.seed, backend=args.backend,
-        exclude=exclude, show_progress_bar=True,
-    )
+    if args.clusters == "vocab":  # the unclustered baseline: every token its own dimension
+        result = identity_clustering(matrix, exclude)
+    else:
+        result = cluster_rows(
+            matrix, args.clusters, iterations=args.iterations, seed=args.seed, backend=args.backend,
+            exclude=exclude, show_progress_bar=True,
+        )
+    k = len(result.centroids)
     config = LensConfig(
         backbone=ref.reference,
         clustering=ClusteringConfig(
-            num_clusters=args.clusters, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
+            num_clusters=k, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
             lm_head_sha256=matrix_sha256(matrix), seed=args.seed, iterations=args.iterations,
             backend=args.backend, exclude_special=args.exclude_special, num_excluded=len(exclude),
         ),
@@ -52,10 +56,10 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
     with atomic_dir(args.out) as tmp:
         config.save(tmp)
         atomic_write_bytes(tmp / CLUSTERS_NAME, blob)
-        atomic_write_bytes(tmp / CLUSTERS_TSV, clusters_tsv(result.assignment, args.clusters, tokenizer).encode())
+        atomic_write_bytes(tmp / CLUSTERS_TSV, clusters_tsv(result.assignment, k, tokenizer).encode())
     s = size_summary(result.sizes)
     print(
-        f"wrote {args.out}: k={args.clusters} in {time.perf_counter() - start:.1f}s; cluster sizes "
+        f"wrote {args.out}: k={k} in {time.perf_counter() - start:.1f}s; cluster sizes "
         f"min {s['min']} / median {s['median']:g} / max {s['max']}, {s['singletons']} singletons, "
         f"{s['empty']} empty; final objective {result.objective[-1]:.6g}"
     )
@@ -124,7 +128,96 @@ def cmd_explain(args: argparse.Namespace) -> None:
             print(f"  cluster {r.cluster:>5}  weight {r.weight:6.3f}  {toks}")
 
 
+# ---------------------------------------------------------------------------------------------- index / search
+def _model_reference(model: str) -> str:
+    return model if model == "default" else str(Path(model).resolve())
+
+
+def cmd_index_build(args: argparse.Namespace) -> None:
+    from lens.corpus import load_corpus
+    from lens.dense import DenseEncoder
+    from lens.encoder import LensEncoder
+    from lens.indexing import build_index
+
+    start = time.perf_counter()
+    docs = load_corpus(args.corpus)
+    encoder = LensEncoder.from_pretrained(args.model)
+    dense = DenseEncoder.from_pretrained("minilm") if args.dense == "minilm" else None
+    info = {"lens_model": _model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
+    index = build_index(
+        docs, args.output, encoder, dense_kind=args.dense, dense_encoder=dense, index_type=args.index,
+        chunk_size=args.chunk_size, batch_size=args.batch_size, resume=args.resume, info=info,
+    )
+    print(f"indexed {len(index)} documents into {args.output} ({index.mode}, {args.index}) "
+          f"in {time.perf_counter() - start:.1f}s")
+
+
+def cmd_index_info(args: argparse.Namespace) -> None:
+    from lens._io import read_json
+
+    m = read_json(Path(args.dir) / "manifest.json", "index manifest")
+    size = sum(f.stat().st_size for f in Path(args.dir).iterdir() if f.is_file())
+    print(f"{args.dir}: {m.get('count')} documents, {m.get('mode')} ({m.get('index_type')}), "
+          f"dims lexicon={m.get('lexicon_dim')} dense={m.get('dense_dim')}, weights={m.get('weights')}, "
+          f"{size / 1e6:.1f} MB on disk")
+    for key, value in sorted((m.get("info") or {}).items()):
+        print(f"  {key}: {value}")
+    for key, value in sorted((m.get("fingerprint") or {}).items()):
+        print(f"  fingerprint.{key}: {value}")
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    from index import HybridIndex
+    from lens._io import read_json
+    from lens.dense import DenseEncoder
+    from lens.encoder import LensEncoder
+    from lens.indexing import encoder_fingerprint
+
+    manifest = read_json(Path(args.dir) / "manifest.json", "index manifest")
+    info = manifest.get("info") or {}
+    dense_kind = info.get("dense", "none")
+    weights = None
+    if args.weights:
+        try:
+            weights = tuple(float(w) for w in args.weights.split(","))
+            assert len(weights) == 2
+        except (ValueError, AssertionError):
+            raise ValueError(f"--weights must be two numbers LEX,DENSE such as 0.5,0.5, got {args.weights!r}") from None
+    encoder = LensEncoder.from_pretrained(args.model or info.get("lens_model", "default"))
+    dense = DenseEncoder.from_pretrained("minilm") if dense_kind == "minilm" else None
+    index = HybridIndex.load(args.dir, expected_fingerprint=encoder_fingerprint(encoder, dense_kind, dense))
+    for query in args.query:
+        if not query.strip():
+            raise ValueError("a query is empty: give some words to search for")
+    out = encoder.encode_queries(args.query, instruction=args.instruction, output="both", show_progress_bar=False)
+    q_dense = {"minilm": lambda: dense.encode(args.query), "lens": lambda: out.dense, "none": lambda: None}[dense_kind]()
+    results = index.search(out.lexicon, q_dense, k=args.k, weights=weights)
+    if args.json:
+        print(json.dumps([{"query": q, "hits": [{"rank": r, "id": i, "score": float(s), **(m or {})}
+                                                for r, (i, s, m) in enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
+                          for q, h in zip(args.query, results)], indent=2, ensure_ascii=False))
+        return
+    for query, hits in zip(args.query, results):
+        print(f"\n{query}")
+        if not hits.ids:
+            print("  no results")
+        for r, (doc_id, score, meta) in enumerate(zip(hits.ids, hits.scores, hits.metadata), 1):
+            meta = meta or {}
+            snippet = " ".join(str(meta.get("snippet", "")).split())[:100]
+            title = f"[{meta['title']}] " if meta.get("title") else ""
+            print(f"{r:>3}. {score:7.4f}  {doc_id}  {title}{snippet}")
+
+
 # ---------------------------------------------------------------------------------------------- parser
+def _clusters_arg(value: str):
+    if value == "vocab":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of clusters or 'vocab', got {value!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lens", description="Lexicon-based text embeddings from causal LLMs.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -132,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cluster-vocab", help="cluster the LM head's rows into k lexicon dimensions")
     c.add_argument("--model", default="default", help="'default', a local HF directory or a .gguf file")
-    c.add_argument("--clusters", type=int, default=4000, help="k, the lexicon dimension (paper: 2000-8000)")
+    c.add_argument("--clusters", type=_clusters_arg, default=4000,
+                   help="k, the lexicon dimension (paper: 2000-8000), or 'vocab' for no clustering (one per token)")
     c.add_argument("--iterations", type=int, default=20, help="KMeans iterations")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--backend", choices=["faiss", "sklearn"], default="faiss")
@@ -160,6 +254,34 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--query", action="store_true", help="encode as a query, behind the instruction")
     x.add_argument("--instruction", default=None)
     x.set_defaults(func=cmd_explain)
+
+    ix = sub.add_parser("index", help="build or inspect a hybrid FAISS index").add_subparsers(
+        dest="index_command", required=True)
+    b = ix.add_parser("build", help="encode a corpus and save a hybrid index")
+    b.add_argument("--corpus", required=True,
+                   help="a BEIR directory, a corpus.jsonl[.gz], a JSONL of {id, text[, title]}, or 'pydoc-topics'")
+    b.add_argument("--output", required=True, type=Path, help="index directory to write")
+    b.add_argument("--model", default="default", help="LENS model directory or 'default'")
+    b.add_argument("--dense", choices=["minilm", "lens", "none"], default="minilm",
+                   help="dense part: packaged all-MiniLM-L6-v2, the LENS model's own dense vector, or none")
+    b.add_argument("--index", choices=["flat", "hnsw", "ivf", "sq8", "fp16"], default="flat")
+    b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")
+    b.add_argument("--chunk-size", type=int, default=256, help="documents per saved chunk")
+    b.add_argument("--batch-size", type=int, default=16)
+    b.set_defaults(func=cmd_index_build, command="index build")
+    i = ix.add_parser("info", help="describe a saved index")
+    i.add_argument("dir", type=Path)
+    i.set_defaults(func=cmd_index_info, command="index info")
+
+    s = sub.add_parser("search", help="search a hybrid index")
+    s.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    s.add_argument("query", nargs="+", help="one or more queries")
+    s.add_argument("-k", type=int, default=10)
+    s.add_argument("--weights", default=None, help="LEX,DENSE query weights (default: the index's, 0.5,0.5)")
+    s.add_argument("--instruction", default=None, help="task instruction for the query")
+    s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
+    s.add_argument("--json", action="store_true", help="print hits as JSON")
+    s.set_defaults(func=cmd_search)
     return p
 
 

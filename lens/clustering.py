@@ -133,6 +133,17 @@ def cluster_rows(
     return Clustering(centroids_from_assignment(matrix, assignment, k), assignment, objective)
 
 
+def identity_clustering(matrix: np.ndarray, exclude: np.ndarray | list[int] | None = None) -> Clustering:
+    """No clustering: each kept token is its own cluster (the paper's unclustered-vocabulary baseline)."""
+    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+    keep = np.ones(len(matrix), dtype=bool)
+    if exclude is not None and len(exclude):
+        keep[np.asarray(exclude, dtype=np.int64)] = False
+    assignment = np.full(len(matrix), -1, dtype=np.int64)
+    assignment[keep] = np.arange(int(keep.sum()))
+    return Clustering(matrix[keep].copy(), assignment, [0.0])
+
+
 def size_summary(sizes: np.ndarray) -> dict[str, float]:
     """Spread of cluster sizes, for the closing summary."""
     return {

@@ -6,6 +6,7 @@ A model directory holds ``config.json`` (``LensConfig``), ``clusters.safetensors
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -19,7 +20,7 @@ from lens._io import atomic_dir, atomic_write_bytes
 from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha256, resolve_backbone
 from lens.clustering import centroids_from_assignment, clusters_tsv
 from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
-from lens.inputs import encode_texts, pad_batch
+from lens.inputs import encode_texts, length_sorted_batches, pad_batch
 from lens.model import LensModel, decoder_of
 
 logger = logging.getLogger(__name__)
@@ -101,8 +102,14 @@ class LensEncoder:
         device: str | None = None,
         dtype: torch.dtype | None = None,
         attn_implementation: str = "sdpa",
+        attention: str | None = None,
+        pooling: str | None = None,
     ) -> "LensEncoder":
-        """Load a LENS directory (or ``"default"``); ``backbone`` overrides where the backbone's files are."""
+        """Load a LENS directory (or ``"default"``).
+
+        ``backbone`` overrides where the backbone's files are; ``attention`` ("bidirectional"/"causal") and
+        ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations.
+        """
         from safetensors.numpy import load_file
 
         directory = resolve_model_dir(path)
@@ -113,6 +120,10 @@ class LensEncoder:
             )
         if backbone is not None:
             config.backbone = backbone
+        if attention is not None:
+            config.attention = attention
+        if pooling is not None:
+            config.pooling = pooling
         ref = resolve_backbone(config.backbone)
         causal_lm, tokenizer = load_backbone(ref, dtype=dtype, device=device, attn_implementation=attn_implementation)
         head = causal_lm.get_output_embeddings().weight.detach().float().cpu().numpy()
@@ -193,12 +204,11 @@ class LensEncoder:
                     "%d of %d texts were longer than max_seq_length=%d tokens and were truncated",
                     n_cut, len(items), self.max_seq_length,
                 )
-            order = sorted(range(len(items)), key=lambda j: -len(items[j].ids))
             from tqdm.auto import tqdm
 
+            batches = length_sorted_batches([len(it.ids) for it in items], batch_size)
             with torch.inference_mode():
-                for s in tqdm(range(0, len(order), batch_size), desc="Batches", disable=not show_progress_bar):
-                    chunk = order[s : s + batch_size]
+                for chunk in tqdm(batches, desc="Batches", disable=not show_progress_bar):
                     batch = pad_batch([items[j] for j in chunk], self.tokenizer.pad_token_id)
                     out = self.model(**{k: v.to(self.device) for k, v in batch.items()})
                     rows = [todo[j] for j in chunk]
@@ -230,6 +240,21 @@ class LensEncoder:
     # sentence-transformers >= 5 names
     encode_query = encode_queries
     encode_document = encode_documents
+
+    def fingerprint(self) -> dict:
+        """What identifies this encoder's vectors: clusters + head, backbone, adapter, pooling, attention.
+
+        Stored with an index so that it is never searched with vectors from a different model.
+        """
+        h = hashlib.sha256(self.assignment.astype(np.int32).tobytes())
+        h.update(self.model.head.weight.detach().float().cpu().numpy().tobytes())
+        return {
+            "lens_clusters": h.hexdigest(),
+            "lens_backbone_lm_head": self.config.clustering.lm_head_sha256,
+            "lens_adapter": None,
+            "lens_pooling": self.config.pooling,
+            "lens_attention": self.config.attention,
+        }
 
     # ---------------------------------------------------------------- inspection
     def cluster_tokens(self, cluster: int, limit: int | None = None) -> list[str]:

@@ -66,6 +66,15 @@ def pad_batch(items: list[Encoded], pad_id: int, side: str = "right") -> dict[st
     return {"input_ids": ids, "attention_mask": att, "pool_mask": pool}
 
 
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (longest first), so padding is minimal.
+
+    Callers write each batch's rows back to these indices, which restores the input order.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+
 def position_ids(attention_mask: Tensor) -> Tensor:
     """Positions counted over real tokens only, so left padding does not shift a text's rotary positions."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)

@@ -70,3 +70,21 @@ def test_packaged_minilm_directory_is_refused_as_a_backbone():
     model_dir = Path(list(spec.submodule_search_locations)[0]) / "model"
     with pytest.raises(ValueError, match="not a causal LM"):
         resolve_backbone(model_dir)
+
+
+def test_converted_cache_gives_the_same_model(tmp_path, monkeypatch):
+    """The safetensors copy made on first load computes exactly what the GGUF does, and is what loads next."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lens.backbone import gguf_cache_dir, load_backbone, resolve_backbone
+
+    monkeypatch.setenv("LENS_CACHE_DIR", str(tmp_path))
+    ref = resolve_backbone("default")
+    direct = AutoModelForCausalLM.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
+    model, tokenizer = load_backbone("default", device="cpu")
+    cached = gguf_cache_dir(ref)
+    assert (cached / "model.safetensors").is_file() and str(model.name_or_path) == str(cached)
+    ids = tokenizer("The cache must not change a single logit.", return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(direct(**ids).logits, model(**ids).logits)

@@ -1,0 +1,195 @@
+"""Document table: string document ids <-> int64 FAISS ids, plus optional per-document JSON metadata.
+
+The table lives in an in-memory SQLite database while the index is in use, so that saving over the
+directory it was loaded from never touches an open file; :meth:`DocTable.save` and :meth:`DocTable.load`
+copy it to and from ``docs.sqlite`` with SQLite's online backup API (a consistent snapshot).
+
+Schema (version 1)::
+
+    ids(int_id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, meta TEXT)   -- meta: JSON object or NULL
+    info(key TEXT PRIMARY KEY, value TEXT)                                     -- 'schema_version'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["DocTable", "encode_metadata"]
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_BATCH = 500  # ids per IN (...) query; well under SQLite's bound-parameter limit
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ids (int_id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, meta TEXT);
+CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT);
+"""
+
+
+def encode_metadata(meta: Any, doc_id: str) -> str | None:
+    """JSON text for one document's metadata (a dict) or None; errors name the document."""
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise ValueError(f"metadata for document {doc_id!r} must be a dict or None, got {type(meta).__name__}")
+    try:
+        return json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"metadata for document {doc_id!r} is not JSON-serialisable: {e}") from e
+
+
+def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), _BATCH):
+        yield items[i : i + _BATCH]
+
+
+class DocTable:
+    """The id map and metadata of one index (in memory; thread-safe through one lock)."""
+
+    def __init__(self, conn: sqlite3.Connection | None = None) -> None:
+        self._conn = conn or sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        self._conn.isolation_level = None  # explicit transactions only (see transaction())
+        self._lock = threading.RLock()
+        with self._lock:
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute(
+                "INSERT OR IGNORE INTO info(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        self._count = self._query_count()
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    def _query_count(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM ids").fetchone()[0])
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, doc_id: object) -> bool:
+        if not isinstance(doc_id, str):
+            return False
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM ids WHERE doc_id = ?", (doc_id,)).fetchone() is not None
+
+    def lookup(self, doc_ids: Sequence[str]) -> dict[str, int]:
+        """``doc_id -> int_id`` for those of ``doc_ids`` that are present."""
+        found: dict[str, int] = {}
+        with self._lock:
+            for batch in _batches(list(doc_ids)):
+                q = f"SELECT doc_id, int_id FROM ids WHERE doc_id IN ({','.join('?' * len(batch))})"
+                found.update(self._conn.execute(q, batch).fetchall())
+        return found
+
+    def fetch(self, int_ids: Iterable[int]) -> dict[int, tuple[str, dict | None]]:
+        """``int_id -> (doc_id, metadata)`` for the given FAISS ids (unknown ids are left out)."""
+        ids = sorted({int(i) for i in int_ids})
+        out: dict[int, tuple[str, dict | None]] = {}
+        with self._lock:
+            for batch in _batches(ids):
+                q = f"SELECT int_id, doc_id, meta FROM ids WHERE int_id IN ({','.join('?' * len(batch))})"
+                for int_id, doc_id, meta in self._conn.execute(q, batch):
+                    out[int_id] = (doc_id, json.loads(meta) if meta is not None else None)
+        return out
+
+    def metadata(self, doc_id: str) -> dict | None:
+        """Metadata of one document; KeyError if it is not in the table."""
+        with self._lock:
+            row = self._conn.execute("SELECT meta FROM ids WHERE doc_id = ?", (doc_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"document {doc_id!r} is not in the index")
+        return json.loads(row[0]) if row[0] is not None else None
+
+    def int_ids(self) -> np.ndarray:
+        """All int ids, ascending (int64)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT int_id FROM ids ORDER BY int_id").fetchall()
+        return np.array([r[0] for r in rows], dtype=np.int64)
+
+    def max_int_id(self) -> int:
+        """Largest int id in use, or -1 when empty."""
+        with self._lock:
+            value = self._conn.execute("SELECT MAX(int_id) FROM ids").fetchone()[0]
+        return -1 if value is None else int(value)
+
+    # ---- writes -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All writes inside are committed together, or rolled back if the body raises."""
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                self._count = self._query_count()
+                raise
+            self._conn.execute("COMMIT")
+            self._count = self._query_count()
+
+    def insert(self, int_ids: Sequence[int], doc_ids: Sequence[str], metas: Sequence[str | None]) -> None:
+        """Insert rows (``metas`` already JSON-encoded, see :func:`encode_metadata`)."""
+        with self._lock:
+            self._conn.executemany(
+                "INSERT INTO ids(int_id, doc_id, meta) VALUES (?, ?, ?)",
+                zip((int(i) for i in int_ids), doc_ids, metas),
+            )
+            self._count = self._query_count()
+
+    def delete(self, int_ids: Sequence[int]) -> None:
+        """Delete rows by int id."""
+        with self._lock:
+            self._conn.executemany("DELETE FROM ids WHERE int_id = ?", ((int(i),) for i in int_ids))
+            self._count = self._query_count()
+
+    # ---- persistence ------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write a consistent snapshot to a new SQLite file at ``path`` (backup API)."""
+        path = Path(path)
+        dst = sqlite3.connect(str(path))
+        try:
+            with self._lock:
+                self._conn.backup(dst)
+        finally:
+            dst.close()
+
+    @classmethod
+    def load(cls, path: str | Path) -> "DocTable":
+        """Copy ``path`` into memory; a damaged or foreign file raises ValueError naming it."""
+        path = Path(path).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"document table not found: {path}")
+        mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        try:
+            src = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+            try:
+                src.backup(mem)
+            finally:
+                src.close()
+            check = mem.execute("PRAGMA integrity_check").fetchone()[0]
+            if check != "ok":
+                raise ValueError(f"integrity check failed: {check}")
+            tables = {r[0] for r in mem.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not {"ids", "info"} <= tables:
+                raise ValueError(f"tables 'ids' and 'info' expected, found {sorted(tables)}")
+            row = mem.execute("SELECT value FROM info WHERE key='schema_version'").fetchone()
+            if row is None or row[0] != str(SCHEMA_VERSION):
+                raise ValueError(f"schema version {row and row[0]!r}, expected {SCHEMA_VERSION}")
+        except (sqlite3.Error, ValueError) as e:
+            mem.close()
+            raise ValueError(
+                f"document table {path} is damaged or not a LENS index table ({e}); "
+                "restore it from a backup or rebuild the index"
+            ) from e
+        return cls(mem)

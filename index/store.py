@@ -1,0 +1,629 @@
+"""HybridIndex: a FAISS vector store for lexicon + dense embeddings, with string ids and metadata.
+
+Scoring. Each document is stored as ``[lex / |lex| ; dense / |dense|]`` and each query as
+``[w_lex * lex / |lex| ; w_dense * dense / |dense|]`` (see :mod:`index.vectors`), so one inner-product
+search returns ``score = w_lex * cos_lex + w_dense * cos_dense`` for any weights chosen per query.
+An index may also hold only one part ("lexicon" or "dense" mode).
+
+Defined edge cases (the lead-facing contract):
+
+* Searching an empty index returns one empty :class:`SearchResult` per query and logs a warning
+  (queries are still validated, so a wrong dimension is an error even then).
+* ``k`` larger than the index returns every document (exact types; approximate types return what
+  they find); FAISS's ``-1`` padding is always stripped.
+* A query whose weighted vector is all zero (a zero/empty embedding, or a nonzero part whose weight
+  is 0) would score every document 0, so no ranking exists: it returns an empty result and logs a
+  warning. Other queries in the same batch are unaffected.
+* A query giving only one part on a hybrid index uses weight 0 for the other part (the given part's
+  weight is not rescaled, so scores stay comparable with hybrid queries).
+* Documents may have a zero part (e.g. an empty text): that part contributes 0 to their scores.
+
+Training (``ivf``, ``sq8``). Until trained, documents go to an exact flat *staging* index, so they are
+searchable (exactly) at once. Training happens automatically inside :meth:`HybridIndex.add` as soon as
+the staged documents plus those being added reach the type's ``min_train`` (ivf: ``39 * nlist``, or
+1000 when ``nlist`` is None and picked from the data as about ``4 * sqrt(n)``; sq8: 1000), on a seeded
+random sample of at most ``train_size`` of them (ivf: ``40 * nlist``; sq8: 20000); the staged
+documents then move to the trained index. :meth:`HybridIndex.train` trains explicitly on a sample.
+For ivf with ``nlist=None``, ``n`` is what is available at that moment, so add the bulk of the
+corpus in the first call (or pass ``nlist``) rather than many small calls.
+
+Not thread-safe for concurrent writes (add/remove/save); concurrent searches are fine.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import faiss
+import numpy as np
+
+from lens._io import atomic_dir, read_json, write_json
+
+from .factory import INDEX_TYPES, IndexType, TrainingPlan, exact_index, get_index_type
+from .manifest import (
+    DOCS_FILE,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    check_fingerprint,
+    file_record,
+    normalize_fingerprint,
+    validate_manifest,
+    verify_file,
+)
+from .metadata import DocTable, encode_metadata
+from .vectors import as_matrix, check_dim, check_finite, document_vectors, query_vectors
+
+__all__ = ["HybridIndex", "SearchResult"]
+
+logger = logging.getLogger(__name__)
+
+PARTS = ("lexicon", "dense")
+_SAMPLE_SEED = 0
+
+
+class SearchResult(NamedTuple):
+    """Hits of one query, best first: string ids, float32 scores, and each hit's metadata (or None)."""
+
+    ids: list[str]
+    scores: np.ndarray
+    metadata: list[dict | None]
+
+
+def _empty_result() -> SearchResult:
+    return SearchResult([], np.zeros(0, dtype=np.float32), [])
+
+
+def _dim(value: Any, name: str) -> int | None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == 0):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name} must be a positive integer, or None/0 when that part is absent; got {value!r}")
+    return int(value)
+
+
+def _weight_pair(weights: Any, what: str) -> tuple[float, float]:
+    try:
+        w = tuple(float(x) for x in weights)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a pair (w_lex, w_dense), got {weights!r}") from None
+    if len(w) != 2 or not all(math.isfinite(x) and x >= 0 for x in w) or w == (0.0, 0.0):
+        raise ValueError(f"{what} must be a pair (w_lex, w_dense) of finite numbers >= 0, not both 0; got {weights!r}")
+    return w
+
+
+def faiss_search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``index.search``, but for an ``IndexIDMap`` the inner index is searched and labels are mapped
+    here through a zero-copy view of the id map. Same results; it skips the IDMap's own OpenMP region,
+    which costs a scheduler time slice per call on a busy machine (visible in single-query latency)."""
+    if not isinstance(index, faiss.IndexIDMap):
+        return index.search(queries, k)
+    scores, pos = faiss.downcast_index(index.index).search(queries, k)
+    id_map = faiss.rev_swig_ptr(index.id_map.data(), index.ntotal)
+    labels = np.where(pos >= 0, id_map[np.maximum(pos, 0)], -1)
+    return scores, labels
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class HybridIndex:
+    """FAISS store of hybrid (lexicon + dense), lexicon-only or dense-only document embeddings.
+
+    Args:
+        lexicon_dim: width of the lexicon vectors, or None/0 for a dense-only index.
+        dense_dim: width of the dense vectors, or None/0 for a lexicon-only index.
+        index_type: one of :data:`index.factory.INDEX_TYPES` (flat, hnsw, ivf, sq8, fp16).
+        weights: default ``(w_lex, w_dense)`` for queries; None means (0.5, 0.5) for a hybrid index
+            and (1, 0) / (0, 1) for a single-part one. Overridable per :meth:`search` call.
+        fingerprint: JSON-able dict describing the encoders (kept opaque; checked by :meth:`load`).
+        info: JSON-able dict of free-form facts to keep in the manifest (e.g. which dense encoder or
+            model name to use at query time); stored and returned as is, never checked.
+        **index_options: options of the index type, e.g. ``ef_search=128`` (hnsw), ``nlist=1024``
+            (ivf); unknown names raise ValueError listing the valid ones.
+    """
+
+    def __init__(
+        self,
+        lexicon_dim: int | None,
+        dense_dim: int | None,
+        index_type: str = "flat",
+        weights: Sequence[float] | None = None,
+        fingerprint: Mapping[str, Any] | None = None,
+        info: Mapping[str, Any] | None = None,
+        **index_options: Any,
+    ) -> None:
+        self._dims = {"lexicon": _dim(lexicon_dim, "lexicon_dim"), "dense": _dim(dense_dim, "dense_dim")}
+        if self._dims["lexicon"] is None and self._dims["dense"] is None:
+            raise ValueError("an index needs a lexicon part, a dense part or both: give lexicon_dim and/or dense_dim")
+        self._type: IndexType = get_index_type(index_type)
+        self._options = self._type.resolve_options(index_options)
+        if weights is None:
+            weights = {"hybrid": (0.5, 0.5), "lexicon": (1.0, 0.0), "dense": (0.0, 1.0)}[self.mode]
+        self._weights = _weight_pair(weights, "weights")
+        self._fingerprint = normalize_fingerprint(fingerprint)
+        self._info = normalize_fingerprint(info, "info")
+        self._docs = DocTable()
+        self._next_id = 0
+        self._main: faiss.Index | None = None
+        self._staging: faiss.Index | None = None
+        if self._type.needs_training:
+            self._staging = exact_index(self.dim)
+        else:
+            self._main = self._type.build(self.dim, self._options)
+
+    # ---- properties -------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """"hybrid", "lexicon" or "dense"."""
+        lex, den = self._dims["lexicon"], self._dims["dense"]
+        return "hybrid" if lex and den else ("lexicon" if lex else "dense")
+
+    @property
+    def lexicon_dim(self) -> int | None:
+        return self._dims["lexicon"]
+
+    @property
+    def dense_dim(self) -> int | None:
+        return self._dims["dense"]
+
+    @property
+    def dim(self) -> int:
+        """Width of the stored FAISS vectors (sum of the present parts)."""
+        return (self._dims["lexicon"] or 0) + (self._dims["dense"] or 0)
+
+    @property
+    def index_type(self) -> str:
+        return self._type.name
+
+    @property
+    def index_options(self) -> dict[str, Any]:
+        return dict(self._options)
+
+    @property
+    def weights(self) -> tuple[float, float]:
+        return self._weights
+
+    @property
+    def fingerprint(self) -> dict[str, Any] | None:
+        return normalize_fingerprint(self._fingerprint)
+
+    @property
+    def info(self) -> dict[str, Any] | None:
+        """The free-form ``info`` dict given at construction (as it reads back from JSON)."""
+        return normalize_fingerprint(self._info, "info")
+
+    @property
+    def is_trained(self) -> bool:
+        """False while an ivf/sq8 index still keeps its documents in the exact staging index."""
+        return self._main is not None
+
+    @property
+    def faiss_index(self) -> faiss.Index:
+        """The FAISS index currently answering searches (read-only use, e.g. for measuring)."""
+        return self._main if self._main is not None else self._staging
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._docs
+
+    def __repr__(self) -> str:
+        return (
+            f"HybridIndex(mode={self.mode!r}, lexicon_dim={self.lexicon_dim}, dense_dim={self.dense_dim}, "
+            f"index_type={self.index_type!r}, documents={len(self)}, weights={self._weights})"
+        )
+
+    def metadata(self, doc_id: str) -> dict | None:
+        """Metadata stored with ``doc_id`` (None if none); KeyError if the id is unknown."""
+        return self._docs.metadata(doc_id)
+
+    # ---- validation helpers -----------------------------------------------------------------
+
+    @staticmethod
+    def _check_ids(ids: Sequence[str], what: str, dedupe: bool = False) -> list[str]:
+        """Ids as a list of non-empty strings; a repeated id is an error (or dropped if ``dedupe``)."""
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, (Sequence, np.ndarray)):
+            raise ValueError(f"ids must be a list of strings, got {type(ids).__name__}")
+        out = []
+        for i in ids:
+            if not isinstance(i, str) or not i:
+                raise ValueError(f"document ids must be non-empty strings, got {i!r}")
+            out.append(str(i))
+        if dedupe:
+            return list(dict.fromkeys(out))
+        seen: set[str] = set()
+        for i in out:
+            if i in seen:
+                raise ValueError(f"document id {i!r} appears more than once in this {what} call")
+            seen.add(i)
+        return out
+
+    def _parts(self, lexicon: Any, dense: Any, require_all: bool) -> dict[str, np.ndarray]:
+        """The given parts as 2-D arrays, checked against this index's parts and dimensions."""
+        given = {"lexicon": lexicon, "dense": dense}
+        out: dict[str, np.ndarray] = {}
+        for name in PARTS:
+            if given[name] is None:
+                if require_all and self._dims[name]:
+                    raise ValueError(f"{name} vectors are required: this is a {self.mode} index")
+                continue
+            if not self._dims[name]:
+                raise ValueError(
+                    f"this is a {self.mode} index with no {name} part; do not pass {name} vectors"
+                )
+            arr = as_matrix(given[name], name)
+            check_dim(arr, self._dims[name], name)
+            out[name] = arr
+        if not out:
+            raise ValueError("give lexicon and/or dense vectors")
+        rows = {name: arr.shape[0] for name, arr in out.items()}
+        if len(set(rows.values())) > 1:
+            raise ValueError(f"lexicon and dense vectors must have the same number of rows, got {rows}")
+        return out
+
+    @staticmethod
+    def _check_finite_chunked(parts: dict[str, np.ndarray], chunk: int) -> None:
+        for name, arr in parts.items():
+            for start in range(0, arr.shape[0], chunk):
+                check_finite(arr[start : start + chunk], name, row_offset=start)
+
+    def _doc_vectors(self, parts: dict[str, np.ndarray], sel: slice | np.ndarray) -> np.ndarray:
+        return document_vectors(
+            parts["lexicon"][sel] if "lexicon" in parts else None,
+            parts["dense"][sel] if "dense" in parts else None,
+        )
+
+    # ---- training ---------------------------------------------------------------------------
+
+    def _staged(self) -> tuple[np.ndarray, np.ndarray]:
+        """Zero-copy view of the staged vectors and their int ids."""
+        st = self._staging
+        n = st.ntotal
+        ids = faiss.vector_to_array(st.id_map).astype(np.int64) if n else np.zeros(0, np.int64)
+        if n == 0:
+            return np.zeros((0, self.dim), np.float32), ids
+        flat = faiss.downcast_index(st.index)
+        return faiss.rev_swig_ptr(flat.get_xb(), n * self.dim).reshape(n, self.dim), ids
+
+    def _train_and_migrate(self, plan: TrainingPlan, parts: dict[str, np.ndarray], n_new: int, chunk: int) -> None:
+        """Train a new main index on a sample of staged + new vectors, then move the staged ones in.
+
+        Nothing observable changes until the end, so a failure leaves the store as it was.
+        """
+        staged_x, staged_ids = self._staged()
+        n_staged = len(staged_ids)
+        total = n_staged + n_new
+        m = min(total, plan.train_size)
+        rng = np.random.default_rng(_SAMPLE_SEED)
+        pick = np.arange(total) if m == total else np.sort(rng.choice(total, size=m, replace=False))
+        from_staged, from_new = pick[pick < n_staged], pick[pick >= n_staged] - n_staged
+        sample = np.empty((m, self.dim), dtype=np.float32)
+        sample[: len(from_staged)] = staged_x[from_staged]
+        if len(from_new):
+            sample[len(from_staged) :] = self._doc_vectors(parts, from_new)
+        main = self._type.build(self.dim, plan.options)
+        t0 = time.perf_counter()
+        main.train(sample)
+        del sample
+        for start in range(0, n_staged, chunk):
+            main.add_with_ids(
+                np.ascontiguousarray(staged_x[start : start + chunk]), staged_ids[start : start + chunk]
+            )
+        logger.info(
+            "trained %s index on %d of %d vectors in %.1fs (options %s); moved %d staged documents",
+            self._type.name, m, total, time.perf_counter() - t0, plan.options, n_staged,
+        )
+        self._main, self._options, self._staging = main, dict(plan.options), None
+
+    def train(self, lexicon: Any = None, dense: Any = None, chunk_size: int = 4096) -> None:
+        """Train an ivf/sq8 index on these sample vectors (plus any staged documents), without adding them.
+
+        Needs at least ``min_train`` vectors in all. For types that need no training this does
+        nothing; a trained index raises ValueError (rebuild to retrain).
+        """
+        if not self._type.needs_training:
+            logger.info("index type %r needs no training; train() does nothing", self._type.name)
+            return
+        if self._main is not None:
+            raise ValueError(f"this {self._type.name} index is already trained; build a new index to retrain")
+        parts = self._parts(lexicon, dense, require_all=True)
+        self._check_finite_chunked(parts, chunk_size)
+        n = next(iter(parts.values())).shape[0]
+        n_staged = self._staging.ntotal
+        plan = self._type.training_plan(self._options, n_staged + n)
+        if n_staged + n < plan.min_train:
+            raise ValueError(
+                f"{self._type.name} needs at least min_train={plan.min_train} training vectors, got "
+                f"{n} (+{n_staged} staged); give more, or lower min_train"
+            )
+        self._train_and_migrate(plan, parts, n, chunk_size)
+
+    # ---- add / remove -----------------------------------------------------------------------
+
+    def add(
+        self,
+        ids: Sequence[str],
+        lexicon: Any = None,
+        dense: Any = None,
+        metadata: Sequence[dict | None] | None = None,
+        upsert: bool = False,
+        chunk_size: int = 4096,
+    ) -> None:
+        """Add documents (all parts of this index are required, one row per id).
+
+        Everything is validated before anything changes: dimensions, NaN/inf, ids duplicated within
+        the call, and ids already in the index (an error unless ``upsert=True``, which replaces those
+        documents, metadata included). Vectors are normalised and added ``chunk_size`` rows at a time,
+        so the extra memory is one chunk (plus a training sample when an ivf/sq8 index trains). If
+        FAISS fails midway, the rows added by this call are removed again and the id table is rolled
+        back.
+        """
+        if not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        ids = self._check_ids(ids, "add")
+        parts = self._parts(lexicon, dense, require_all=True)
+        n = len(ids)
+        rows = next(iter(parts.values())).shape[0]
+        if rows != n:
+            raise ValueError(f"got {n} ids but {rows} vectors; give one vector per id")
+        if metadata is not None and len(metadata) != n:
+            raise ValueError(f"got {n} ids but {len(metadata)} metadata entries; give one (or None) per id")
+        metas = [encode_metadata(m, i) for m, i in zip(metadata, ids)] if metadata is not None else [None] * n
+        self._check_finite_chunked(parts, chunk_size)
+        existing = self._docs.lookup(ids)
+        if existing:
+            first = next(i for i in ids if i in existing)
+            more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+            if not upsert:
+                raise ValueError(
+                    f"document id {first!r}{more} is already in the index; pass upsert=True to replace it"
+                )
+            if not self._type.supports_remove:
+                raise ValueError(self._no_remove_message(f"replace document {first!r}{more}"))
+        if n == 0:
+            return
+
+        if self._main is None:
+            plan = self._type.training_plan(self._options, self._staging.ntotal + n)
+            if self._staging.ntotal + n >= plan.min_train:
+                self._train_and_migrate(plan, parts, n, chunk_size)
+        target = self.faiss_index
+        new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        old_ids = np.array(sorted(existing.values()), dtype=np.int64)
+        added = 0
+        try:
+            with self._docs.transaction():
+                if len(old_ids):
+                    self._docs.delete(old_ids)
+                self._docs.insert(new_ids, ids, metas)
+                for start in range(0, n, chunk_size):
+                    stop = min(start + chunk_size, n)
+                    target.add_with_ids(self._doc_vectors(parts, slice(start, stop)), new_ids[start:stop])
+                    added = stop
+                if len(old_ids):
+                    target.remove_ids(old_ids)
+        except BaseException:
+            if added:
+                try:
+                    target.remove_ids(new_ids[:added])
+                except Exception:  # pragma: no cover - only reached if FAISS fails twice
+                    logger.exception("could not undo a failed add; reload the index from disk")
+            raise
+        self._next_id += n
+        logger.debug("added %d documents (%d replaced); %d in total", n, len(old_ids), len(self))
+
+    def _no_remove_message(self, action: str) -> str:
+        able = ", ".join(name for name, t in INDEX_TYPES.items() if t.supports_remove)
+        return (
+            f"cannot {action}: index type {self._type.name!r} does not support removing documents "
+            f"(FAISS HNSW graphs cannot delete). Rebuild the index without them, or use one of: {able}"
+        )
+
+    def remove(self, ids: Sequence[str]) -> None:
+        """Remove documents by id. An unknown id raises KeyError naming it (nothing is removed).
+
+        HNSW indexes cannot remove documents (a FAISS limitation): they raise ValueError; rebuild the
+        index, or use flat/ivf/sq8/fp16 when documents must be deleted.
+        """
+        ids = self._check_ids(ids, "remove", dedupe=True)
+        if not self._type.supports_remove:
+            raise ValueError(self._no_remove_message("remove documents"))
+        found = self._docs.lookup(ids)
+        missing = [i for i in ids if i not in found]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise KeyError(f"document {missing[0]!r}{more} is not in the index; nothing was removed")
+        if not ids:
+            return
+        int_ids = np.array(sorted(found.values()), dtype=np.int64)
+        with self._docs.transaction():
+            self._docs.delete(int_ids)
+            removed = self.faiss_index.remove_ids(int_ids)
+            if removed != len(int_ids):
+                raise RuntimeError(f"FAISS removed {removed} vectors, expected {len(int_ids)}")
+
+    # ---- search -----------------------------------------------------------------------------
+
+    def _query_weights(self, weights: Any, nq: int) -> np.ndarray:
+        if weights is None:
+            return np.tile(np.array(self._weights, dtype=np.float64), (nq, 1))
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape == (2,):
+            return np.tile(np.array(_weight_pair(w, "weights")), (nq, 1))
+        if w.shape != (nq, 2):
+            raise ValueError(f"weights must be a pair (w_lex, w_dense) or one pair per query ({nq}, 2), got shape {w.shape}")
+        for row in w:
+            _weight_pair(row, "each row of weights")
+        return w
+
+    def search(
+        self,
+        lexicon: Any = None,
+        dense: Any = None,
+        k: int = 10,
+        weights: Any = None,
+    ) -> list[SearchResult]:
+        """Top-``k`` documents for each query (rows of ``lexicon`` / ``dense``; 1-D = one query).
+
+        ``weights``: None (the index default), a pair ``(w_lex, w_dense)`` for all queries, or an
+        array of shape (n_queries, 2). A part not given gets weight 0. Returns one
+        :class:`SearchResult` per query; see the module docstring for empty-index, zero-query and
+        ``k > len(index)`` behaviour.
+        """
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        parts = self._parts(lexicon, dense, require_all=False)
+        for name, arr in parts.items():
+            check_finite(arr, f"query {name}")
+        nq = next(iter(parts.values())).shape[0]
+        w = self._query_weights(weights, nq)
+        q_parts: dict[str, np.ndarray | None] = {}
+        q_w: dict[str, np.ndarray] = {}
+        for j, name in enumerate(PARTS):
+            if not self._dims[name]:
+                q_parts[name], q_w[name] = None, np.zeros(nq)
+            elif name in parts:
+                q_parts[name], q_w[name] = parts[name], w[:, j]
+            else:  # part not given on a hybrid index: weight 0
+                q_parts[name], q_w[name] = np.zeros((nq, self._dims[name]), np.float32), np.zeros(nq)
+        qv = query_vectors(q_parts["lexicon"], q_parts["dense"], q_w["lexicon"], q_w["dense"])
+
+        results = [_empty_result() for _ in range(nq)]
+        zero = ~qv.any(axis=1)
+        if zero.any():
+            logger.warning(
+                "%d of %d queries are all-zero (empty embedding or weight 0 on the only given part); "
+                "they match nothing and return no hits", int(zero.sum()), nq,
+            )
+        index = self.faiss_index
+        if index.ntotal == 0:
+            logger.warning("searching an empty index: no documents have been added; returning no hits")
+            return results
+        live = np.flatnonzero(~zero)
+        if len(live) == 0:
+            return results
+        scores, labels = faiss_search(index, np.ascontiguousarray(qv[live]), int(min(k, index.ntotal)))
+        docs = self._docs.fetch(labels[labels >= 0].ravel())
+        for row, qi in enumerate(live):
+            keep = labels[row] >= 0
+            hits = [docs[int(i)] for i in labels[row][keep]]
+            results[qi] = SearchResult(
+                [h[0] for h in hits], scores[row][keep].astype(np.float32, copy=True), [h[1] for h in hits]
+            )
+        return results
+
+    def set_search_options(self, **options: Any) -> None:
+        """Change search-time options (hnsw ``ef_search``, ivf ``nprobe``) without re-indexing."""
+        self._type.check_search_options(options)
+        self._options.update(options)
+        if self._main is not None:
+            self._type.apply_search_options(self._main, options)
+
+    # ---- persistence ------------------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Save to ``directory`` atomically: it ends up holding either the old index or the new one.
+
+        Writes ``index.faiss``, ``docs.sqlite`` and ``manifest.json`` (format version, dims, weights,
+        index type and options, count, fingerprint, sha256 and size of both data files).
+        """
+        with atomic_dir(directory) as tmp:
+            index_path, docs_path = tmp / INDEX_FILE, tmp / DOCS_FILE
+            faiss.write_index(self.faiss_index, str(index_path))
+            _fsync(index_path)
+            self._docs.save(docs_path)
+            _fsync(docs_path)
+            manifest = {
+                "format_version": FORMAT_VERSION,
+                "mode": self.mode,
+                "lexicon_dim": self.lexicon_dim,
+                "dense_dim": self.dense_dim,
+                "weights": list(self._weights),
+                "index_type": self._type.name,
+                "index_options": self._options,
+                "trained": self.is_trained,
+                "count": len(self),
+                "next_id": self._next_id,
+                "fingerprint": self._fingerprint,
+                "info": self._info,
+                "faiss_version": faiss.__version__,
+                "files": {INDEX_FILE: file_record(index_path), DOCS_FILE: file_record(docs_path)},
+            }
+            write_json(tmp / MANIFEST_FILE, manifest)
+        logger.info("saved %d documents to %s", len(self), directory)
+        return Path(directory)
+
+    @classmethod
+    def load(
+        cls,
+        directory: str | os.PathLike,
+        expected_fingerprint: Mapping[str, Any] | None = None,
+        **search_options: Any,
+    ) -> "HybridIndex":
+        """Load a saved index, verifying it before trusting it.
+
+        Refuses (ValueError) a different format version, a fingerprint other than
+        ``expected_fingerprint`` (:class:`~index.manifest.FingerprintMismatchError`, listing the
+        differing keys), and any damaged file: checksums are verified before FAISS or SQLite parse
+        anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones.
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"no saved index at {directory} (not a directory)")
+        mpath = directory / MANIFEST_FILE
+        m = validate_manifest(read_json(mpath, "index manifest"), mpath)
+        check_fingerprint(expected_fingerprint, m["fingerprint"], directory)
+        try:
+            itype = get_index_type(m["index_type"])
+        except ValueError as e:
+            raise ValueError(f"index manifest {mpath}: {e}") from e
+        itype.check_search_options(search_options)
+        index_path, docs_path = directory / INDEX_FILE, directory / DOCS_FILE
+        verify_file(index_path, m["files"][INDEX_FILE])
+        verify_file(docs_path, m["files"][DOCS_FILE])
+
+        obj = cls(
+            m["lexicon_dim"], m["dense_dim"], m["index_type"], m["weights"], m["fingerprint"], m.get("info"),
+            **m["index_options"],
+        )
+        try:
+            raw = faiss.read_index(str(index_path))
+        except RuntimeError as e:
+            raise ValueError(f"index file {index_path} could not be read by FAISS ({e}); rebuild the index") from e
+        docs = DocTable.load(docs_path)
+        problems = []
+        if raw.d != obj.dim:
+            problems.append(f"{INDEX_FILE} has width {raw.d}, manifest dims give {obj.dim}")
+        if not (raw.ntotal == len(docs) == m["count"]):
+            problems.append(f"{INDEX_FILE} holds {raw.ntotal} vectors, {DOCS_FILE} {len(docs)} ids, manifest count {m['count']}")
+        if m["next_id"] <= docs.max_int_id():
+            problems.append(f"manifest next_id {m['next_id']} is not above the largest id {docs.max_int_id()}")
+        needs_staging = itype.needs_training and not m["trained"]
+        if hasattr(raw, "id_map") and not problems:
+            if not np.array_equal(np.sort(faiss.vector_to_array(raw.id_map)), docs.int_ids()):
+                problems.append(f"the ids in {INDEX_FILE} and {DOCS_FILE} differ")
+        if problems:
+            raise ValueError(f"saved index {directory} is inconsistent: {'; '.join(problems)}; rebuild the index")
+        obj._docs, obj._next_id = docs, m["next_id"]
+        if needs_staging:
+            obj._staging, obj._main = raw, None
+        else:
+            obj._main, obj._staging = raw, None
+        obj.set_search_options(**search_options)
+        if obj._main is not None:
+            itype.apply_search_options(obj._main, obj._options)
+        logger.info("loaded %r from %s", obj, directory)
+        return obj

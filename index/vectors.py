@@ -1,0 +1,155 @@
+"""Vector maths for the hybrid store: pure functions over numpy arrays.
+
+A hybrid document is stored as one FAISS vector ``[lex_unit ; dense_unit]`` (each part L2-normalised on
+its own) and a query as ``[w_lex * lex_unit ; w_dense * dense_unit]``. Their inner product is then
+exactly ``w_lex * cos_lex + w_dense * cos_dense``, so one inner-product index serves any weighting
+chosen at query time, without re-indexing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "as_matrix",
+    "check_dim",
+    "check_finite",
+    "document_vectors",
+    "l2_normalize",
+    "query_vectors",
+]
+
+# Rows whose norm is at or below this are treated as zero: dividing by it would overflow float32.
+_TINY = float(np.finfo(np.float32).tiny)
+_MAX_LISTED = 10
+
+
+def as_matrix(x: Any, what: str) -> np.ndarray:
+    """Return ``x`` as a 2-D array (a 1-D input becomes one row), without copying when possible.
+
+    Accepts numpy arrays, nested lists and CPU/GPU torch tensors (duck-typed, so torch is not imported
+    here). The dtype is left as is: callers convert to contiguous float32 chunk by chunk, so a large
+    float64 input is never copied whole.
+    """
+    if x is None:
+        raise ValueError(f"{what} vectors are missing")
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor: bf16/fp16 and GPU need a cast
+        x = x.detach()
+        if str(getattr(x, "dtype", "")) not in ("torch.float32", "torch.float64"):
+            x = x.float()
+        x = x.cpu().numpy()
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiub":
+        raise ValueError(f"{what} vectors must be numeric, got dtype {arr.dtype}")
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(f"{what} vectors must be 1-D (one vector) or 2-D (rows), got shape {arr.shape}")
+    return arr
+
+
+def check_dim(x: np.ndarray, expected: int, what: str) -> None:
+    """Raise ValueError unless ``x`` has ``expected`` columns."""
+    if x.shape[1] != expected:
+        raise ValueError(
+            f"{what} vectors have {x.shape[1]} columns but this index was built with {expected}"
+        )
+
+
+def check_finite(x: np.ndarray, what: str, row_offset: int = 0) -> None:
+    """Raise ValueError naming the rows of ``x`` that hold NaN or inf (indices shifted by ``row_offset``)."""
+    x = np.asarray(x)
+    if x.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(x).all(axis=1) if x.ndim == 2 else np.atleast_1d(~np.isfinite(x).all())
+    if bad.any():
+        rows = (np.flatnonzero(bad) + row_offset).tolist()
+        listed = ", ".join(map(str, rows[:_MAX_LISTED]))
+        more = f" and {len(rows) - _MAX_LISTED} more" if len(rows) > _MAX_LISTED else ""
+        raise ValueError(f"{what} vectors contain NaN or inf in row(s) {listed}{more}")
+
+
+def l2_normalize(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """L2-normalise the rows of ``x`` into float32; zero (or denormal-norm) rows stay zero, never NaN.
+
+    Norms are accumulated in float64 so that float32 inputs with very small or large entries still
+    normalise accurately. ``out`` (float32, same shape) may be given to avoid an allocation, e.g. a
+    slice of a wider output; it may be ``x`` itself.
+    """
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"l2_normalize expects a 2-D array of rows, got shape {x.shape}")
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+    ok = norms > _TINY
+    scale = np.zeros_like(norms)
+    np.divide(1.0, norms, out=scale, where=ok)
+    if out is None:
+        out = np.empty(x.shape, dtype=np.float32)
+    elif out.shape != x.shape or out.dtype != np.float32:
+        raise ValueError(f"out must be float32 with shape {x.shape}, got {out.dtype} {out.shape}")
+    np.multiply(x, scale.astype(np.float32)[:, None], out=out, casting="unsafe")
+    return out
+
+
+def _rows(parts: list[np.ndarray | None]) -> int:
+    present = [p for p in parts if p is not None]
+    if not present:
+        raise ValueError("at least one of the lexicon or dense vectors must be given")
+    n = present[0].shape[0]
+    if any(p.shape[0] != n for p in present):
+        shapes = " vs ".join(str(p.shape[0]) for p in present)
+        raise ValueError(f"lexicon and dense vectors must have the same number of rows, got {shapes}")
+    return n
+
+
+def document_vectors(lexicon: np.ndarray | None, dense: np.ndarray | None) -> np.ndarray:
+    """Stored vectors ``[lex / |lex| ; dense / |dense|]`` as one contiguous float32 array.
+
+    Either part may be None (lexicon-only or dense-only index); the output then holds only the other.
+    """
+    parts = [as_matrix(p, name) if p is not None else None for p, name in ((lexicon, "lexicon"), (dense, "dense"))]
+    n = _rows(parts)
+    widths = [p.shape[1] if p is not None else 0 for p in parts]
+    out = np.empty((n, sum(widths)), dtype=np.float32)
+    col = 0
+    for p, w in zip(parts, widths):
+        if p is not None:
+            l2_normalize(p, out=out[:, col : col + w])
+            col += w
+    return out
+
+
+def _weights(w: float | np.ndarray, n: int, what: str) -> np.ndarray:
+    w = np.asarray(w, dtype=np.float64)
+    if w.ndim == 0:
+        w = np.full(n, float(w))
+    if w.shape != (n,):
+        raise ValueError(f"{what} must be a scalar or have one value per query ({n}), got shape {w.shape}")
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError(f"{what} must be finite and >= 0, got {w.tolist()}")
+    return w
+
+
+def query_vectors(
+    lexicon: np.ndarray | None,
+    dense: np.ndarray | None,
+    w_lex: float | np.ndarray,
+    w_dense: float | np.ndarray,
+) -> np.ndarray:
+    """Query vectors ``[w_lex * lex / |lex| ; w_dense * dense / |dense|]`` as contiguous float32.
+
+    Their inner product with :func:`document_vectors` rows is ``w_lex * cos_lex + w_dense * cos_dense``.
+    Weights are scalars or one value per query; a part that is None is left out (and its weight unused).
+    """
+    out = document_vectors(lexicon, dense)
+    n = out.shape[0]
+    col = 0
+    for p, w, name in ((lexicon, w_lex, "w_lex"), (dense, w_dense, "w_dense")):
+        if p is None:
+            continue
+        width = as_matrix(p, name).shape[1]
+        out[:, col : col + width] *= _weights(w, n, name).astype(np.float32)[:, None]
+        col += width
+    return out

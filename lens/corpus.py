@@ -1,0 +1,185 @@
+"""Reading corpora, queries and qrels: BEIR's layout, plain JSONL, and a built-in corpus from the stdlib.
+
+Files may be plain or gzipped and may have CRLF line endings. Every error names the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+PYDOC_TOPICS = "pydoc-topics"
+CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
+
+
+@dataclass
+class Document:
+    id: str
+    text: str
+    title: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def full_text(self) -> str:
+        """What gets encoded: the title, a newline, then the text (either may be empty)."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline=None)
+    return open(path, encoding="utf-8", newline=None)
+
+
+def _first_existing(directory: Path, names: tuple[str, ...], what: str) -> Path:
+    for name in names:
+        if (directory / name).is_file():
+            return directory / name
+    raise FileNotFoundError(f"{directory} has no {what} (looked for {', '.join(names)})")
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a .jsonl or .jsonl.gz file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    try:
+        with _open_text(path) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+                if not isinstance(obj, dict):
+                    raise ValueError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+                yield n, obj
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # truncated gzip, bad encoding
+        raise ValueError(f"{path} cannot be read ({e}); the file is damaged") from e
+
+
+def corpus_file(path: str | os.PathLike) -> Path:
+    """The corpus JSONL behind ``path``: a BEIR directory or the file itself."""
+    p = Path(path)
+    if p.is_dir():
+        return _first_existing(p, CORPUS_NAMES, "corpus")
+    if p.is_file():
+        return p
+    raise FileNotFoundError(
+        f"corpus {os.fspath(path)!r} not found: give a BEIR directory, a corpus.jsonl[.gz], a JSONL of "
+        f'{{"id", "text"[, "title"]}} records, or {PYDOC_TOPICS!r}'
+    )
+
+
+def iter_corpus(path: str | os.PathLike) -> Iterator[Document]:
+    """Documents of a corpus: records need an id (``_id`` or ``id``) and a ``text``; ``title`` is optional."""
+    if os.fspath(path) == PYDOC_TOPICS:
+        yield from pydoc_passages()
+        return
+    file = corpus_file(path)
+    for n, obj in read_jsonl(file):
+        doc_id = obj.get("_id", obj.get("id"))
+        if doc_id is None or (isinstance(doc_id, str) and not doc_id.strip()):
+            raise ValueError(f"{file}:{n}: record has no id (expected an '_id' or 'id' field)")
+        text = obj.get("text")
+        if not isinstance(text, str):
+            raise ValueError(f"{file}:{n}: record {doc_id!r} has no 'text' string")
+        title = obj.get("title") or ""
+        extra = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
+        yield Document(str(doc_id), text, title if isinstance(title, str) else str(title), extra)
+
+
+def load_corpus(path: str | os.PathLike) -> list[Document]:
+    """All documents, refusing duplicate ids."""
+    docs, seen = [], set()
+    for doc in iter_corpus(path):
+        if doc.id in seen:
+            raise ValueError(f"corpus {os.fspath(path)}: document id {doc.id!r} appears twice")
+        seen.add(doc.id)
+        docs.append(doc)
+    if not docs:
+        raise ValueError(f"corpus {os.fspath(path)} holds no documents")
+    return docs
+
+
+def load_queries(path: str | os.PathLike) -> dict[str, str]:
+    """BEIR queries: ``{query id: text}`` from a queries.jsonl[.gz] file or a BEIR directory."""
+    p = Path(path)
+    if p.is_dir():
+        p = _first_existing(p, ("queries.jsonl", "queries.jsonl.gz"), "queries")
+    out = {}
+    for n, obj in read_jsonl(p):
+        qid, text = obj.get("_id", obj.get("id")), obj.get("text")
+        if qid is None or not isinstance(text, str):
+            raise ValueError(f"{p}:{n}: a query needs an '_id' and a 'text' string")
+        out[str(qid)] = text
+    return out
+
+
+def load_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
+    """BEIR qrels TSV (``query-id<TAB>corpus-id<TAB>score``, header optional): ``{qid: {doc id: grade}}``."""
+    p = Path(path)
+    if not p.is_file():
+        gz = p.with_name(p.name + ".gz")
+        if not gz.is_file():
+            raise FileNotFoundError(f"qrels file not found: {p}")
+        p = gz
+    qrels: dict[str, dict[str, int]] = {}
+    with _open_text(p) as f:
+        for n, line in enumerate(f, 1):
+            cols = line.rstrip("\r\n").split("\t")
+            if not line.strip() or (n == 1 and cols[0] == "query-id"):
+                continue
+            if len(cols) == 4:  # TREC style: qid, iteration, doc id, grade
+                cols = [cols[0], cols[2], cols[3]]
+            if len(cols) != 3:
+                raise ValueError(f"{p}:{n}: expected query-id, corpus-id and score separated by tabs")
+            try:
+                grade = int(float(cols[2]))
+            except ValueError:
+                raise ValueError(f"{p}:{n}: score {cols[2]!r} is not a number") from None
+            qrels.setdefault(cols[0], {})[cols[1]] = grade
+    return qrels
+
+
+def load_beir(directory: str | os.PathLike, split: str = "test"):
+    """(corpus, queries restricted to the split's qrels, qrels) of a BEIR-layout directory."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise FileNotFoundError(f"BEIR directory not found: {d}")
+    qrels = load_qrels(d / "qrels" / f"{split}.tsv")
+    queries = load_queries(d)
+    missing = [q for q in qrels if q not in queries]
+    if missing:
+        raise ValueError(f"{d}: {len(missing)} queries of qrels/{split}.tsv are not in the queries file, e.g. {missing[0]!r}")
+    return load_corpus(d), {q: queries[q] for q in qrels}, qrels
+
+
+def pydoc_passages(max_chars: int = 1000) -> list[Document]:
+    """The Python documentation topics in the standard library (``pydoc_data.topics``), split into passages.
+
+    Paragraphs are packed into passages of at most ``max_chars`` characters (a longer paragraph stands
+    alone); ids are ``topic#n`` and the topic name is the title. Available wherever Python is.
+    """
+    from pydoc_data.topics import topics
+
+    docs = []
+    for name in sorted(topics):
+        paras = [re.sub(r"\s+", " ", p).strip() for p in re.split(r"\n\s*\n", topics[name])]
+        current: list[str] = []
+        chunks = []
+        for p in filter(None, paras):
+            if current and sum(len(c) + 1 for c in current) + len(p) > max_chars:
+                chunks.append(" ".join(current))
+                current = []
+            current.append(p)
+        if current:
+            chunks.append(" ".join(current))
+        docs += [Document(f"{name}#{i}", text, name) for i, text in enumerate(chunks)]
+    return docs

@@ -1,0 +1,90 @@
+"""index.metadata.DocTable: id map, metadata, transactions and SQLite persistence."""
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from index.metadata import DocTable, encode_metadata
+
+
+def filled():
+    t = DocTable()
+    t.insert([0, 1, 5], ["a", "b", "c"], [encode_metadata({"title": "A"}, "a"), None, encode_metadata({"n": [1, 2]}, "c")])
+    return t
+
+
+def test_lookup_fetch_contains_len():
+    t = filled()
+    assert len(t) == 3 and "b" in t and "z" not in t and 5 not in t
+    assert t.lookup(["c", "z", "a"]) == {"c": 5, "a": 0}
+    assert t.fetch([5, 0, 7, 5]) == {0: ("a", {"title": "A"}), 5: ("c", {"n": [1, 2]})}
+    assert t.metadata("b") is None and t.metadata("a") == {"title": "A"}
+    with pytest.raises(KeyError, match="'zz' is not in the index"):
+        t.metadata("zz")
+    assert t.max_int_id() == 5 and DocTable().max_int_id() == -1
+    np.testing.assert_array_equal(t.int_ids(), [0, 1, 5])
+
+
+def test_lookup_many_ids_in_batches():
+    t = DocTable()
+    n = 1234  # more than one IN (...) batch
+    t.insert(range(n), [f"id{i}" for i in range(n)], [None] * n)
+    found = t.lookup([f"id{i}" for i in range(0, n, 3)] + ["missing"])
+    assert found == {f"id{i}": i for i in range(0, n, 3)}
+    assert len(t.fetch(range(n))) == n
+
+
+def test_transaction_rolls_back_on_error():
+    t = filled()
+    with pytest.raises(RuntimeError):
+        with t.transaction():
+            t.delete([0])
+            t.insert([9], ["new"], [None])
+            assert len(t) == 3
+            raise RuntimeError("boom")
+    assert len(t) == 3 and "a" in t and "new" not in t
+    with t.transaction():
+        t.delete([0, 1])
+    assert len(t) == 1 and t.lookup(["c"]) == {"c": 5}
+
+
+def test_unique_doc_id_enforced():
+    t = filled()
+    with pytest.raises(sqlite3.IntegrityError):
+        t.insert([10], ["a"], [None])
+
+
+def test_encode_metadata_errors():
+    assert encode_metadata(None, "x") is None
+    with pytest.raises(ValueError, match="metadata for document 'x' must be a dict or None, got list"):
+        encode_metadata([1], "x")
+    with pytest.raises(ValueError, match="'y' is not JSON-serialisable"):
+        encode_metadata({"f": object()}, "y")
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        encode_metadata({"f": float("nan")}, "y")
+
+
+def test_save_load_round_trip(tmp_path):
+    t = filled()
+    t.save(tmp_path / "docs.sqlite")
+    u = DocTable.load(tmp_path / "docs.sqlite")
+    assert len(u) == 3 and u.fetch([0, 1, 5]) == t.fetch([0, 1, 5])
+    u.insert([6], ["d"], [None])  # the loaded copy lives in memory: the file is not changed
+    assert len(DocTable.load(tmp_path / "docs.sqlite")) == 3
+
+
+def test_load_damaged_or_foreign_file(tmp_path):
+    bad = tmp_path / "docs.sqlite"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(ValueError, match=f"document table {bad} is damaged"):
+        DocTable.load(bad)
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE x (y)")
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match="not a LENS index table"):
+        DocTable.load(other)
+    with pytest.raises(FileNotFoundError):
+        DocTable.load(tmp_path / "nope.sqlite")

@@ -1,0 +1,125 @@
+"""index.vectors: normalisation and hybrid query/document vectors against naive reference code."""
+
+import math
+
+import numpy as np
+import pytest
+
+from index.vectors import as_matrix, check_dim, check_finite, document_vectors, l2_normalize, query_vectors
+
+
+def naive_unit(row):
+    norm = math.sqrt(sum(float(v) * float(v) for v in row))
+    return [float(v) / norm if norm > 0 else 0.0 for v in row]
+
+
+def naive_cos(a, b):
+    na = math.sqrt(sum(float(x) ** 2 for x in a))
+    nb = math.sqrt(sum(float(x) ** 2 for x in b))
+    if na == 0 or nb == 0:
+        return 0.0
+    return sum(float(x) * float(y) for x, y in zip(a, b)) / (na * nb)
+
+
+def test_l2_normalize_matches_naive_and_keeps_zero_rows_zero():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 9)).astype(np.float32)
+    x[2] = 0.0
+    out = l2_normalize(x)
+    assert out.dtype == np.float32 and out.shape == x.shape
+    assert not np.isnan(out).any()
+    for row, got in zip(x, out):
+        np.testing.assert_allclose(got, naive_unit(row), atol=1e-6)
+    assert (out[2] == 0).all()
+    np.testing.assert_allclose(np.linalg.norm(out[[0, 1, 3, 4, 5]], axis=1), 1.0, atol=1e-6)
+
+
+def test_l2_normalize_extreme_magnitudes_and_float64_input():
+    x = np.array([[1e-30, 2e-30, 0.0], [3e25, 4e25, 0.0], [1e-45, 0.0, 0.0]], dtype=np.float64)
+    out = l2_normalize(x)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out[0], [1 / math.sqrt(5), 2 / math.sqrt(5), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(out[1], [0.6, 0.8, 0.0], rtol=1e-6)
+    assert (out[2] == 0).all()  # denormal norm: treated as zero, not inf/NaN
+
+
+def test_l2_normalize_into_out_slice():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) + 1
+    wide = np.zeros((3, 6), dtype=np.float32)
+    l2_normalize(x, out=wide[:, 1:5])
+    np.testing.assert_allclose(wide[:, 1:5], l2_normalize(x))
+    assert (wide[:, 0] == 0).all() and (wide[:, 5] == 0).all()
+    with pytest.raises(ValueError, match="out must be float32"):
+        l2_normalize(x, out=np.zeros((3, 4)))
+
+
+def test_document_vectors_concatenates_unit_parts():
+    rng = np.random.default_rng(1)
+    lex, den = np.abs(rng.standard_normal((5, 7))), rng.standard_normal((5, 3))
+    doc = document_vectors(lex, den)
+    assert doc.shape == (5, 10) and doc.dtype == np.float32 and doc.flags.c_contiguous
+    for i in range(5):
+        np.testing.assert_allclose(doc[i, :7], naive_unit(lex[i]), atol=1e-6)
+        np.testing.assert_allclose(doc[i, 7:], naive_unit(den[i]), atol=1e-6)
+    np.testing.assert_allclose(document_vectors(lex, None), l2_normalize(lex))
+    np.testing.assert_allclose(document_vectors(None, den), l2_normalize(den))
+    with pytest.raises(ValueError, match="same number of rows"):
+        document_vectors(lex, den[:4])
+    with pytest.raises(ValueError, match="at least one"):
+        document_vectors(None, None)
+
+
+def test_query_times_document_is_weighted_cosine_sum():
+    rng = np.random.default_rng(2)
+    dl, dd = 11, 5
+    lex_d, den_d = np.abs(rng.standard_normal((8, dl))), rng.standard_normal((8, dd))
+    lex_q, den_q = np.abs(rng.standard_normal((3, dl))), rng.standard_normal((3, dd))
+    w_lex, w_dense = np.array([0.3, 1.0, 0.0]), np.array([0.7, 0.25, 2.0])
+    scores = query_vectors(lex_q, den_q, w_lex, w_dense) @ document_vectors(lex_d, den_d).T
+    for qi in range(3):
+        for di in range(8):
+            expected = w_lex[qi] * naive_cos(lex_q[qi], lex_d[di]) + w_dense[qi] * naive_cos(den_q[qi], den_d[di])
+            assert scores[qi, di] == pytest.approx(expected, abs=1e-5)
+
+
+def test_query_vectors_scalar_weights_and_validation():
+    q = query_vectors(np.ones((2, 3)), np.ones((2, 2)), 2.0, 0.5)
+    np.testing.assert_allclose(np.linalg.norm(q[:, :3], axis=1), 2.0, rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(q[:, 3:], axis=1), 0.5, rtol=1e-6)
+    with pytest.raises(ValueError, match="w_lex must be finite and >= 0"):
+        query_vectors(np.ones((1, 3)), np.ones((1, 2)), -1.0, 1.0)
+    with pytest.raises(ValueError, match="one value per query"):
+        query_vectors(np.ones((2, 3)), np.ones((2, 2)), [1.0, 1.0, 1.0], 1.0)
+
+
+def test_check_finite_names_bad_rows():
+    x = np.zeros((10, 4), dtype=np.float32)
+    x[3, 1] = np.nan
+    x[7, 0] = np.inf
+    with pytest.raises(ValueError, match=r"lexicon vectors contain NaN or inf in row\(s\) 3, 7$"):
+        check_finite(x, "lexicon")
+    with pytest.raises(ValueError, match=r"row\(s\) 103, 107"):
+        check_finite(x, "lexicon", row_offset=100)
+    check_finite(np.ones((2, 2)), "dense")  # no error
+    many = np.full((15, 2), np.nan)
+    with pytest.raises(ValueError, match="and 5 more"):
+        check_finite(many, "dense")
+
+
+def test_check_dim_message():
+    with pytest.raises(ValueError) as e:
+        check_dim(np.zeros((2, 3999)), 4000, "lexicon")
+    assert str(e.value) == "lexicon vectors have 3999 columns but this index was built with 4000"
+
+
+def test_as_matrix_shapes_dtypes_and_torch():
+    assert as_matrix(np.arange(4.0), "dense").shape == (1, 4)
+    with pytest.raises(ValueError, match="1-D .* or 2-D"):
+        as_matrix(np.zeros((2, 2, 2)), "dense")
+    with pytest.raises(ValueError, match="numeric"):
+        as_matrix(np.array(["a", "b"]), "dense")
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.bfloat16)
+    arr = as_matrix(t, "lexicon")
+    assert isinstance(arr, np.ndarray) and arr.dtype == np.float32
+    np.testing.assert_array_equal(arr, [[1, 2], [3, 4]])

@@ -1,0 +1,173 @@
+"""`lens index build` / `lens search` / `lens index info`: building, resuming, fingerprints, bad input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from index import HybridIndex
+from lens.cli import main
+from lens.corpus import Document, load_corpus, pydoc_passages
+from lens.indexing import build_index, encoder_fingerprint
+
+from conftest import SHARED, requires_default, requires_shared
+
+class Crash(Exception):
+    pass
+
+
+WORDS = "cell gene protein cancer patients drug dose mouse brain blood risk treatment".split()
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    with open(path, "w") as f:
+        for i in range(23):
+            text = " ".join(rng.choice(WORDS, size=int(rng.integers(2, 9))))
+            f.write(json.dumps({"_id": f"d{i}", "title": WORDS[i % len(WORDS)], "text": text}) + "\n")
+    return path
+
+
+def test_build_and_search_match_the_encoder(tiny_encoder, corpus_file, tmp_path):
+    docs = load_corpus(corpus_file)
+    index = build_index(docs, tmp_path / "ix", tiny_encoder, dense_kind="lens", chunk_size=5,
+                        show_progress_bar=False)
+    assert len(index) == 23 and not (tmp_path / ".ix.partial").exists()
+    both = tiny_encoder.encode_documents([d.full_text for d in docs], output="both")
+    q = tiny_encoder.encode_queries(["cancer drug"], output="both")
+    expected = 0.3 * (both.lexicon @ q.lexicon[0]) + 0.7 * (both.dense @ q.dense[0])
+    (hits,) = HybridIndex.load(tmp_path / "ix").search(q.lexicon, q.dense, k=5, weights=(0.3, 0.7))
+    order = np.argsort(-expected)[:5]
+    assert hits.ids == [docs[i].id for i in order]
+    np.testing.assert_allclose(hits.scores, expected[order], atol=1e-5)
+    assert hits.metadata[0]["title"] == docs[order[0]].title
+
+
+def test_interrupted_build_resumes_from_its_last_chunk(tiny_encoder, corpus_file, tmp_path, monkeypatch):
+    docs = load_corpus(corpus_file)
+    full = build_index(docs, tmp_path / "full", tiny_encoder, dense_kind="none", chunk_size=4,
+                       show_progress_bar=False)
+    import lens.indexing as indexing
+
+    real, calls = indexing.encode_chunk, []
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Crash  # as if the process died during the third chunk
+        return real(*args)
+
+    monkeypatch.setattr(indexing, "encode_chunk", flaky)
+    with pytest.raises(Crash):
+        build_index(docs, tmp_path / "ix", tiny_encoder, dense_kind="none", chunk_size=4, show_progress_bar=False)
+    assert sorted(p.name for p in (tmp_path / ".ix.partial").glob("chunk-*")) == ["chunk-000000.npz", "chunk-000001.npz"]
+    calls.clear()
+    monkeypatch.setattr(indexing, "encode_chunk", lambda *args: calls.append(1) or real(*args))
+    resumed = build_index(docs, tmp_path / "ix", tiny_encoder, dense_kind="none", chunk_size=4, resume=True,
+                          show_progress_bar=False)
+    assert len(calls) == 4  # 6 chunks, 2 already done
+    q = tiny_encoder.encode_queries(["cancer"])
+    a, b = full.search(q, k=23)[0], resumed.search(q, k=23)[0]
+    assert a.ids == b.ids and np.array_equal(a.scores, b.scores)
+
+
+def test_resume_refuses_a_different_corpus(tiny_encoder, corpus_file, tmp_path, monkeypatch):
+    docs = load_corpus(corpus_file)
+    import lens.indexing as indexing
+
+    monkeypatch.setattr(indexing, "encode_chunk", lambda *a: (_ for _ in ()).throw(Crash()))
+    with pytest.raises(Crash):
+        build_index(docs, tmp_path / "ix", tiny_encoder, dense_kind="none", chunk_size=4, show_progress_bar=False)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="another corpus"):
+        build_index(docs[:-1], tmp_path / "ix", tiny_encoder, dense_kind="none", chunk_size=4, resume=True,
+                    show_progress_bar=False)
+
+
+def test_cli_build_search_info_and_encoder_mismatch(tiny_lens_dir, corpus_file, tmp_path, capsys, tiny_backbone_dir):
+    ix = tmp_path / "ix"
+    assert main(["index", "build", "--corpus", str(corpus_file), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "lens", "--chunk-size", "7"]) == 0
+    assert main(["index", "info", str(ix)]) == 0
+    out = capsys.readouterr().out
+    assert "23 documents" in out and "hybrid (flat)" in out and "lens_model" in out
+    assert main(["search", str(ix), "cancer drug", "-k", "3", "--json", "--weights", "1,0"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    hits = result["hits"]
+    assert result["query"] == "cancer drug"
+    assert [h["rank"] for h in hits] == [1, 2, 3] and all("title" in h for h in hits)
+    assert main(["search", str(ix), "cancer drug", "brain", "-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "cancer drug" in out and "brain" in out and out.count("\n  1. ") == 2 and "  3. " not in out
+
+    # another clustering of the same backbone: the index must refuse it
+    other = tmp_path / "other-k8"
+    assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--clusters", "16", "--seed", "5",
+                 "--out", str(other)]) == 0
+    assert main(["search", str(ix), "cancer", "--model", str(other)]) == 2
+    assert "lens_clusters" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["search", "{ix}", "cell", "   "], "query is empty"),
+    (["search", "{ix}", "cell", "--weights", "1"], "two numbers"),
+    (["search", "{tmp}/nothing", "cell"], "not found"),
+])
+def test_cli_bad_search_input(tiny_lens_dir, corpus_file, tmp_path, capsys, argv, match):
+    ix = tmp_path / "ix"
+    assert main(["index", "build", "--corpus", str(corpus_file), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "none"]) == 0
+    capsys.readouterr()
+    assert main([a.format(ix=ix, tmp=tmp_path) for a in argv]) == 2
+    assert match in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line,match", [
+    ('{"text": "no id"}', ":2: record has no id"),
+    ('{"_id": "x"}', ":2: record 'x' has no 'text'"),
+    ("not json", ":2: not valid JSON"),
+])
+def test_corpus_line_errors_name_the_line(tmp_path, line, match):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"_id": "a", "text": "fine"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=match):
+        load_corpus(path)
+
+
+def test_duplicate_document_id(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
+    with pytest.raises(ValueError, match="'a' appears twice"):
+        load_corpus(path)
+
+
+def test_pydoc_corpus_is_always_there():
+    docs = pydoc_passages()
+    assert len(docs) > 300 and len({d.id for d in docs}) == len(docs)
+    assert all(d.text for d in docs) and docs[0].title
+
+
+def test_fingerprint_names_the_dense_model(tiny_encoder):
+    fp = encoder_fingerprint(tiny_encoder, "none")
+    assert fp["dense_model"] == "none" and len(fp["lens_clusters"]) == 64
+    with pytest.raises(ValueError, match="dense must be one of"):
+        encoder_fingerprint(tiny_encoder, "bm25")
+
+
+@pytest.mark.real_data
+@pytest.mark.real_model
+@requires_shared
+@requires_default
+def test_adi_build_and_search(tmp_path, capsys):
+    """The real thing: ADI (82 docs) with the default LENS model and packaged MiniLM, through the CLI."""
+    ix = tmp_path / "adi"
+    assert main(["index", "build", "--corpus", str(SHARED / "classic" / "adi"), "--output", str(ix)]) == 0
+    assert "indexed 82 documents" in capsys.readouterr().out
+    assert main(["search", str(ix), "computer based information retrieval systems", "-k", "5", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    hits = result["hits"]
+    assert len(hits) == 5 and all(-1.0 <= h["score"] <= 1.0 for h in hits)
+    index = HybridIndex.load(ix)
+    assert len(index) == 82 and index.mode == "hybrid" and index.dense_dim == 384
