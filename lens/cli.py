@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dense part: packaged all-MiniLM-L6-v2, the LENS model's own dense vector, or none")
     b.add_argument("--index", choices=["flat", "hnsw", "ivf", "sq8", "fp16"], default="flat")
     b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")
-    b.add_argument("--chunk-size", type=int, default=256, help="documents per saved chunk")
+    b.add_argument("--chunk-size", type=int, default=64, help="documents per saved chunk (the unit of --resume)")
     b.add_argument("--batch-size", type=int, default=16)
     b.set_defaults(func=cmd_index_build, command="index build")
     i = ix.add_parser("info", help="describe a saved index")

@@ -64,7 +64,7 @@ def build_index(
     dense_kind: str = "minilm",
     dense_encoder=None,
     index_type: str = "flat",
-    chunk_size: int = 256,
+    chunk_size: int = 64,
     batch_size: int = 16,
     resume: bool = False,
     info: dict | None = None,
