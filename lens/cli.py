@@ -282,7 +282,32 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
     s.set_defaults(func=cmd_search)
+
+    bench = sub.add_parser("bench", help="retrieval benchmarks").add_subparsers(dest="bench_command", required=True)
+    bb = bench.add_parser("beir", help="BEIR-style evaluation of LENS against BM25, MiniLM and their fusions")
+    _lazy_arguments(bb, "lens.bench.beir")
+    bb.set_defaults(func=_lazy_run("lens.bench.beir"), command="bench beir")
+    ba = bench.add_parser("ablation", help="the paper's ablations on SciFact (clusters; attention x pooling)")
+    _lazy_arguments(ba, "lens.bench.ablations")
+    ba.set_defaults(func=_lazy_run("lens.bench.ablations"), command="bench ablation")
     return p
+
+
+def _lazy_arguments(parser: argparse.ArgumentParser, module: str) -> None:
+    import importlib
+
+    importlib.import_module(module).add_arguments(parser)  # the bench modules import heavy code lazily
+
+
+def _lazy_run(module: str):
+    def func(args: argparse.Namespace) -> None:
+        import importlib
+
+        rc = importlib.import_module(module).run(args)
+        if rc:
+            raise SystemExit(rc)
+
+    return func
 
 
 def main(argv: list[str] | None = None) -> int:

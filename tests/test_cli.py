@@ -41,3 +41,13 @@ def test_errors_exit_2_with_a_message(tiny_lens_dir, tmp_path, capsys):
     assert "bad.jsonl:2" in capsys.readouterr().err
     assert main(["cluster-vocab", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert "accepted: 'default'" in capsys.readouterr().err
+
+
+def test_bench_subcommands_are_wired(capsys):
+    import pytest
+
+    for sub in ("beir", "ablation"):
+        with pytest.raises(SystemExit) as e:
+            main(["bench", sub, "--help"])
+        assert e.value.code == 0
+        assert f"lens bench {sub}" in capsys.readouterr().out

@@ -1,0 +1,119 @@
+"""The paper's ablations, each one command, evaluating ``lens-lexicon`` variants on one dataset (default SciFact).
+
+``clusters``           number of clusters k = 2000 / 4000 / 8000 / the unclustered vocabulary (the paper's
+                       Figure 3). Each k's model directory is made with ``lens cluster-vocab --compact`` from the
+                       backbone of ``--model`` (seed 0) and kept under ``<cache>/models/``.
+``attention-pooling``  attention causal / bidirectional x pooling max / sum / last (the paper's Table 5), through
+                       ``LensEncoder.from_pretrained(model, attention=..., pooling=...)``.
+
+Results use the runner's format, in ``<output>/<dataset>-ablation-clusters/`` and
+``<output>/<dataset>-ablation-attention-pooling/``; systems are named ``lens-lexicon-k2000``,
+``lens-lexicon-causal-max``, ... Document vectors go through the same embedding cache as ``lens bench beir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ABLATIONS", "ATTENTIONS", "CLUSTER_COUNTS", "POOLINGS", "add_arguments", "cluster_model", "run"]
+
+ABLATIONS = ("clusters", "attention-pooling")
+CLUSTER_COUNTS = ("2000", "4000", "8000", "vocab")
+ATTENTIONS = ("causal", "bidirectional")
+POOLINGS = ("max", "sum", "last")
+
+
+def _cluster_list(value: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    for v in items:
+        if v != "vocab" and not (v.isdigit() and int(v) > 1):
+            raise argparse.ArgumentTypeError(f"cluster counts are integers > 1 or 'vocab', got {v!r}")
+    if not items:
+        raise argparse.ArgumentTypeError("give at least one cluster count")
+    return items
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    from lens.bench.beir import _positive, add_thread_arguments
+    from lens.bench.systems import DEFAULT_DEPTH
+
+    parser.add_argument("ablation", choices=ABLATIONS, help="which ablation to run")
+    parser.add_argument("--dataset", default="scifact", help="BEIR directory or name under ../shared/data (default scifact)")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--model", default="default",
+                        help="the LENS model whose backbone (clusters) or directory (attention-pooling) is ablated")
+    parser.add_argument("--clusters", type=_cluster_list, default=list(CLUSTER_COUNTS),
+                        help="cluster counts for the clusters ablation (default 2000,4000,8000,vocab)")
+    parser.add_argument("--instruction", default=None, help="override the dataset's query instruction")
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--output-dir", type=Path, default=None)
+    parser.add_argument("--depth", type=_positive, default=DEFAULT_DEPTH)
+    parser.add_argument("--lens-batch-size", type=_positive, default=16)
+    parser.add_argument("--max-docs", type=_positive, default=None,
+                        help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
+    parser.add_argument("--max-queries", "--queries", dest="max_queries", type=_positive, default=None,
+                        help="SMOKE TESTS ONLY: keep the first N queries")
+    parser.add_argument("--no-plot", action="store_true")
+    add_thread_arguments(parser)
+    return parser
+
+
+def cluster_model(model: str, k: str, cache_dir: Path) -> Path:
+    """A LENS directory clustering ``model``'s backbone into ``k`` clusters ('vocab' = none), made once with
+    ``lens cluster-vocab --compact`` (seed 0) under ``<cache_dir>/models/``."""
+    from lens.cli import main as lens_main
+    from lens.config import LensConfig
+    from lens.encoder import resolve_model_dir
+
+    config = LensConfig.load(resolve_model_dir(model))
+    out = Path(cache_dir) / "models" / f"{config.clustering.lm_head_sha256[:16]}-k{k}"
+    if not (out / "config.json").is_file():
+        logger.info("creating %s with lens cluster-vocab (backbone %s, k=%s)", out, config.backbone, k)
+        rc = lens_main(["cluster-vocab", "--model", config.backbone, "--clusters", str(k), "--out", str(out),
+                        "--compact"])
+        if rc != 0:
+            raise RuntimeError(f"lens cluster-vocab --clusters {k} failed (exit {rc}); see the message above")
+    return out
+
+
+def variants(args, cache_dir: Path, instruction: str):
+    from lens.bench.systems import LensLexicon, LensResource
+
+    def resource(model, **kw):
+        return LensResource(model, cache_root=cache_dir, batch_size=args.lens_batch_size, **kw)
+
+    if args.ablation == "clusters":
+        return [LensLexicon(resource(str(cluster_model(args.model, k, cache_dir))), instruction,
+                            name=f"lens-lexicon-{'vocab' if k == 'vocab' else 'k' + k}", own_resource=True)
+                for k in args.clusters]
+    return [LensLexicon(resource(args.model, attention=a, pooling=p), instruction, name=f"lens-lexicon-{a}-{p}",
+                        own_resource=True)
+            for a in ATTENTIONS for p in POOLINGS]
+
+
+def run(args: argparse.Namespace) -> int:
+    from lens.bench import report
+    from lens.bench.beir import (
+        command_line, default_cache_dir, default_output_dir, load_dataset, run_dataset, summary_table,
+    )
+    from lens.bench.instructions import lookup
+
+    command = getattr(args, "bench_command_line", None) or command_line()
+    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    out_root = Path(args.output_dir) if args.output_dir else default_output_dir()
+    data = load_dataset(args.dataset, args.split, args.max_docs, args.max_queries)
+    instruction = lookup(data.name, args.instruction)
+    systems = variants(args, cache_dir, instruction.text)
+    folder = f"{data.name}-ablation-{args.ablation}" + ("-subsample" if data.subsample else "")
+    extra = {"instruction": instruction.text, "instruction_source": instruction.source, "cache_dir": str(cache_dir),
+             "ablation": args.ablation, "reproduce": {"kind": "ablation"}}
+    results = run_dataset(data, systems, depth=args.depth, out_dir=out_root / folder, command=command,
+                          model=args.model, extra_info=extra, plot=not args.no_plot, release_each=True,
+                          threads=args.threads, query_threads=args.query_threads)
+    readme = report.write_readme(out_root)
+    print(summary_table(results) + f"\n\nresults in {out_root / folder} (README: {readme})")
+    return 0

@@ -1,0 +1,414 @@
+"""``lens bench beir``: run every retrieval system on BEIR-layout datasets in one process and write the results.
+
+For each dataset (a BEIR directory, or a name found under ``../shared/data/beir`` or ``../shared/data/classic``
+beside the repository): load corpus, queries and the split's qrels; build each system (document vectors come from
+the embedding cache when they are there); answer each query on its own, timed; evaluate; write
+``<output>/<dataset>/results.json`` (+ ``results.md``, ``ndcg.png``, ``per_query.json``, ``run_info.json``); then
+regenerate ``<output>/README.md`` from every dataset present.
+
+Wire it into a CLI with ``add_arguments(parser)`` and ``run(args)``; ``benchmarks/beir.py`` does that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import logging
+import os
+import platform
+import resource
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Dataset", "add_arguments", "evaluate_system", "load_dataset", "repo_root", "resolve_dataset", "run",
+           "run_dataset"]
+
+QUERY_WARMUP = 1
+
+
+# ------------------------------------------------------------------------------------------- locations
+def repo_root() -> Path:
+    """The source checkout holding this package (a directory with pyproject.toml), else the working directory."""
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "pyproject.toml").is_file() else Path.cwd()
+
+
+def shared_data_dir() -> Path:
+    return repo_root().parent / "shared" / "data"
+
+
+def default_cache_dir() -> Path:
+    return repo_root() / ".cache" / "lens-bench"
+
+
+def default_output_dir() -> Path:
+    return repo_root() / "benchmarks" / "results" / "beir"
+
+
+def resolve_dataset(arg: str | os.PathLike) -> Path:
+    """A BEIR directory: ``arg`` itself, else ``../shared/data/{beir,classic}/<arg>`` beside the repository."""
+    p = Path(arg).expanduser()
+    if p.is_dir():
+        return p
+    for group in ("beir", "classic"):
+        candidate = shared_data_dir() / group / os.fspath(arg)
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"dataset {os.fspath(arg)!r} not found: it is not a directory, nor a name under "
+        f"{shared_data_dir() / 'beir'} or {shared_data_dir() / 'classic'}"
+    )
+
+
+# ------------------------------------------------------------------------------------------- data
+@dataclass
+class Dataset:
+    name: str
+    path: Path
+    split: str
+    docs: list
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    subsample: dict | None = None
+
+
+def _check_layout(d: Path, split: str) -> None:
+    """Name the missing file (and the splits that exist) before the loader runs."""
+    if not any((d / n).is_file() for n in ("corpus.jsonl", "corpus.jsonl.gz")):
+        raise FileNotFoundError(f"{d / 'corpus.jsonl.gz'} not found (nor corpus.jsonl): {d} is not a BEIR directory")
+    if not any((d / n).is_file() for n in ("queries.jsonl", "queries.jsonl.gz")):
+        raise FileNotFoundError(f"{d / 'queries.jsonl.gz'} not found (nor queries.jsonl) in BEIR directory {d}")
+    qrels = d / "qrels" / f"{split}.tsv"
+    if not qrels.is_file() and not qrels.with_name(qrels.name + ".gz").is_file():
+        have = sorted(p.name.split(".")[0] for p in (d / "qrels").glob("*.tsv*")) if (d / "qrels").is_dir() else []
+        raise FileNotFoundError(f"{qrels} not found: no qrels for split {split!r}"
+                                + (f" (splits present: {', '.join(have)})" if have else " (no qrels folder)"))
+
+
+def subsample(docs, queries, qrels, max_docs: int | None, max_queries: int | None):
+    """SMOKE TESTS ONLY: the first ``max_queries`` queries (qrels order) and at most ``max_docs`` documents,
+    their judged documents first, then others in corpus order. Returns (docs, queries, qrels)."""
+    qids = list(qrels)[: max_queries] if max_queries else list(qrels)
+    qrels = {q: qrels[q] for q in qids}
+    queries = {q: queries[q] for q in qids}
+    if max_docs and max_docs < len(docs):
+        judged = {d for q in qids for d, g in qrels[q].items() if g > 0}
+        keep = [d for d in docs if d.id in judged][:max_docs]
+        ids = {d.id for d in keep}
+        keep += [d for d in docs if d.id not in ids][: max_docs - len(keep)]
+        order = {d.id: i for i, d in enumerate(docs)}
+        docs = sorted(keep, key=lambda d: order[d.id])
+    return docs, queries, qrels
+
+
+def load_dataset(path: str | os.PathLike, split: str = "test", max_docs: int | None = None,
+                 max_queries: int | None = None) -> Dataset:
+    from lens.corpus import load_beir
+
+    d = resolve_dataset(path)
+    _check_layout(d, split)
+    docs, queries, qrels = load_beir(d, split)
+    info = None
+    if max_docs or max_queries:
+        n_docs, n_q = len(docs), len(queries)
+        docs, queries, qrels = subsample(docs, queries, qrels, max_docs, max_queries)
+        info = {"docs": len(docs), "queries": len(queries), "of_docs": n_docs, "of_queries": n_q,
+                "note": "SUBSAMPLE for smoke testing only; numbers are not comparable"}
+        logger.warning("SUBSAMPLE (smoke test only): %d of %d documents, %d of %d queries",
+                       len(docs), n_docs, len(queries), n_q)
+    return Dataset(d.name.lower(), d, split, docs, queries, qrels, info)
+
+
+# ------------------------------------------------------------------------------------------- measuring
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 1024
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover - not on every platform
+        return None
+
+
+def percentile_ms(seconds: Sequence[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(seconds, dtype=np.float64) * 1000.0, q)) if len(seconds) else float("nan")
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run the body with ``n`` torch intra-op threads (None: leave the setting alone), then restore it."""
+    if n is None:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, show_progress_bar: bool = True,
+                    threads: int | None = None, query_threads: int | None = 1) -> dict:
+    """Build ``system`` on the dataset (``threads`` torch threads), answer each query alone, timed, with
+    ``query_threads`` torch threads; evaluate. Returns ``{"summary": {...results.json entry...},
+    "per_query": {qid: {...}}}``."""
+    from tqdm.auto import tqdm
+
+    from lens.metrics import drop_self_hits, evaluate
+
+    load_before = _loadavg()
+    t0 = time.perf_counter()
+    with torch_threads(threads):
+        system.build(data.docs)
+    build_total = time.perf_counter() - t0
+    items = list(data.queries.items())
+    run, times = {}, []
+    with torch_threads(query_threads):
+        for _, text in items[:QUERY_WARMUP]:
+            system.search(text, depth)
+        for qid, text in tqdm(items, desc=f"{system.name} queries", disable=not show_progress_bar, leave=False):
+            t = time.perf_counter()
+            hits = system.search(text, depth)
+            times.append(time.perf_counter() - t)
+            run[qid] = hits
+    if drop_self:
+        run = drop_self_hits(run)
+    ev = evaluate(data.qrels, run)
+    costs = dict(system.costs)
+    docs_per_s = costs.pop("docs_per_s", None)
+    summary = {
+        **{m: float(v) for m, v in ev.mean.items()},
+        "docs_per_s": float(docs_per_s) if docs_per_s is not None else float("nan"),
+        "query_ms_p50": percentile_ms(times, 50),
+        "query_ms_p95": percentile_ms(times, 95),
+        "query_ms_mean": 1000.0 * sum(times) / len(times) if times else float("nan"),
+        **costs,
+        "build_total_s": build_total,
+        "peak_rss_mb": peak_rss_mb(),
+        "load_avg_1m": [load_before, _loadavg()],
+        "queries": len(items),
+        "query_threads": query_threads,
+        "queries_without_hits": sum(1 for h in run.values() if not h),
+        "description": system.describe(),
+    }
+    if data.subsample:
+        summary["subsample"] = data.subsample
+    qtimes = {q: t * 1000.0 for (q, _), t in zip(items, times)}
+    per_query = {q: ({**v, "query_ms": qtimes[q]} if q in qtimes else dict(v)) for q, v in ev.per_query.items()}
+    return {"summary": summary, "per_query": per_query}
+
+
+def machine_info() -> dict:
+    info = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads())
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def contention_note(summaries: dict, cpus: int | None) -> str | None:
+    """A sentence when the 1-minute load average went above the CPU count while systems ran."""
+    cpus = cpus or 1
+    busy = {n: max(x for x in s.get("load_avg_1m", [None]) if x is not None)
+            for n, s in summaries.items() if any(x is not None for x in s.get("load_avg_1m", []))}
+    over = {n: v for n, v in busy.items() if v > cpus + 0.5}
+    if not over:
+        return None
+    worst = max(over.values())
+    return (f"the 1-minute load average reached {worst:.1f} on {cpus} CPUs while "
+            f"{', '.join(over)} ran: other jobs shared the cores, so throughput and latency of those systems are "
+            "pessimistic.")
+
+
+def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: str, model: str,
+                extra_info: dict | None = None, drop_self: bool | None = None, plot: bool = True,
+                show_progress_bar: bool = True, release_each: bool = False, threads: int | None = None,
+                query_threads: int | None = 1) -> dict:
+    """Evaluate ``systems`` on ``data`` and write the dataset's result files into ``out_dir``; returns results.
+
+    ``release_each`` frees each system (index, and an encoder it owns) as soon as it is evaluated; otherwise all
+    are freed at the end (fusions reuse their components' indexes)."""
+    from lens.bench import report
+
+    if drop_self is None:
+        drop_self = data.name == "arguana"
+    started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    summaries, per_query = {}, {}
+    for system in systems:
+        logger.info("%s: running %s", data.name, system.name)
+        out = evaluate_system(system, data, depth, drop_self, show_progress_bar, threads, query_threads)
+        summaries[system.name], per_query[system.name] = out["summary"], out["per_query"]
+        logger.info("%s %s: nDCG@10 %.4f", data.name, system.name, out["summary"]["ndcg@10"])
+        if release_each:
+            system.release()
+    for system in systems:
+        system.release()
+    results = {"dataset": data.name, "split": data.split, "command": command, "model": model, "systems": summaries}
+    with torch_threads(threads):
+        machine = machine_info()
+    machine["query_torch_threads"] = query_threads
+    info = {
+        "dataset_path": str(data.path), "docs": len(data.docs), "queries": len(data.queries), "depth": depth,
+        "drop_self_hits": drop_self, "started": started,
+        "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine, "subsample": data.subsample,
+        "contention": contention_note(summaries, machine.get("cpus")),
+        **(extra_info or {}),
+    }
+    report.write_dataset_results(out_dir, results, per_query, info, plot=plot)
+    return results
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def _weights(value: str) -> tuple[float, float]:
+    try:
+        w = tuple(float(x) for x in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"weights must be two numbers LEX,DENSE, got {value!r}") from None
+    if len(w) != 2 or min(w) < 0 or sum(w) <= 0:
+        raise argparse.ArgumentTypeError(f"weights must be two numbers >= 0 (not both 0), got {value!r}")
+    return w
+
+
+def _systems(value: str) -> list[str]:
+    from lens.bench.systems import ALL_SYSTEMS
+
+    names = [s.strip() for s in value.split(",") if s.strip()]
+    bad = [n for n in names if n not in ALL_SYSTEMS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown system {bad[0] if bad else value!r}; valid: {', '.join(ALL_SYSTEMS)}")
+    return names
+
+
+def _positive(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the runner's options to ``parser`` (e.g. the ``lens bench beir`` subparser)."""
+    from lens.bench.systems import ALL_SYSTEMS, DEFAULT_DEPTH
+
+    parser.add_argument("datasets", nargs="+",
+                        help="BEIR-layout directories, or names under ../shared/data/beir or ../shared/data/classic "
+                             "(e.g. scifact cranfield medline)")
+    parser.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
+    parser.add_argument("--model", default="default", help="LENS model directory or 'default'")
+    parser.add_argument("--systems", type=_systems, default=list(ALL_SYSTEMS),
+                        help=f"comma-separated, default all: {','.join(ALL_SYSTEMS)}")
+    parser.add_argument("--weights", type=_weights, default=(0.5, 0.5),
+                        help="lens-hybrid weights LEX,DENSE (default 0.5,0.5)")
+    parser.add_argument("--instruction", default=None,
+                        help="query instruction for the LENS systems, overriding the dataset's (Table 8 of the paper)")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="embedding cache (default: .cache/lens-bench under the repository)")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="results root (default: benchmarks/results/beir under the repository)")
+    parser.add_argument("--depth", type=_positive, default=DEFAULT_DEPTH,
+                        help=f"hits retrieved per query and per fused component (default {DEFAULT_DEPTH})")
+    parser.add_argument("--lens-batch-size", type=_positive, default=16)
+    parser.add_argument("--max-docs", type=_positive, default=None,
+                        help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
+    parser.add_argument("--max-queries", "--queries", dest="max_queries", type=_positive, default=None,
+                        help="SMOKE TESTS ONLY: keep the first N queries")
+    parser.add_argument("--no-plot", action="store_true", help="skip ndcg.png")
+    add_thread_arguments(parser)
+    return parser
+
+
+def add_thread_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=_positive, default=None,
+                        help="torch threads for document encoding (default: torch's default, one per core)")
+    parser.add_argument("--query-threads", type=_positive, default=1,
+                        help="torch threads while queries are answered and timed one at a time (default 1: a "
+                             "server answering one query per core; several threads on a busy machine spin-wait)")
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """How this process was started, as a user would type it (``lens ...`` or ``python benchmarks/beir.py ...``)."""
+    argv = list(sys.argv if argv is None else argv)
+    prog = Path(argv[0]).name if argv else "lens"
+    if prog == "lens":
+        return shlex.join(["lens", *argv[1:]])
+    if prog.endswith(".py"):
+        try:
+            rel = os.path.relpath(Path(argv[0]).resolve(), repo_root())
+        except ValueError:  # pragma: no cover - another drive on Windows
+            rel = argv[0]
+        return shlex.join(["python", rel, *argv[1:]])
+    return shlex.join(argv)
+
+
+def _split_command(command: str, dataset_args: Sequence[str]) -> dict:
+    """``{"prog", "dataset", "options"}`` so that the README can merge runs of several datasets into one command."""
+    words = shlex.split(command)
+    datasets = set(dataset_args)
+    prog_len = 3 if words[:3] == ["lens", "bench", "beir"] else 2 if words[:1] == ["python"] else 1
+    options = [w for w in words[prog_len:] if w not in datasets]
+    return {"kind": "beir", "prog": shlex.join(words[:prog_len]), "options": options}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark described by ``args`` (from :func:`add_arguments`); returns an exit code."""
+    from lens.bench import report
+    from lens.bench.instructions import lookup
+    from lens.bench.systems import BM25_CONFIG, Resources, make_systems
+
+    command = getattr(args, "bench_command_line", None) or command_line()
+    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    out_root = Path(args.output_dir) if args.output_dir else default_output_dir()
+    paths = [resolve_dataset(d) for d in args.datasets]  # fail early on a wrong name
+    resources = Resources(model=args.model, cache_root=cache_dir, lens_batch_size=args.lens_batch_size,
+                          show_progress_bar=not getattr(args, "quiet", False))
+    split = _split_command(command, args.datasets)
+    lines = []
+    for arg, path in zip(args.datasets, paths):
+        data = load_dataset(path, args.split, args.max_docs, args.max_queries)
+        instruction = lookup(data.name, args.instruction)
+        systems = make_systems(args.systems, resources, instruction.text, weights=args.weights, depth=args.depth)
+        folder = data.name + ("-subsample" if data.subsample else "")
+        extra = {"instruction": instruction.text, "instruction_source": instruction.source,
+                 "weights_lens_hybrid": list(args.weights), "bm25": BM25_CONFIG, "cache_dir": str(cache_dir),
+                 "reproduce": {**split, "dataset": arg}}
+        if any(s.startswith("lens") for s in args.systems):
+            enc = resources.lens.encoder
+            extra["lens"] = {"fingerprint": enc.fingerprint(), "num_clusters": enc.num_clusters,
+                             "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds}
+        results = run_dataset(data, systems, depth=args.depth, out_dir=out_root / folder, command=command,
+                              model=args.model, extra_info=extra, plot=not args.no_plot,
+                              show_progress_bar=not getattr(args, "quiet", False), threads=args.threads,
+                              query_threads=args.query_threads)
+        lines.append(summary_table(results))
+    readme = report.write_readme(out_root)
+    print("\n\n".join(lines) + f"\n\nresults in {out_root} (README: {readme})")
+    return 0
+
+
+def summary_table(results: dict) -> str:
+    w = max([18, *(len(n) for n in results["systems"])])
+    rows = [f"{results['dataset']} ({results['split']})",
+            f"{'system':<{w}} {'nDCG@10':>8} {'R@100':>8} {'MRR@10':>8} {'docs/s':>9} {'p50 ms':>8} {'p95 ms':>8}"]
+    for name, s in results["systems"].items():
+        rows.append(f"{name:<{w}} {s['ndcg@10']:8.4f} {s['recall@100']:8.4f} {s['mrr@10']:8.4f} "
+                    f"{s['docs_per_s']:9.1f} {s['query_ms_p50']:8.1f} {s['query_ms_p95']:8.1f}")
+    return "\n".join(rows)

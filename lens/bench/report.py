@@ -1,0 +1,236 @@
+"""Writing benchmark results: per dataset ``results.json`` / ``results.md`` / ``ndcg.png`` (+ ``per_query.json``,
+``run_info.json``), and the top-level ``README.md`` gathering every dataset present.
+
+``results.json`` has exactly this shape (each system may carry extra keys, e.g. costs)::
+
+    {"dataset": str, "split": str, "command": str, "model": str,
+     "systems": {name: {"ndcg@10": float, "recall@100": float, "mrr@10": float,
+                        "docs_per_s": float, "query_ms_p50": float, "query_ms_p95": float, ...}}}
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import os
+import shlex
+from pathlib import Path
+from typing import Mapping
+
+from lens._io import atomic_write_bytes, read_json, write_json
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["REQUIRED_SYSTEM_KEYS", "RESULT_KEYS", "check_results", "readme_text", "results_markdown",
+           "write_dataset_results", "write_readme"]
+
+RESULT_KEYS = ("dataset", "split", "command", "model", "systems")
+REQUIRED_SYSTEM_KEYS = ("ndcg@10", "recall@100", "mrr@10", "docs_per_s", "query_ms_p50", "query_ms_p95")
+
+
+def check_results(obj: Mapping) -> None:
+    """Raise ValueError unless ``obj`` has the results.json shape."""
+    if not isinstance(obj, Mapping) or set(obj) != set(RESULT_KEYS):
+        raise ValueError(f"results must have exactly the keys {RESULT_KEYS}, got {sorted(obj) if isinstance(obj, Mapping) else obj!r}")
+    for key in ("dataset", "split", "command", "model"):
+        if not isinstance(obj[key], str):
+            raise ValueError(f"results[{key!r}] must be a string")
+    if not isinstance(obj["systems"], Mapping) or not obj["systems"]:
+        raise ValueError("results['systems'] must be a non-empty mapping")
+    for name, values in obj["systems"].items():
+        for key in REQUIRED_SYSTEM_KEYS:
+            v = values.get(key)
+            if not isinstance(v, float) or (key != "docs_per_s" and not math.isfinite(v)):
+                raise ValueError(f"results['systems'][{name!r}][{key!r}] must be a float, got {v!r}")
+
+
+def _fmt(v, digits=3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _mb(n) -> str:
+    return "–" if n is None else f"{n / 2**20:.2f}"
+
+
+def machine_q(info: Mapping):
+    return (info.get("machine") or {}).get("query_torch_threads", "?")
+
+
+def results_markdown(results: Mapping, info: Mapping) -> str:
+    """``results.md``: a table of every system and the exact command."""
+    lines = [f"# {results['dataset']} ({results['split']})", ""]
+    sub = info.get("subsample")
+    if sub:
+        lines += [f"> **SUBSAMPLE — smoke test only, not comparable with published numbers:** {sub['docs']} documents, "
+                  f"{sub['queries']} queries.", ""]
+    lines += ["Reproduce:", "", "```bash", results["command"], "```", "",
+              f"LENS model: `{results['model']}`. {info.get('docs', '?')} documents, {info.get('queries', '?')} queries. "
+              f"Query instruction ({info.get('instruction_source', '?')}): \"{info.get('instruction', '')}\".", ""]
+    lines += ["| system | nDCG@10 | Recall@100 | MRR@10 | docs/s | query p50 ms | query p95 ms | index MB | "
+              "index build s | peak RSS MB |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in results["systems"].items():
+        lines.append(
+            f"| {name} | {_fmt(s['ndcg@10'])} | {_fmt(s['recall@100'])} | {_fmt(s['mrr@10'])} | "
+            f"{_fmt(s['docs_per_s'], 1)} | {_fmt(s['query_ms_p50'], 1)} | {_fmt(s['query_ms_p95'], 1)} | "
+            f"{_mb(s.get('index_bytes'))} | {_fmt(s.get('index_build_s'), 2)} | {_fmt(s.get('peak_rss_mb'), 0)} |")
+    lines += ["", "## How these were measured", "",
+              "- nDCG@10, Recall@100: pytrec_eval (`ndcg_cut.10`, `recall.100`); MRR@10: `recip_rank` on each run cut "
+              "to its top 10. Mean over all queries of the qrels (a query with no hits counts 0); relevant = grade > 0; "
+              "nDCG gains are the grades.",
+              f"- Each system retrieves {info.get('depth', '?')} hits per query (fusions fuse their components' runs at "
+              "that depth).",
+              "- docs/s: documents encoded (or, for bm25, tokenised and indexed) per second, measured when the vectors "
+              "were actually encoded; where they came from the cache, the rate stored with them. A system using two "
+              "encoders gets 1/(1/r1 + 1/r2).",
+              "- query p50/p95: each query timed on its own (query encoding + search + fusion), after one untimed "
+              f"warm-up query, with {machine_q(info)} torch thread(s).",
+              "- peak RSS: the process's peak (ru_maxrss) after the system ran; systems run in this order in one "
+              "process, so it is cumulative.",
+              ""]
+    lines += ["| system | what | docs/s source | load avg (1 min) before → after |", "|---|---|---|---|"]
+    for name, s in results["systems"].items():
+        la = s.get("load_avg_1m") or [None, None]
+        lines.append(f"| {name} | {s.get('description', '')} | {s.get('docs_per_s_source', '')} | "
+                     f"{_fmt(la[0], 2)} → {_fmt(la[1], 2)} |")
+    machine = info.get("machine", {})
+    lines += ["", f"Machine: {machine.get('cpus', '?')} CPUs, torch {machine.get('torch', '?')} "
+              f"({machine.get('torch_threads', '?')} threads for documents, {machine_q(info)} for queries), "
+              f"{machine.get('platform', '')}. "
+              f"Run {info.get('started', '?')} → {info.get('finished', '?')}."]
+    if info.get("contention"):
+        lines += ["", f"**Contention:** {info['contention']}"]
+    return "\n".join(lines) + "\n"
+
+
+def plot_ndcg(results: Mapping, path: str | os.PathLike) -> None:
+    """Bar chart of nDCG@10 per system (Agg backend), written atomically."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results["systems"])
+    values = [results["systems"][n]["ndcg@10"] for n in names]
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(names) + 1.5), 3.8))
+    bars = ax.bar(range(len(names)), values, color="#4c72b0")
+    ax.bar_label(bars, labels=[f"{v:.3f}" for v in values], fontsize=8, padding=2)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("nDCG@10")
+    ax.set_ylim(0, max(1.0, max(values) * 1.15) if values else 1.0)
+    ax.set_title(f"{results['dataset']} ({results['split']}), LENS model {results['model']}", fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def write_dataset_results(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
+                          plot: bool = True) -> Path:
+    """Write results.json, per_query.json, run_info.json, results.md and ndcg.png into ``directory``."""
+    check_results(results)
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    write_json(d / "results.json", results)
+    write_json(d / "per_query.json", per_query)
+    write_json(d / "run_info.json", info)
+    atomic_write_bytes(d / "results.md", results_markdown(results, info).encode("utf-8"))
+    if plot:
+        plot_ndcg(results, d / "ndcg.png")
+    return d
+
+
+def rerender(directory: str | os.PathLike, plot: bool = True) -> None:
+    """Rewrite a dataset folder's results.md (and ndcg.png) from its results.json and run_info.json, e.g. after
+    this module's layout changed; the measured values are read, never recomputed."""
+    d = Path(directory)
+    results = read_json(d / "results.json", "benchmark results")
+    check_results(results)
+    info = read_json(d / "run_info.json", "run info") if (d / "run_info.json").is_file() else {}
+    atomic_write_bytes(d / "results.md", results_markdown(results, info).encode("utf-8"))
+    if plot:
+        plot_ndcg(results, d / "ndcg.png")
+
+
+# -------------------------------------------------------------------------------------------- README
+def _gather(root: Path) -> list[tuple[str, dict, dict]]:
+    found = []
+    for path in sorted(root.glob("*/results.json")):
+        try:
+            results = read_json(path, "benchmark results")
+            check_results(results)
+        except ValueError as e:
+            logger.warning("skipping %s: %s", path, e)
+            continue
+        info_path = path.parent / "run_info.json"
+        info = read_json(info_path, "run info") if info_path.is_file() else {}
+        found.append((path.parent.name, results, info))
+    return found
+
+
+def combined_command(infos: list[Mapping]) -> str | None:
+    """One command running every dataset of ``infos`` (each recorded with ``reproduce`` = {prog, dataset, options}),
+    when they were run with the same program and options; None otherwise."""
+    reps = [i.get("reproduce") for i in infos]
+    if not reps or any(not r for r in reps):
+        return None
+    first = reps[0]
+    if any(r["prog"] != first["prog"] or r["options"] != first["options"] for r in reps):
+        return None
+    datasets = []
+    for r in reps:
+        if r["dataset"] not in datasets:
+            datasets.append(r["dataset"])
+    return " ".join([first["prog"], *map(shlex.quote, datasets), *map(shlex.quote, first["options"])])
+
+
+def _system_order(name: str):
+    from lens.bench.systems import ALL_SYSTEMS
+
+    return (ALL_SYSTEMS.index(name), "") if name in ALL_SYSTEMS else (len(ALL_SYSTEMS), name)
+
+
+def readme_text(root: str | os.PathLike) -> str:
+    entries = _gather(Path(root))
+    lines = ["# BEIR-style retrieval benchmarks", "",
+             "Generated by the benchmark runner from every `*/results.json` below this folder; do not edit by hand.",
+             "Each folder's `results.md` has the details (costs, instruction, machine, how each number is measured).",
+             ""]
+    if not entries:
+        return "\n".join(lines + ["No results yet.", ""])
+    main = [e for e in entries if (e[2].get("reproduce") or {}).get("kind", "beir") == "beir"]
+    others = [e for e in entries if e not in main]
+    cmd = combined_command([e[2] for e in main]) if main else None
+    if main:
+        lines += ["Reproduce the main table:", "", "```bash"]
+        lines += [cmd] if cmd else [e[1]["command"] for e in main]
+        lines += ["```", ""]
+    if others:
+        lines += ["Other folders (ablations, subsamples) were made by:", "", "```bash"]
+        lines += [e[1]["command"] for e in others]
+        lines += ["```", ""]
+    lines += ["| dataset | split | system | nDCG@10 | Recall@100 | MRR@10 | docs/s | query p50 ms | query p95 ms |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for folder, results, info in main + others:
+        label = folder + (" (SUBSAMPLE)" if info.get("subsample") else "")
+        for name, s in sorted(results["systems"].items(), key=lambda kv: _system_order(kv[0])):
+            lines.append(f"| {label} | {results['split']} | {name} | {_fmt(s['ndcg@10'])} | {_fmt(s['recall@100'])} | "
+                         f"{_fmt(s['mrr@10'])} | {_fmt(s['docs_per_s'], 1)} | {_fmt(s['query_ms_p50'], 1)} | "
+                         f"{_fmt(s['query_ms_p95'], 1)} |")
+    models = sorted({r["model"] for _, r, _ in entries})
+    lines += ["", f"LENS model(s): {', '.join(f'`{m}`' for m in models)}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_readme(root: str | os.PathLike) -> Path:
+    path = Path(root) / "README.md"
+    atomic_write_bytes(path, readme_text(root).encode("utf-8"))
+    return path

