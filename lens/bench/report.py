@@ -211,7 +211,7 @@ def readme_text(root: str | os.PathLike) -> str:
     cmd = combined_command([e[2] for e in main]) if main else None
     if main:
         lines += ["Reproduce the main table:", "", "```bash"]
-        lines += [cmd] if cmd else [e[1]["command"] for e in main]
+        lines += [cmd] if cmd else list(dict.fromkeys(e[1]["command"] for e in main))  # each command once
         lines += ["```", ""]
     if others:
         lines += ["Other folders (ablations, subsamples) were made by:", "", "```bash"]
