@@ -68,21 +68,16 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------------------- encode
 def read_texts(path: Path) -> list[str]:
     """Texts from a .txt (one per line) or .jsonl (objects with "text" and optional "title", or strings)."""
+    from lens.corpus import iter_json_lines
+
     if not path.is_file():
         raise FileNotFoundError(f"input file not found: {path}")
-    lines = path.read_text(encoding="utf-8").splitlines()
     if path.suffix == ".txt":
-        return lines
+        return path.read_text(encoding="utf-8").splitlines()
     if path.suffix != ".jsonl":
         raise ValueError(f"input must be a .txt (one text per line) or .jsonl file, got {path.name}")
     texts = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+    for n, obj in iter_json_lines(path):
         if isinstance(obj, str):
             texts.append(obj)
         elif isinstance(obj, dict) and isinstance(obj.get("text"), str):

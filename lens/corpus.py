@@ -43,8 +43,8 @@ def _first_existing(directory: Path, names: tuple[str, ...], what: str) -> Path:
     raise FileNotFoundError(f"{directory} has no {what} (looked for {', '.join(names)})")
 
 
-def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for each non-blank line of a .jsonl or .jsonl.gz file."""
+def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) for each non-blank line of a .jsonl or .jsonl.gz file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
@@ -54,14 +54,19 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
                 if not line.strip():
                     continue
                 try:
-                    obj = json.loads(line)
+                    yield n, json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-                if not isinstance(obj, dict):
-                    raise ValueError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
-                yield n, obj
     except (OSError, EOFError, UnicodeDecodeError) as e:  # truncated gzip, bad encoding
         raise ValueError(f"{path} cannot be read ({e}); the file is damaged") from e
+
+
+def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a .jsonl or .jsonl.gz file of JSON objects."""
+    for n, obj in iter_json_lines(path):
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+        yield n, obj
 
 
 def corpus_file(path: str | os.PathLike) -> Path:
