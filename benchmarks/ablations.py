@@ -9,25 +9,12 @@ Results go to benchmarks/results/beir/scifact-ablation-{clusters,attention-pooli
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from lens.bench.ablations import add_arguments, run  # noqa: E402
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(args)
-
+from lens.bench import script_main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_main("lens.bench.ablations", __doc__.split("\n")[0]))

@@ -213,6 +213,47 @@ def _clusters_arg(value: str):
         raise argparse.ArgumentTypeError(f"expected a number of clusters or 'vocab', got {value!r}") from None
 
 
+def cmd_train(args: argparse.Namespace) -> None:
+    from lens.train.config import StageConfig, TrainConfig
+    from lens.train.trainer import Trainer
+
+    if args.config is not None:
+        from lens._io import read_json
+
+        raw = read_json(args.config, "training config")
+    elif args.data:
+        raw = {"stages": [{"name": "train", "data": [str(p) for p in args.data]}]}
+    else:
+        raise ValueError("give --config FILE or --data FILE [FILE ...]")
+    for flag, key in (("model", "model"), ("lora_layers", "lora_layers"), ("batch_size", "batch_size"),
+                      ("lr", "lr"), ("seed", "seed"), ("threads", "threads"), ("device", "device")):
+        if getattr(args, flag) is not None:
+            raw[key] = getattr(args, flag)
+    config = TrainConfig.from_dict(raw, source=str(args.config or "command line"))
+    if args.config is None or args.loss or args.steps or args.epochs:
+        for stage in config.stages:
+            stage.loss = args.loss or stage.loss
+            stage.steps = args.steps if args.steps is not None else stage.steps
+            stage.epochs = args.epochs if args.epochs is not None else stage.epochs
+            StageConfig.loss_weights(stage)
+    start = time.perf_counter()
+    trainer = Trainer(config, args.out, prefix_cache_dir=args.prefix_cache)
+    out = trainer.train(resume=args.resume)
+    print(f"trained {trainer.step} steps in {time.perf_counter() - start:.0f} s; model in {out} "
+          f"(LensEncoder.from_pretrained({str(out)!r}))")
+
+
+def cmd_merge(args: argparse.Namespace) -> None:
+    from lens.encoder import LensEncoder
+
+    enc = LensEncoder.from_pretrained(args.model)
+    if enc.config.adapter is None:
+        raise ValueError(f"{args.model} has no adapter to merge; it is already standalone")
+    enc.save_pretrained(args.out)
+    print(f"wrote {args.out}: merged backbone in {args.out / 'backbone'}; load it with "
+          f"LensEncoder.from_pretrained({str(args.out)!r})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lens", description="Lexicon-based text embeddings from causal LLMs.")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -285,6 +326,35 @@ def build_parser() -> argparse.ArgumentParser:
     ba = bench.add_parser("ablation", help="the paper's ablations on SciFact (clusters; attention x pooling)")
     _lazy_arguments(ba, "lens.bench.ablations")
     ba.set_defaults(func=_lazy_run("lens.bench.ablations"), command="bench ablation")
+
+    t = sub.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs")
+    t.add_argument("--config", type=Path, default=None,
+                   help="a training config JSON (stages, LoRA, optimiser); the flags below override it")
+    t.add_argument("--out", required=True, type=Path, help="output directory: the trained LENS model + logs")
+    t.add_argument("--model", default=None, help="LENS clustering directory to start from (default: 'default')")
+    t.add_argument("--data", nargs="+", default=None, help="JSONL(.gz) training files (one stage, without --config)")
+    t.add_argument("--loss", default=None, help="infonce | gte | bce | bce-graded | kl, or a sum like infonce+0.5*bce")
+    t.add_argument("--steps", type=int, default=None)
+    t.add_argument("--epochs", type=float, default=None)
+    t.add_argument("--lora-layers", type=int, default=None, help="train the top N layers only (cache the rest)")
+    t.add_argument("--batch-size", type=int, default=None)
+    t.add_argument("--lr", type=float, default=None)
+    t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    t.add_argument("--prefix-cache", type=Path, default=None,
+                   help="where to keep the frozen layers' outputs (default: OUT/prefix-cache); share it between runs")
+    t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    t.set_defaults(func=cmd_train)
+
+    m = sub.add_parser("merge", help="fold a trained model's LoRA adapter into a standalone directory")
+    m.add_argument("model", help="a trained LENS directory (with adapter/)")
+    m.add_argument("--out", required=True, type=Path, help="directory to write: merged backbone + clusters + config")
+    m.set_defaults(func=cmd_merge)
+
+    from lens.train.data_cli import add_data_parser
+
+    add_data_parser(sub)
     return p
 
 

@@ -104,22 +104,22 @@ class LensEncoder:
         attn_implementation: str = "sdpa",
         attention: str | None = None,
         pooling: str | None = None,
+        merge_adapter: bool = True,
     ) -> "LensEncoder":
         """Load a LENS directory (or ``"default"``).
 
         ``backbone`` overrides where the backbone's files are; ``attention`` ("bidirectional"/"causal") and
-        ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations.
+        ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations. A trained directory's
+        LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
         """
         from safetensors.numpy import load_file
 
         directory = resolve_model_dir(path)
         config = LensConfig.load(directory)
-        if config.adapter is not None:
-            raise NotImplementedError(
-                f"{directory} names a LoRA adapter ({config.adapter!r}), which this LENS version cannot load"
-            )
         if backbone is not None:
             config.backbone = backbone
+        elif (directory / config.backbone).is_dir():  # a standalone (merged) directory carries its backbone
+            config.backbone = str((directory / config.backbone).resolve())
         if attention is not None:
             config.attention = attention
         if pooling is not None:
@@ -140,19 +140,40 @@ class LensEncoder:
         if centroids.shape != (k, config.clustering.hidden_size) or assignment.shape != (config.clustering.vocab_size,):
             raise ValueError(f"{directory / CLUSTERS_NAME} does not match its config.json (k={k})")
         decoder = decoder_of(causal_lm)
+        adapter_sha = None
+        if config.adapter is not None:
+            adapter_sha = _load_adapter(decoder, directory / config.adapter, merge_adapter)
         model = LensModel(
             decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention
         )
-        return cls(model, tokenizer, config, assignment)
+        encoder = cls(model, tokenizer, config, assignment)
+        encoder.causal_lm, encoder.adapter_sha256 = causal_lm, adapter_sha
+        encoder.adapter_merged = adapter_sha is not None and merge_adapter
+        encoder.source_dir = directory
+        return encoder
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Write config.json, clusters.safetensors and clusters.tsv to ``path``, atomically."""
+        """Write config.json, clusters.safetensors and clusters.tsv to ``path``, atomically.
+
+        A model whose LoRA adapter was merged on loading (the default) is written standalone: the merged backbone
+        goes to ``path/backbone`` in transformers' format and the config names it, so no adapter is needed. An
+        unmerged adapter is copied as it is (PEFT format).
+        """
+        import shutil
+
         from safetensors.numpy import save
 
         centroids = self.model.head.weight.detach().float().cpu().numpy()
         blob = save({"assignment": self.assignment.astype(np.int32), "centroids": np.ascontiguousarray(centroids)})
+        config = LensConfig.from_dict(self.config.to_dict())
         with atomic_dir(path) as tmp:
-            self.config.save(tmp)
+            if getattr(self, "adapter_merged", False):
+                self.causal_lm.save_pretrained(tmp / "backbone")
+                self.tokenizer.save_pretrained(tmp / "backbone")
+                config.backbone, config.adapter = "backbone", None
+            elif config.adapter is not None:
+                shutil.copytree(self.source_dir / config.adapter, tmp / config.adapter)
+            config.save(tmp)
             atomic_write_bytes(tmp / CLUSTERS_NAME, blob)
             tsv = clusters_tsv(self.assignment, self.config.num_clusters, self.tokenizer)
             atomic_write_bytes(tmp / CLUSTERS_TSV, tsv.encode("utf-8"))
@@ -251,7 +272,7 @@ class LensEncoder:
         return {
             "lens_clusters": h.hexdigest(),
             "lens_backbone_lm_head": self.config.clustering.lm_head_sha256,
-            "lens_adapter": None,
+            "lens_adapter": getattr(self, "adapter_sha256", None),
             "lens_pooling": self.config.pooling,
             "lens_attention": self.config.attention,
         }
@@ -273,6 +294,23 @@ class LensEncoder:
         vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]
         top = np.argsort(-vec, kind="stable")[:top_k]
         return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens)) for c in top if vec[c] > 0]
+
+
+def _load_adapter(decoder, adapter_dir: Path, merge: bool) -> str:
+    """Inject (and by default merge) a PEFT LoRA adapter into ``decoder`` in place; returns the weights' sha256."""
+    from peft import PeftModel
+
+    weights = adapter_dir / "adapter_model.safetensors"
+    if not weights.is_file() or not (adapter_dir / "adapter_config.json").is_file():
+        raise FileNotFoundError(
+            f"{adapter_dir} is not a PEFT adapter (needs adapter_config.json and adapter_model.safetensors); "
+            "the model directory is incomplete: re-run `lens train` or copy the adapter back"
+        )
+    peft_model = PeftModel.from_pretrained(decoder, str(adapter_dir))
+    if merge:
+        peft_model.merge_and_unload()  # LoRA folded into the decoder's own weights: no inference overhead
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    return digest
 
 
 def _check_lm_head(head: np.ndarray, ref: BackboneRef, config: LensConfig, dtype: torch.dtype) -> None:

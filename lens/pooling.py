@@ -46,13 +46,13 @@ def max_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = D
     B, L, _ = hidden.shape
     K = head.shape[0]
     step = _chunk_len(B, L, K, chunk_elements)
-    floor = torch.finfo(hidden.dtype).min
-    best = hidden.new_full((B, K), floor)
+    best = None
     for s in range(0, L, step):
-        logits = lexicon_logits(hidden[:, s : s + step], head)  # (B, T, K)
+        logits = lexicon_logits(hidden[:, s : s + step], head)  # (B, T, K); its dtype may differ under autocast
         m = mask[:, s : s + step, None].bool()
-        logits = torch.where(m, logits, torch.full_like(logits, floor))
-        best = torch.maximum(best, logits.amax(dim=1))
+        logits = logits.masked_fill(~m, float("-inf"))  # -inf in any dtype; relu(-inf) = 0 for empty rows
+        top = logits.amax(dim=1)
+        best = top if best is None else torch.maximum(best, top)
     return torch.log1p(torch.relu(best))
 
 

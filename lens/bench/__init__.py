@@ -4,3 +4,21 @@ Modules: ``instructions`` (per-dataset query instructions), ``cache`` (on-disk e
 (the retrieval systems), ``report`` (result files), ``beir`` (the runner: ``add_arguments``/``run``),
 ``ablations`` (the paper's cluster-count and attention x pooling ablations). Metrics live in ``lens.metrics``.
 """
+
+from __future__ import annotations
+
+
+def script_main(module: str, description: str, argv: list[str] | None = None) -> int:
+    """``main`` of a benchmark script: the module's ``add_arguments`` + ``-v``, logging set up, then ``run``."""
+    import argparse
+    import importlib
+    import logging
+
+    mod = importlib.import_module(module)
+    parser = argparse.ArgumentParser(description=description)
+    mod.add_arguments(parser)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return mod.run(args)

@@ -1,0 +1,1 @@
+"""Training: LoRA fine-tuning of LENS models."""

@@ -1,0 +1,126 @@
+"""``train_config.json``: one versioned dataclass describing a (multi-stage) training run."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lens._io import read_json, write_json
+
+TRAIN_FORMAT_VERSION = 1
+LOSSES = ("infonce", "gte", "bce", "bce-graded", "kl")
+ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class StageConfig:
+    """One stage: its data files, loss and length (``steps``, or ``epochs`` over the data)."""
+
+    name: str
+    data: list[str]  # JSONL(.gz) files of TrainExample lines
+    loss: str = "infonce"  # one of LOSSES, or a weighted sum like "infonce+0.5*bce"
+    steps: int | None = None
+    epochs: float = 1.0
+    batch_size: int | None = None  # overrides TrainConfig.batch_size
+    max_negatives: int | None = None  # hard negatives per query (None: all the data has)
+    lr: float | None = None  # overrides TrainConfig.lr for this stage
+    max_examples: int | None = None  # a seeded random subset of the stage's data
+
+    def loss_weights(self) -> dict[str, float]:
+        """``"infonce+0.5*bce"`` -> ``{"infonce": 1.0, "bce": 0.5}``."""
+        weights: dict[str, float] = {}
+        for term in self.loss.replace(" ", "").split("+"):
+            weight, _, name = term.rpartition("*")
+            if name not in LOSSES:
+                raise ValueError(f"stage {self.name!r}: unknown loss {name!r}; choose from {LOSSES}")
+            try:
+                weights[name] = float(weight) if weight else 1.0
+            except ValueError:
+                raise ValueError(f"stage {self.name!r}: bad loss weight in {term!r}") from None
+        return weights
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run except where it writes (the output directory)."""
+
+    stages: list[StageConfig]
+    model: str = "default"  # LENS directory holding the clusters (and backbone reference) to start from
+    backbone: str | None = None  # overrides the model directory's backbone
+    # LoRA (defaults: the paper's r=32, alpha=64 on every attention and MLP projection)
+    lora_r: int = 32
+    lora_alpha: int = 64
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: list(ALL_PROJECTIONS))
+    lora_layers: int | None = None  # train the top N layers only (None: every layer)
+    train_head: bool = True  # the cluster head (k x hidden) is trained too
+    # optimisation
+    lr: float = 1e-4
+    head_lr: float | None = None  # None: same as lr
+    bias_lr: float = 0.05  # the BCE logit bias learns fast (SigLIP / BiXSE)
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    batch_size: int = 16
+    grad_accum: int = 1  # micro-batches per step; each has its own in-batch negatives
+    temperature: float = 0.02
+    bce_scale: float = 20.0
+    graded_floor: float = 0.7
+    query_max_length: int = 64  # instruction + query
+    doc_max_length: int = 192
+    max_length: int | None = None  # the trained model's encoding length (None: keep the starting model's)
+    seed: int = 0
+    # bookkeeping
+    checkpoint_every: int = 50
+    eval_every: int = 50
+    val_data: list[str] = field(default_factory=list)
+    val_examples: int = 256
+    instructions: dict[str, str] = field(default_factory=dict)  # task -> query instruction
+    # hardware
+    device: str | None = None  # None: cuda when present, else cpu
+    bf16: bool | None = None  # autocast to bfloat16 (None: on CUDA only)
+    gradient_checkpointing: bool | None = None  # (None: on CUDA only)
+    threads: int | None = None
+    format_version: int = TRAIN_FORMAT_VERSION
+
+    def __post_init__(self):
+        if not self.stages:
+            raise ValueError("a training config needs at least one stage")
+        self.stages = [s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.stages]
+        for s in self.stages:
+            s.loss_weights()
+            if s.steps is None and not s.epochs > 0:
+                raise ValueError(f"stage {s.name!r} needs steps or epochs > 0")
+        if self.lora_layers is not None and self.lora_layers < 1:
+            raise ValueError(f"lora_layers must be >= 1 (or null for every layer), got {self.lora_layers}")
+        for name in ("batch_size", "grad_accum", "lora_r", "query_max_length", "doc_max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "train config") -> "TrainConfig":
+        version = data.get("format_version", TRAIN_FORMAT_VERSION)
+        if version != TRAIN_FORMAT_VERSION:
+            raise ValueError(f"{source} has format_version {version!r}; this LENS reads {TRAIN_FORMAT_VERSION}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown field(s) {unknown}; known fields: {sorted(known)}")
+        try:
+            stages = [StageConfig(**s) for s in data.get("stages", [])]
+            return cls(**{**data, "stages": stages})
+        except TypeError as e:
+            raise ValueError(f"{source} is not a valid training config: {e}") from e
+
+    def save(self, path: str | Path) -> None:
+        write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrainConfig":
+        return cls.from_dict(read_json(path, "training config"), source=str(path))

@@ -1,0 +1,411 @@
+"""Training examples for LENS fine-tuning: the JSONL format, converters from the shared data, and task batching.
+
+One example per line::
+
+    {"query": str, "positive": str, "negatives": [str, ...], "score": float, "max_score": float,
+     "teacher": [float, ...], "task": str, "instruction": str}
+
+``score``/``max_score`` are an optional graded label of the query-positive pair on the scale ``[0, max_score]``;
+``teacher`` holds optional teacher scores for ``[positive] + negatives``. Only ``query`` and ``positive`` are
+required. Converters never read a test split: training on it would leak into the benchmark.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from lens._io import atomic_write_bytes
+from lens.corpus import Document, iter_json_lines, load_beir, load_corpus
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NEGATIVE_RANKS", "TrainExample", "beir_pairs", "bm25_rankings", "read_examples", "shared_pairs", "sts_pairs",
+    "task_batches", "weak_pairs", "write_examples",
+]
+
+FIELDS = ("query", "positive", "negatives", "score", "max_score", "teacher", "task", "instruction")
+# Hard negatives come from these ranks (0-based, counted after judged documents are removed). The very top of an
+# unjudged ranking often holds relevant documents nobody judged (false negatives), so the first three are skipped,
+# as GTE and E5 do when mining; below rank 30 BM25 negatives stop being hard.
+NEGATIVE_RANKS = (3, 30)
+STS_MAX_SCORE = 5.0  # STS-B is scored 0-5, SICK-R 1-5: both keep their raw score on the scale R = 5
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".tsv"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _refuse_test(split: str) -> None:
+    if split.strip().lower() == "test":
+        raise ValueError("refusing split 'test': never train on a test split (use train or dev)")
+
+
+# ------------------------------------------------------------------------------------------------ the format
+@dataclass
+class TrainExample:
+    query: str
+    positive: str
+    negatives: list[str] = field(default_factory=list)  # hard negatives; in-batch negatives come on top
+    score: float | None = None  # graded label of (query, positive) on [0, max_score]
+    max_score: float | None = None  # the label scale R
+    teacher: list[float] | None = None  # teacher scores for [positive] + negatives
+    task: str = "default"  # batches hold one task each
+    instruction: str | None = None  # query instruction (None: the trainer's default)
+
+    def to_json(self) -> dict:
+        """A JSON object with the unset optional fields left out."""
+        out = {"query": self.query, "positive": self.positive, "negatives": list(self.negatives)}
+        for key in ("score", "max_score", "teacher"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["task"] = self.task
+        if self.instruction is not None:
+            out["instruction"] = self.instruction
+        return out
+
+    @classmethod
+    def from_json(cls, obj: object, source: str = "<example>", default_task: str = "default") -> TrainExample:
+        """Validate a parsed JSON object; errors start with ``source`` (e.g. ``file:line``) and say what is wrong."""
+
+        def fail(msg: str):
+            raise ValueError(f"{source}: {msg}")
+
+        if not isinstance(obj, dict):
+            fail(f"expected a JSON object, got {type(obj).__name__}")
+        unknown = sorted(set(obj) - set(FIELDS))
+        if unknown:
+            fail(f"unknown field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(FIELDS)}")
+        for key in ("query", "positive"):
+            if not isinstance(obj.get(key), str) or not obj[key].strip():
+                fail(f"{key!r} must be a non-empty string")
+        negatives = obj.get("negatives", [])
+        if not isinstance(negatives, list) or not all(isinstance(n, str) for n in negatives):
+            fail("'negatives' must be a list of strings")
+        numbers = {}
+        for key in ("score", "max_score"):
+            v = obj.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+                fail(f"{key!r} must be a finite number, got {v!r}")
+            numbers[key] = None if v is None else float(v)
+        if numbers["max_score"] is not None and numbers["max_score"] <= 0:
+            fail(f"'max_score' must be positive, got {numbers['max_score']}")
+        if None not in numbers.values() and not 0 <= numbers["score"] <= numbers["max_score"]:
+            fail(f"'score' {numbers['score']} is outside [0, max_score={numbers['max_score']}]")
+        teacher = obj.get("teacher")
+        if teacher is not None:
+            if not isinstance(teacher, list) or not all(
+                    isinstance(t, (int, float)) and not isinstance(t, bool) for t in teacher):
+                fail("'teacher' must be a list of numbers")
+            if len(teacher) != 1 + len(negatives):
+                fail(f"'teacher' has {len(teacher)} scores; expected 1 + {len(negatives)} negatives "
+                     f"= {1 + len(negatives)} (positive first)")
+            teacher = [float(t) for t in teacher]
+        task = obj.get("task", default_task)
+        if not isinstance(task, str) or not task.strip():
+            fail("'task' must be a non-empty string")
+        instruction = obj.get("instruction")
+        if instruction is not None and not isinstance(instruction, str):
+            fail("'instruction' must be a string")
+        return cls(obj["query"], obj["positive"], list(negatives), numbers["score"], numbers["max_score"],
+                   teacher, task, instruction)
+
+
+def read_examples(path: str | os.PathLike, task: str | None = None) -> list[TrainExample]:
+    """Examples of a .jsonl or .jsonl.gz file; a line without ``task`` gets ``task`` or else the file's stem."""
+    path = Path(path)
+    default = task or _stem(path)
+    return [TrainExample.from_json(obj, f"{path}:{n}", default) for n, obj in iter_json_lines(path)]
+
+
+def write_examples(path: str | os.PathLike, examples: Sequence[TrainExample]) -> None:
+    """Write examples as JSONL (gzipped, with mtime 0, if ``path`` ends in .gz) through a temporary file."""
+    text = "".join(json.dumps(e.to_json(), ensure_ascii=False) + "\n" for e in examples).encode("utf-8")
+    if str(path).endswith(".gz"):
+        text = gzip.compress(text, mtime=0)
+    atomic_write_bytes(path, text)
+
+
+# ------------------------------------------------------------------------------------------------ BEIR + mining
+Miner = Callable[[list[str], list[str]], "np.ndarray"]
+
+
+def bm25_rankings(query_texts: Sequence[str], doc_texts: Sequence[str], k: int) -> list[np.ndarray]:
+    """Top-``k`` document indices per query (score > 0 only) by the benchmark's BM25 baseline settings."""
+    import bm25s
+    import Stemmer
+
+    from lens.bench.systems import BM25_CONFIG
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets itself to DEBUG on import
+    stemmer = Stemmer.Stemmer("english")
+    retriever = bm25s.BM25(method=BM25_CONFIG["method"], k1=BM25_CONFIG["k1"], b=BM25_CONFIG["b"])
+    retriever.index(bm25s.tokenize(list(doc_texts), stopwords="en", stemmer=stemmer, show_progress=False),
+                    show_progress=False)
+    tokens = bm25s.tokenize(list(query_texts), stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+    k = min(k, len(doc_texts))
+    out = [np.empty(0, dtype=np.int64)] * len(tokens)
+    live = [i for i, t in enumerate(tokens) if t]  # a query of stopwords only retrieves nothing
+    if live:
+        docs, scores = retriever.retrieve([tokens[i] for i in live], k=k, show_progress=False, n_threads=1)
+        for row, i in enumerate(live):
+            out[i] = np.asarray(docs[row][scores[row] > 0], dtype=np.int64)
+    return out
+
+
+def _score_rankings(miner: Miner, query_texts: list[str], doc_texts: list[str], k: int) -> list[np.ndarray]:
+    """Top-``k`` document indices per query from a ``(queries x documents)`` score matrix (e.g. the current model)."""
+    scores = np.asarray(miner(query_texts, doc_texts), dtype=np.float64)
+    if scores.shape != (len(query_texts), len(doc_texts)):
+        raise ValueError(f"the miner returned scores of shape {scores.shape}; expected "
+                         f"(queries, documents) = ({len(query_texts)}, {len(doc_texts)})")
+    return list(np.argsort(-scores, axis=1, kind="stable")[:, :k])
+
+
+def _pick_negatives(ranked: list[int], n: int, ranks: tuple[int, int], rng: np.random.Generator,
+                    allowed: Callable[[int], bool], num_docs: int) -> list[int]:
+    """``n`` documents sampled from ``ranked[lo:hi]`` (kept in rank order); short pools fill up from lower ranks,
+    then the skipped top, then random documents. ``ranked`` holds no judged document already."""
+    lo, hi = ranks
+    pool = ranked[lo:hi]
+    if len(pool) >= n:
+        return [pool[i] for i in sorted(rng.choice(len(pool), n, replace=False))]
+    picked = pool + ranked[hi:hi + n - len(pool)]
+    picked += ranked[:lo][: n - len(picked)]
+    seen = set(ranked)
+    for i in rng.permutation(num_docs):  # the query matched too few documents: fill with random ones
+        if len(picked) >= n:
+            break
+        if int(i) not in seen and allowed(int(i)):
+            picked.append(int(i))
+    return picked
+
+
+def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives: int = 7,
+               miner: str | Miner = "bm25", seed: int = 0, instruction: str | None = None,
+               max_queries: int | None = None, negative_ranks: tuple[int, int] = NEGATIVE_RANKS) -> list[TrainExample]:
+    """One example per (query, judged positive) of a BEIR split, with mined hard negatives.
+
+    ``miner`` is ``"bm25"`` (the benchmark's baseline) or a callable ``(query texts, document texts) -> scores``
+    (e.g. the model being trained). Every document judged for the query, at any grade, is excluded from its
+    negatives; the rest are sampled with ``seed`` from ``negative_ranks`` (see ``NEGATIVE_RANKS``). Documents
+    are ``title + " " + text`` as the benchmark indexes them. Binary qrels give no ``score``; graded ones give
+    ``score`` = grade and ``max_score`` = the split's top grade. The first ``max_queries`` queries are used.
+    """
+    from lens.bench.systems import doc_text
+
+    _refuse_test(split)
+    if num_negatives < 0:
+        raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
+    if not callable(miner) and miner != "bm25":
+        raise ValueError(f"unknown miner {miner!r}: give 'bm25' or a callable (query texts, doc texts) -> scores")
+    corpus, queries, qrels = load_beir(beir_dir, split)
+    name = Path(beir_dir).resolve().name
+    qids = [q for q in qrels if any(g > 0 for g in qrels[q].values())]
+    if max_queries is not None:
+        qids = qids[:max_queries]
+    top_grade = max((g for q in qids for g in qrels[q].values()), default=1)
+    graded = top_grade > 1
+    texts = [doc_text(d) for d in corpus]
+    index_of = {d.id: i for i, d in enumerate(corpus)}
+    depth = negative_ranks[1] + max((len(qrels[q]) for q in qids), default=0)
+    query_texts = [queries[q] for q in qids]
+    if num_negatives == 0:
+        rankings = [np.empty(0, dtype=np.int64)] * len(qids)
+    elif callable(miner):
+        rankings = _score_rankings(miner, query_texts, texts, depth)
+    else:
+        rankings = bm25_rankings(query_texts, texts, depth)
+
+    examples, missing = [], 0
+    for qi, (qid, ranking) in enumerate(zip(qids, rankings)):
+        judged = {index_of[d] for d in qrels[qid] if d in index_of}
+        rng = np.random.default_rng([seed, qi])
+        for doc_id, grade in qrels[qid].items():
+            if grade <= 0:
+                continue
+            if doc_id not in index_of:
+                missing += 1
+                continue
+            positive = texts[index_of[doc_id]]
+
+            def allowed(i: int) -> bool:  # also keeps out exact copies of the positive under another id
+                return i not in judged and texts[i] != positive
+
+            ranked = [int(i) for i in ranking if allowed(int(i))]
+            negs = _pick_negatives(ranked, num_negatives, negative_ranks, rng, allowed, len(texts)) \
+                if num_negatives else []
+            examples.append(TrainExample(
+                queries[qid], positive, [texts[i] for i in negs], float(grade) if graded else None,
+                float(top_grade) if graded else None, task=name, instruction=instruction))
+    if missing:
+        logger.warning("%s: %d judged positives are not in the corpus; skipped", name, missing)
+    return examples
+
+
+# ------------------------------------------------------------------------------------------------ weak pairs
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+def _split_first_sentence(text: str) -> tuple[str, str]:
+    parts = _SENTENCE_END.split(text.strip(), maxsplit=1)
+    return (parts[0].strip(), parts[1].strip()) if len(parts) == 2 else (text.strip(), "")
+
+
+def weak_pairs(corpus_or_dir: str | os.PathLike | Sequence[Document], mode: str = "title",
+               max_pairs: int | None = None, seed: int = 0, min_chars: int = 20,
+               name: str | None = None) -> list[TrainExample]:
+    """GTE's first-stage weak pairs from any corpus; no hard negatives (in-batch only).
+
+    ``"title"``: query = title, positive = text (documents without a title are skipped). ``"first-sentence"``:
+    query = the first sentence of the text, positive = the rest. Pairs whose positive is shorter than
+    ``min_chars`` are skipped. ``max_pairs`` keeps a seeded random subset, in corpus order. ``task`` is
+    ``weak-<name>`` (by default the directory's name, or the file's stem).
+    """
+    if mode not in ("title", "first-sentence"):
+        raise ValueError(f"unknown mode {mode!r}: choose 'title' or 'first-sentence'")
+    if isinstance(corpus_or_dir, (str, os.PathLike)):
+        p = Path(corpus_or_dir).resolve()
+        if name is None:  # a BEIR directory or its corpus.jsonl: the directory's name; else the file's stem
+            name = p.name if p.is_dir() else p.parent.name if _stem(p) == "corpus" else _stem(p)
+        docs = load_corpus(corpus_or_dir)
+    else:
+        docs, name = list(corpus_or_dir), name or "corpus"
+    pairs = []
+    for d in docs:
+        if mode == "title":
+            query, positive = d.title.strip(), d.text.strip()
+        else:
+            query, positive = _split_first_sentence(d.text)
+        if query and len(positive) >= min_chars and query != positive:
+            pairs.append((query, positive))
+    if max_pairs is not None and len(pairs) > max_pairs:
+        keep = np.sort(np.random.default_rng(seed).choice(len(pairs), max_pairs, replace=False))
+        pairs = [pairs[i] for i in keep]
+    return [TrainExample(q, p, task=f"weak-{name}") for q, p in pairs]
+
+
+# ------------------------------------------------------------------------------------------------ STS, shared
+def sts_pairs(tsv_gz_path: str | os.PathLike, split: str = "train",
+              min_score: float | None = None) -> list[TrainExample]:
+    """Scored sentence pairs of one split of an STS TSV (``sentence1, sentence2, score, split``; plain or .gz).
+
+    The raw score is kept with ``max_score`` 5 (STS-B is 0-5, SICK-R 1-5), so a SICK pair rated 1 ("unrelated")
+    still gets the non-zero target 1/5; ``min_score`` drops pairs below it.
+    """
+    _refuse_test(split)
+    path = Path(tsv_gz_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"STS file not found: {path}")
+    raw = gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+    with raw as f:
+        rows = list(csv.reader(io.StringIO(f.read()), delimiter="\t"))  # default quoting: see sts/SOURCES.md
+    if not rows or rows[0][:4] != ["sentence1", "sentence2", "score", "split"]:
+        raise ValueError(f"{path}:1: expected the header sentence1, sentence2, score, split")
+    out = []
+    for n, row in enumerate(rows[1:], 2):
+        if len(row) < 4:
+            raise ValueError(f"{path}:{n}: expected at least 4 tab-separated columns, got {len(row)}")
+        if row[3] != split:
+            continue
+        try:
+            score = float(row[2])
+        except ValueError:
+            raise ValueError(f"{path}:{n}: score {row[2]!r} is not a number") from None
+        if not 0 <= score <= STS_MAX_SCORE:
+            raise ValueError(f"{path}:{n}: score {score} is outside [0, {STS_MAX_SCORE}]")
+        if (min_score is None or score >= min_score) and row[0].strip() and row[1].strip():
+            out.append(TrainExample(row[0], row[1], score=score, max_score=STS_MAX_SCORE, task="sts"))
+    if not out:
+        raise ValueError(f"{path}: no pairs in split {split!r}")
+    return out
+
+
+def shared_pairs(path: str | os.PathLike) -> list[TrainExample]:
+    """Pairs of a shared training set (``query``, ``positive``, optional single ``negative``); task = its directory.
+
+    ``path`` is a .jsonl[.gz] file or a set's directory (its pairs.jsonl.gz, else train.jsonl.gz). Rows with the
+    same query and positive merge (their negatives pooled); a negative that is a positive of the same query is
+    dropped. WikiQA's several positives per question stay separate examples; ``task_batches`` keeps them apart.
+    """
+    p = Path(path)
+    if p.is_dir():
+        files = [p / n for n in ("pairs.jsonl.gz", "pairs.jsonl", "train.jsonl.gz", "train.jsonl") if (p / n).is_file()]
+        if not files:
+            raise FileNotFoundError(f"{p} has no pairs.jsonl[.gz] or train.jsonl[.gz]")
+        p = files[0]
+    if _stem(p) == "test":
+        raise ValueError(f"{p}: refusing a test split: never train on a test split")
+    task = p.resolve().parent.name
+    merged: dict[tuple[str, str], list[str]] = {}
+    positives: dict[str, set[str]] = {}
+    for n, obj in iter_json_lines(p):
+        q, pos, neg = (obj.get(k) if isinstance(obj, dict) else None for k in ("query", "positive", "negative"))
+        if not (isinstance(q, str) and q.strip() and isinstance(pos, str) and pos.strip()):
+            raise ValueError(f"{p}:{n}: expected an object with non-empty 'query' and 'positive' strings")
+        if neg is not None and not isinstance(neg, str):
+            raise ValueError(f"{p}:{n}: 'negative' must be a string")
+        negs = merged.setdefault((q, pos), [])
+        if neg and neg.strip() and neg not in negs:
+            negs.append(neg)
+        positives.setdefault(q, set()).add(pos)
+    return [TrainExample(q, pos, [x for x in negs if x not in positives[q]], task=task)
+            for (q, pos), negs in merged.items()]
+
+
+# ------------------------------------------------------------------------------------------------ batching
+def _fill_batches(indices: list[int], examples: Sequence[TrainExample], batch_size: int) -> list[list[int]]:
+    """Greedy: each batch takes the next examples whose query and positive are new to it; clashing ones wait for
+    the next batch. When only clashing examples are left a batch closes short."""
+    batches, pending = [], list(indices)
+    while pending:
+        batch, queries, positives, later = [], set(), set(), []
+        for pos, i in enumerate(pending):
+            if len(batch) == batch_size:
+                later.extend(pending[pos:])
+                break
+            e = examples[i]
+            if e.query in queries or e.positive in positives:
+                later.append(i)
+                continue
+            batch.append(i)
+            queries.add(e.query)
+            positives.add(e.positive)
+        batches.append(batch)
+        pending = later
+    return batches
+
+
+def task_batches(examples: Sequence[TrainExample], batch_size: int, seed: int,
+                 drop_last: bool = False) -> list[list[int]]:
+    """Example indices in batches of one task each (the paper draws each batch from one task), order shuffled
+    with ``seed``. Within a batch no two examples share a query or a positive text where that can be avoided:
+    they would be false in-batch negatives. ``drop_last`` drops every batch shorter than ``batch_size``."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    rng = np.random.default_rng(seed)
+    by_task: dict[str, list[int]] = {}
+    for i, e in enumerate(examples):
+        by_task.setdefault(e.task, []).append(i)
+    batches = []
+    for task in sorted(by_task):
+        order = [by_task[task][j] for j in rng.permutation(len(by_task[task]))]
+        batches += _fill_batches(order, examples, batch_size)
+    if drop_last:
+        batches = [b for b in batches if len(b) == batch_size]
+    return [batches[j] for j in rng.permutation(len(batches))]

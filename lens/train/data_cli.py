@@ -1,0 +1,139 @@
+"""``lens data``: build and inspect training-example files (see ``lens.train.data`` for the format).
+
+Wire into ``lens/cli.py``'s ``build_parser`` with ``add_data_parser(sub)``; each subcommand sets ``func`` and
+``command`` like the others, so ``main`` dispatches and reports errors unchanged. Also runnable on its own as
+``python -m lens.train.data_cli data ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _summary(out: Path, examples) -> str:
+    from collections import Counter
+
+    tasks = Counter(e.task for e in examples)
+    negs = sum(len(e.negatives) for e in examples) / max(len(examples), 1)
+    scored = sum(e.score is not None for e in examples)
+    task_text = ", ".join(f"{t} {n}" for t, n in sorted(tasks.items()))
+    return f"wrote {out}: {len(examples)} examples ({task_text}); mean negatives {negs:.2f}; {scored} with score"
+
+
+def _write(args: argparse.Namespace, examples) -> None:
+    from lens.train.data import write_examples
+
+    if not examples:
+        raise ValueError("no examples to write")
+    write_examples(args.out, examples)
+    print(_summary(args.out, examples))
+
+
+def cmd_beir(args: argparse.Namespace) -> None:
+    from lens.train.data import beir_pairs
+
+    instruction = args.instruction
+    if instruction == "auto":  # the benchmark's instruction for this dataset, so training matches evaluation
+        from lens.bench.instructions import get_instruction
+
+        instruction = get_instruction(Path(args.dir).resolve().name)
+    _write(args, beir_pairs(args.dir, split=args.split, num_negatives=args.negatives, seed=args.seed,
+                            instruction=instruction, max_queries=args.max_queries))
+
+
+def cmd_weak(args: argparse.Namespace) -> None:
+    from lens.train.data import weak_pairs
+
+    _write(args, weak_pairs(args.corpus, mode=args.mode, max_pairs=args.max_pairs, seed=args.seed,
+                            min_chars=args.min_chars))
+
+
+def cmd_sts(args: argparse.Namespace) -> None:
+    from lens.train.data import sts_pairs
+
+    _write(args, sts_pairs(args.file, split=args.split, min_score=args.min_score))
+
+
+def cmd_shared(args: argparse.Namespace) -> None:
+    from lens.train.data import shared_pairs
+
+    _write(args, shared_pairs(args.path))
+
+
+def cmd_stats(args: argparse.Namespace) -> None:
+    from lens.train.data import read_examples
+
+    rows: dict[str, list] = {}
+    for f in args.files:
+        for e in read_examples(f):
+            rows.setdefault(e.task, []).append(e)
+    print(f"{'task':<28} {'examples':>9} {'mean negs':>10} {'score':>7} {'teacher':>8} {'instr':>6}")
+    total = [e for t in sorted(rows) for e in rows[t]]
+    for task, ex in [*sorted(rows.items()), ("(all)", total)]:
+        n = len(ex)
+        share = lambda pred: f"{100 * sum(map(pred, ex)) / max(n, 1):.0f}%"  # noqa: E731
+        print(f"{task:<28} {n:>9} {sum(len(e.negatives) for e in ex) / max(n, 1):>10.2f} "
+              f"{share(lambda e: e.score is not None):>7} {share(lambda e: e.teacher is not None):>8} "
+              f"{share(lambda e: e.instruction is not None):>6}")
+
+
+def add_data_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``data {beir,weak,sts,shared,stats}`` to a parser's subcommands; returns the ``data`` parser."""
+    data = subparsers.add_parser("data", help="build training-example files (JSONL) from BEIR, corpora, STS")
+    sub = data.add_subparsers(dest="data_command", required=True)
+
+    b = sub.add_parser("beir", help="(query, judged positive) pairs with BM25-mined hard negatives")
+    b.add_argument("dir", type=Path, help="BEIR directory (corpus, queries, qrels/<split>.tsv)")
+    b.add_argument("--split", default="train", help="qrels split (never test)")
+    b.add_argument("--negatives", type=int, default=7, help="hard negatives per example")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--max-queries", type=int, default=None)
+    b.add_argument("--instruction", default=None,
+                   help="query instruction stored with each example; 'auto' = the benchmark's for this dataset")
+    b.set_defaults(func=cmd_beir, command="data beir")
+
+    w = sub.add_parser("weak", help="weak (title, text) or (first sentence, rest) pairs from any corpus")
+    w.add_argument("corpus", help="a BEIR directory or a corpus JSONL of {id, text[, title]}")
+    w.add_argument("--mode", choices=["title", "first-sentence"], default="title")
+    w.add_argument("--max-pairs", type=int, default=None, help="keep a seeded random subset of this size")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--min-chars", type=int, default=20, help="skip pairs whose positive is shorter")
+    w.set_defaults(func=cmd_weak, command="data weak")
+
+    s = sub.add_parser("sts", help="scored sentence pairs from an STS TSV (STS-B, SICK-R)")
+    s.add_argument("file", type=Path, help="TSV[.gz] with sentence1, sentence2, score, split")
+    s.add_argument("--split", default="train", help="train or dev (never test)")
+    s.add_argument("--min-score", type=float, default=None)
+    s.set_defaults(func=cmd_sts, command="data sts")
+
+    h = sub.add_parser("shared", help="a shared training set (query, positive[, negative]) JSONL or directory")
+    h.add_argument("path", type=Path)
+    h.set_defaults(func=cmd_shared, command="data shared")
+
+    for p in (b, w, s, h):
+        p.add_argument("--out", required=True, type=Path, help="the .jsonl or .jsonl.gz file to write")
+
+    st = sub.add_parser("stats", help="examples per task, mean negatives, share with score/teacher/instruction")
+    st.add_argument("files", nargs="+", type=Path)
+    st.set_defaults(func=cmd_stats, command="data stats")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (``python -m lens.train.data_cli data ...``), with ``lens``'s error handling."""
+    parser = argparse.ArgumentParser(prog="lens")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    add_data_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"lens {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

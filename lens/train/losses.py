@@ -1,0 +1,204 @@
+"""Contrastive, sigmoid and distillation losses for fine-tuning, as pure functions over tensors.
+
+Shapes: B queries, D candidate documents (in-batch positives plus hard negatives), H hidden size. Query ``i``'s
+positive is column ``positive_index[i]``; every other column is a negative unless ``valid[i, j]`` is False
+(e.g. a duplicate of the positive, or an unlabelled relevant document). A positive is never masked. Every loss
+returns a scalar mean over queries and is computed in at least float32, whatever the input dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "binary_targets", "cosine_scores", "graded_targets", "improved_info_nce", "info_nce", "initial_bias",
+    "kl_distillation", "pairwise_bce",
+]
+
+
+def _float(x: Tensor) -> Tensor:
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+def _check_matrix(x: Tensor, name: str) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(x.shape)}")
+
+
+def _check_temperature(t: float, name: str = "temperature") -> None:
+    if not t > 0:
+        raise ValueError(f"{name} must be > 0, got {t}")
+
+
+def _check_index(positive_index: Tensor, B: int, D: int) -> None:
+    if positive_index.shape != (B,):
+        raise ValueError(f"positive_index must have shape ({B},), got {tuple(positive_index.shape)}")
+    if B and (int(positive_index.min()) < 0 or int(positive_index.max()) >= D):
+        raise ValueError(f"positive_index must lie in [0, {D}), got values in "
+                         f"[{int(positive_index.min())}, {int(positive_index.max())}]")
+
+
+def _mask(valid: Tensor | None, shape: tuple[int, int], device: torch.device) -> Tensor:
+    """``valid`` as a bool (B, D) mask, all True when None."""
+    if valid is None:
+        return torch.ones(shape, dtype=torch.bool, device=device)
+    if tuple(valid.shape) != shape:
+        raise ValueError(f"valid must have shape {shape}, got {tuple(valid.shape)}")
+    return valid.bool()
+
+
+def _keep_positives(mask: Tensor, positive_index: Tensor) -> Tensor:
+    """``mask`` with each row's positive column forced True."""
+    rows = torch.arange(mask.shape[0], device=mask.device)
+    out = mask.clone()
+    out[rows, positive_index] = True
+    return out
+
+
+def cosine_scores(q: Tensor, d: Tensor, eps: float = 1e-12) -> Tensor:
+    """Cosine similarities (B, D) of rows of ``q`` (B, H) and ``d`` (D, H); a zero row scores 0, not NaN."""
+    _check_matrix(q, "q")
+    _check_matrix(d, "d")
+    if q.shape[1] != d.shape[1]:
+        raise ValueError(f"q and d must share the hidden size, got {q.shape[1]} and {d.shape[1]}")
+    return F.normalize(_float(q), dim=-1, eps=eps) @ F.normalize(_float(d), dim=-1, eps=eps).t()
+
+
+def info_nce(scores: Tensor, positive_index: Tensor, temperature: float = 0.02,
+             valid: Tensor | None = None) -> Tensor:
+    """Cross-entropy of ``scores / temperature`` (B, D) against ``positive_index`` (B,).
+
+    Every other column is a negative; cells with ``valid`` (B, D) False are dropped (set to -inf), the positive
+    always kept.
+    """
+    _check_matrix(scores, "scores")
+    _check_temperature(temperature)
+    B, D = scores.shape
+    _check_index(positive_index, B, D)
+    keep = _keep_positives(_mask(valid, (B, D), scores.device), positive_index)
+    logits = (_float(scores) / temperature).masked_fill(~keep, float("-inf"))
+    return F.cross_entropy(logits, positive_index)
+
+
+def improved_info_nce(q_emb: Tensor, d_emb: Tensor, positive_index: Tensor, temperature: float = 0.02,
+                      valid: Tensor | None = None) -> Tensor:
+    """GTE's improved contrastive loss (Li et al. 2023): queries (B, H), documents (D, H), positives (B,).
+
+    With s the cosine over ``temperature`` and p = ``positive_index[i]``, query i's loss is
+    ``log Z_i - s(q_i, d_p)`` where Z_i sums exp of:
+
+    1. s(q_i, d_j) for every document j with ``valid[i, j]`` (the numerator included; the positive never masked);
+    2. s(q_i, q_j) for every query j != i;
+    3. s(q_j, d_p) for every query j whose own positive is not d_p (so j != i) and with ``valid[j, p]``;
+    4. s(d_p, d_j) for every document j != p with ``valid[i, j]`` (a document that must not be a negative for
+       q_i, e.g. a duplicate of d_p, is not pushed away from d_p either).
+    """
+    scores = cosine_scores(q_emb, d_emb)  # (B, D)
+    _check_temperature(temperature)
+    B, D = scores.shape
+    _check_index(positive_index, B, D)
+    keep = _keep_positives(_mask(valid, (B, D), scores.device), positive_index)
+    rows = torch.arange(B, device=scores.device)
+    neg_inf = float("-inf")
+
+    qd = scores / temperature  # (B, D)
+    qq = cosine_scores(q_emb, q_emb) / temperature  # (B, B)
+    dpq = qd[:, positive_index].t()  # (B, B): [i, j] = s(q_j, d_{p_i})
+    dd = cosine_scores(d_emb[positive_index], d_emb) / temperature  # (B, D): [i, j] = s(d_{p_i}, d_j)
+
+    not_self = ~torch.eye(B, dtype=torch.bool, device=scores.device)
+    other_pos = positive_index[None, :] != positive_index[:, None]  # [i, j]: p_j != p_i
+    dd_keep = keep & (torch.arange(D, device=scores.device)[None, :] != positive_index[:, None])
+    logits = torch.cat([
+        qd.masked_fill(~keep, neg_inf),
+        qq.masked_fill(~not_self, neg_inf),
+        dpq.masked_fill(~(other_pos & keep[:, positive_index].t()), neg_inf),
+        dd.masked_fill(~dd_keep, neg_inf),
+    ], dim=1)
+    return (torch.logsumexp(logits, dim=1) - qd[rows, positive_index]).mean()
+
+
+def graded_targets(labels: Tensor, max_label: float, floor: float = 0.7) -> Tensor:
+    """Soft targets ``floor + (1 - floor) * r / max_label`` for a grade r > 0, else 0 (BiXSE's graded targets).
+
+    Any relevant document gets at least ``floor``, so a low grade is still a positive rather than a near-negative.
+    """
+    if not max_label > 0:
+        raise ValueError(f"max_label must be > 0, got {max_label}")
+    if not 0 <= floor <= 1:
+        raise ValueError(f"floor must lie in [0, 1], got {floor}")
+    r = _float(labels)
+    if r.numel() and float(r.max()) > max_label:
+        raise ValueError(f"labels must be <= max_label={max_label}, got {float(r.max())}")
+    return torch.where(r > 0, floor + (1 - floor) * r / max_label, torch.zeros_like(r))
+
+
+def binary_targets(positive_index: Tensor, num_docs: int, labels: Tensor | None = None,
+                   max_label: float | None = None, floor: float = 0.7) -> Tensor:
+    """Target matrix (B, D): row i is 0 except at ``positive_index[i]``, which is 1 or ``graded(labels[i])``."""
+    if positive_index.dim() != 1:
+        raise ValueError(f"positive_index must be 1-D, got shape {tuple(positive_index.shape)}")
+    B = positive_index.shape[0]
+    _check_index(positive_index, B, num_docs)
+    if labels is None:
+        values = torch.ones(B, device=positive_index.device)
+    else:
+        if max_label is None:
+            raise ValueError("max_label is required when labels are given")
+        if labels.shape != (B,):
+            raise ValueError(f"labels must have shape ({B},), got {tuple(labels.shape)}")
+        values = graded_targets(labels, max_label, floor)
+    out = torch.zeros(B, num_docs, dtype=values.dtype, device=positive_index.device)
+    out[torch.arange(B, device=out.device), positive_index] = values
+    return out
+
+
+def initial_bias(num_candidates: int) -> float:
+    """SigLIP's bias initialisation ``-log(N - 1)``: one positive among N candidates starts at balanced loss."""
+    if num_candidates < 2:
+        raise ValueError(f"num_candidates must be >= 2, got {num_candidates}")
+    return -math.log(num_candidates - 1)
+
+
+def pairwise_bce(scores: Tensor, targets: Tensor, scale: float | Tensor = 20.0, bias: float | Tensor = 0.0,
+                 valid: Tensor | None = None) -> Tensor:
+    """SigLIP-style sigmoid loss on cosines (B, D) with soft targets (B, D) in [0, 1].
+
+    ``logits = scale * scores + bias``; binary cross-entropy summed over each row's valid cells, then averaged
+    over rows (SigLIP's normalisation). Start ``bias`` at ``initial_bias(D)``.
+    """
+    _check_matrix(scores, "scores")
+    if targets.shape != scores.shape:
+        raise ValueError(f"targets must have the shape of scores {tuple(scores.shape)}, got {tuple(targets.shape)}")
+    keep = _mask(valid, tuple(scores.shape), scores.device)
+    logits = scale * _float(scores) + bias
+    cells = F.binary_cross_entropy_with_logits(logits, targets.to(logits.dtype), reduction="none")
+    return (cells * keep).sum(dim=1).mean()
+
+
+def kl_distillation(student_scores: Tensor, teacher_scores: Tensor, temperature: float = 0.02,
+                    teacher_temperature: float = 1.0, valid: Tensor | None = None) -> Tensor:
+    """KL(teacher || student) over each row's candidates (B, D), averaged over rows.
+
+    Teacher: ``softmax(teacher / teacher_temperature)``; student: ``log_softmax(student / temperature)``; cells
+    with ``valid`` False are left out of both. Every row must keep at least one cell. The teacher is detached.
+    """
+    _check_matrix(student_scores, "student_scores")
+    if teacher_scores.shape != student_scores.shape:
+        raise ValueError(f"teacher_scores must have the shape of student_scores {tuple(student_scores.shape)}, "
+                         f"got {tuple(teacher_scores.shape)}")
+    _check_temperature(temperature)
+    _check_temperature(teacher_temperature, "teacher_temperature")
+    keep = _mask(valid, tuple(student_scores.shape), student_scores.device)
+    if not bool(keep.any(dim=1).all()):
+        raise ValueError("valid must keep at least one candidate in every row")
+    student = _float(student_scores) / temperature
+    teacher = _float(teacher_scores).detach() / teacher_temperature
+    log_q = F.log_softmax(student.masked_fill(~keep, float("-inf")), dim=1)
+    p = F.softmax(teacher.masked_fill(~keep, float("-inf")), dim=1)
+    log_q = log_q.masked_fill(~keep, 0.0)  # p is 0 there: avoids 0 * -inf
+    return F.kl_div(log_q, p.to(log_q.dtype), reduction="sum", log_target=False) / student.shape[0]

@@ -1,0 +1,42 @@
+"""STS evaluation plumbing: loading a split, pair cosines and Spearman against hand values."""
+
+import gzip
+
+import numpy as np
+import pytest
+
+from lens.bench.sts import evaluate_sts, load_sts, pair_cosines, spearman
+
+
+@pytest.fixture
+def sts_file(tmp_path):
+    path = tmp_path / "sts.tsv.gz"
+    rows = ["sentence1\tsentence2\tscore\tsplit", "a\tb\t5.0\ttest", "c\td\t1.0\ttest", "e\tf\t3.0\ttest",
+            "g\th\t2.0\ttrain"]
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(rows) + "\n")
+    return path
+
+
+def test_load_split(sts_file):
+    s1, s2, gold = load_sts(sts_file, "test")
+    assert s1 == ["a", "c", "e"] and s2 == ["b", "d", "f"] and gold.tolist() == [5.0, 1.0, 3.0]
+    with pytest.raises(ValueError, match="no rows of split 'dev'"):
+        load_sts(sts_file, "dev")
+    with pytest.raises(FileNotFoundError):
+        load_sts(sts_file.parent / "missing.tsv.gz")
+
+
+def test_pair_cosines_and_spearman():
+    a = np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
+    b = np.array([[1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    np.testing.assert_allclose(pair_cosines(a, b), [1 / np.sqrt(2), 1.0, 0.0])
+    assert spearman(np.array([0.1, 0.5, 0.3]), np.array([1.0, 3.0, 2.0])) == pytest.approx(1.0)
+    assert spearman(np.array([0.1, 0.5, 0.3]), np.array([3.0, 1.0, 2.0])) == pytest.approx(-1.0)
+
+
+def test_evaluate_sts_ranks_pairs(sts_file):
+    vecs = {"a": [1, 0], "b": [1, 0.1], "c": [1, 0], "d": [0, 1], "e": [1, 0], "f": [1, 1]}
+    enc = lambda s1, s2: (np.array([vecs[s] for s in s1], float), np.array([vecs[s] for s in s2], float))
+    r = evaluate_sts(enc, sts_file, "test")
+    assert r["pairs"] == 3 and r["spearman"] == pytest.approx(100.0)

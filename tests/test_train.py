@@ -1,0 +1,180 @@
+"""Training on a tiny random Llama: a step lowers the batch loss, resume equals an uninterrupted run,
+the saved directory loads (adapter merged or not) and gives the trained vectors."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lens.train.config import StageConfig, TrainConfig
+from lens.train.data import TrainExample, write_examples
+from lens.train.trainer import Trainer, learning_rate_factor
+
+Q = ["cancer drug trial", "gene expression in mouse", "protein level in blood", "brain cells",
+     "clinical treatment risk", "high dose response", "new method analysis", "human disease study"]
+P = ["the drug trial in cancer patients", "mouse gene expression levels", "blood protein levels increase",
+     "cells of the human brain", "risk of clinical treatment", "response to a high dose",
+     "analysis using a new method", "a study of human disease"]
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    ex = [TrainExample(q, p, negatives=[P[(i + 3) % len(P)]], task="toy") for i, (q, p) in enumerate(zip(Q, P))]
+    path = tmp_path / "toy.jsonl"
+    write_examples(path, ex)
+    return path
+
+
+def _config(tiny_lens_dir, data_file, **kw):
+    base = dict(model=str(tiny_lens_dir), stages=[StageConfig("s1", [str(data_file)], loss="infonce", steps=4)],
+                lora_r=4, lora_alpha=8, batch_size=4, lr=5e-3, checkpoint_every=2, eval_every=0,
+                doc_max_length=16, query_max_length=32, seed=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize("lora_layers", [None, 1])
+def test_one_step_lowers_the_batch_loss(tiny_lens_dir, data_file, tmp_path, lora_layers):
+    t = Trainer(_config(tiny_lens_dir, data_file, lora_layers=lora_layers, lr=1e-3), tmp_path / "out",
+                show_progress_bar=False)
+    assert (t.cache is not None) == (lora_layers == 1)
+    batch = [t.data[0][i] for i in t.plan[0].batch]
+    weights = {"infonce": 1.0}
+    with torch.no_grad():
+        before = float(t.batch_loss(batch, weights, None)[0])
+    row = t.train_step()
+    assert row["loss"] == pytest.approx(before, rel=1e-5)
+    with torch.no_grad():
+        after = float(t.batch_loss(batch, weights, None)[0])
+    assert after < before
+
+
+@pytest.mark.parametrize("loss", ["bce", "bce-graded", "gte", "infonce+0.5*bce"])
+def test_every_loss_trains(tiny_lens_dir, data_file, tmp_path, loss):
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1,
+                  stages=[StageConfig("s", [str(data_file)], loss=loss, steps=2)])
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    rows = [t.train_step(), t.train_step()]
+    assert all(np.isfinite(r["loss"]) for r in rows)
+    if "bce" in loss:  # -log(N-1) for N = 4 queries x (1 positive + 1 negative) candidates
+        assert rows[0]["bias"] == pytest.approx(-np.log(7), abs=1e-6)
+
+
+def _final_state(t):
+    return {k: v.detach().clone() for k, v in t.decoder.state_dict().items() if "lora" in k} | {
+        "head": t.model.head.weight.detach().clone()}
+
+
+def test_resume_takes_the_same_next_step(tiny_lens_dir, data_file, tmp_path):
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1, stages=[
+        StageConfig("a", [str(data_file)], loss="infonce", steps=2), StageConfig("b", [str(data_file)], loss="bce", steps=2)])
+    full = Trainer(cfg, tmp_path / "full", show_progress_bar=False)
+    full.train()
+    full_log = (tmp_path / "full" / "train_log.csv").read_text().splitlines()
+
+    part = Trainer(cfg, tmp_path / "part", show_progress_bar=False)
+    for _ in range(2):  # then the process dies after the checkpoint at step 2
+        part.train_step()
+    part.save_checkpoint(tmp_path / "part" / "checkpoint")
+    part.train_step()  # work after the checkpoint is lost
+    resumed = Trainer(cfg, tmp_path / "part", show_progress_bar=False)
+    resumed.load_checkpoint(tmp_path / "part" / "checkpoint")
+    assert resumed.step == 2
+    rows = [resumed.train_step(), resumed.train_step()]
+    full_rows = [dict(zip(full_log[0].split(","), line.split(","))) for line in full_log[3:5]]
+    for got, want in zip(rows, full_rows):
+        assert got["loss"] == pytest.approx(float(want["loss"]), rel=1e-6, abs=1e-7)
+    a, b = _final_state(full), _final_state(resumed)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-7)
+
+
+def test_saved_model_loads_with_the_trained_weights(tiny_lens_dir, data_file, tmp_path):
+    from lens.encoder import LensEncoder
+
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1, train_head=True)
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    out = t.train()
+    assert (out / "adapter" / "adapter_config.json").is_file()
+    assert (out / "train_log.csv").is_file() and (out / "train_config.json").is_file()
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["adapter"] == "adapter" and conf["extra"]["training"]["steps"] == 4
+
+    texts = ["cancer drug trial", "mouse gene expression levels"]
+    with torch.no_grad():  # the trainer's own view of the vectors
+        t.decoder.eval()
+        items = [t._items[("", P[1])]]
+        want = torch.nn.functional.normalize(t._lexicon(items), dim=-1).numpy()
+    merged = LensEncoder.from_pretrained(out)
+    unmerged = LensEncoder.from_pretrained(out, merge_adapter=False)
+    untrained = LensEncoder.from_pretrained(tiny_lens_dir)
+    a = merged.encode_documents(texts)
+    np.testing.assert_allclose(a, unmerged.encode_documents(texts), atol=1e-4)
+    np.testing.assert_allclose(merged.encode_documents([P[1]]), want, atol=1e-3)  # head stored in float16
+    assert not np.allclose(a, untrained.encode_documents(texts), atol=1e-3)
+    assert merged.fingerprint()["lens_adapter"] != untrained.fingerprint()["lens_adapter"]
+
+    standalone = tmp_path / "standalone"
+    merged.save_pretrained(standalone)
+    assert json.loads((standalone / "config.json").read_text())["adapter"] is None
+    np.testing.assert_allclose(LensEncoder.from_pretrained(standalone).encode_documents(texts), a, atol=1e-5)
+
+
+def test_prefix_cache_is_reused(tiny_lens_dir, data_file, tmp_path):
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1)
+    first = Trainer(cfg, tmp_path / "a", prefix_cache_dir=tmp_path / "cache", show_progress_bar=False)
+    assert len(first.cache) > 0
+    again = Trainer(cfg, tmp_path / "b", prefix_cache_dir=tmp_path / "cache", show_progress_bar=False)
+    assert again.cache.fill(list(again._items.values()), 3) == 0  # nothing left to compute
+
+
+def test_learning_rate_schedule():
+    assert learning_rate_factor(0, 10, 2) == 0.5
+    assert learning_rate_factor(1, 10, 2) == 1.0
+    assert learning_rate_factor(6, 10, 2) == pytest.approx(0.5)
+    assert learning_rate_factor(9, 10, 0) == pytest.approx(0.1)
+
+
+def test_config_errors(tiny_lens_dir, data_file):
+    with pytest.raises(ValueError, match="unknown loss"):
+        TrainConfig(stages=[StageConfig("s", [str(data_file)], loss="cosine")])
+    with pytest.raises(ValueError, match="unknown field"):
+        TrainConfig.from_dict({"stages": [], "lora_rank": 3})
+    with pytest.raises(ValueError, match="at least one stage"):
+        TrainConfig(stages=[])
+
+
+def test_cli_train_and_resume(tiny_lens_dir, data_file, tmp_path, capsys):
+    from lens.cli import main
+    from lens.encoder import LensEncoder
+
+    out = tmp_path / "cli"
+    argv = ["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "3", "--lora-layers", "1",
+            "--batch-size", "4", "--lr", "1e-3", "--out", str(out)]
+    assert main(argv) == 0
+    assert "trained 3 steps" in capsys.readouterr().out
+    log = (out / "train_log.csv").read_text().splitlines()
+    assert len(log) == 4 and log[0].startswith("step,stage,task,loss")
+    assert main(argv + ["--resume"]) == 0  # the checkpoint is at the last step: nothing left but saving
+    assert "trained 3 steps" in capsys.readouterr().out
+    assert (out / "train_log.csv").read_text().splitlines() == log
+    LensEncoder.from_pretrained(out).encode("cancer drug")
+    assert main(["train", "--model", str(tiny_lens_dir), "--out", str(out)]) == 2  # no data, no config
+    assert "give --config FILE or --data" in capsys.readouterr().err
+
+
+def test_cli_merge(tiny_lens_dir, data_file, tmp_path, capsys):
+    from lens.cli import main
+    from lens.encoder import LensEncoder
+
+    out = tmp_path / "trained"
+    assert main(["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "2", "--lora-layers",
+                 "1", "--batch-size", "4", "--lr", "1e-3", "--out", str(out)]) == 0
+    assert main(["merge", str(out), "--out", str(tmp_path / "merged")]) == 0
+    assert (tmp_path / "merged" / "backbone" / "config.json").is_file()
+    a = LensEncoder.from_pretrained(out).encode_documents(["cancer drug trial"])
+    np.testing.assert_allclose(LensEncoder.from_pretrained(tmp_path / "merged").encode_documents(["cancer drug trial"]),
+                               a, atol=1e-5)
+    assert main(["merge", str(tiny_lens_dir), "--out", str(tmp_path / "x")]) == 2
+    assert "no adapter to merge" in capsys.readouterr().err

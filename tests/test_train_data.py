@@ -1,0 +1,208 @@
+"""Training-example format, converters and task batching, on tiny files written to tmp_path."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from lens.corpus import Document
+from lens.train.data import (
+    TrainExample, beir_pairs, read_examples, shared_pairs, sts_pairs, task_batches, weak_pairs, write_examples,
+)
+from lens.train.data_cli import main as data_main
+
+from conftest import SHARED
+
+SCIFACT = SHARED / "beir" / "scifact"
+
+
+def _jsonl(path, rows):
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if str(path).endswith(".gz"):
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def _doc_no(text: str) -> int:
+    """The number of a toy document from its indexed text ("apple 3 apple pie ...")."""
+    return int(text.split()[1])
+
+
+@pytest.fixture
+def beir_dir(tmp_path):
+    """Eight documents about apples; q1 judges d0 (2) and d1 (0), q2 judges d3 (1); test qrels exist too."""
+    d = tmp_path / "toy"
+    (d / "qrels").mkdir(parents=True)
+    docs = [{"_id": f"d{i}", "title": f"apple {i}", "text": f"apple pie recipe number {i} with apple"}
+            for i in range(8)]
+    _jsonl(d / "corpus.jsonl", docs)
+    _jsonl(d / "queries.jsonl", [{"_id": "q1", "text": "apple pie"}, {"_id": "q2", "text": "apple recipe"}])
+    (d / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t2\nq1\td1\t0\nq2\td3\t1\n")
+    (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
+    return d
+
+
+def test_round_trip_plain_and_gz(tmp_path):
+    examples = [
+        TrainExample("q", "p", ["n1", "n2"], score=3.5, max_score=5.0, teacher=[1.0, 0.2, 0.1], task="t",
+                     instruction="find it"),
+        TrainExample("q2 é", "p2"),
+    ]
+    for name in ("ex.jsonl", "ex.jsonl.gz"):
+        write_examples(tmp_path / name, examples)
+        assert read_examples(tmp_path / name) == examples
+    assert gzip.decompress((tmp_path / "ex.jsonl.gz").read_bytes()).startswith(b'{"query": "q"')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ex.jsonl", "ex.jsonl.gz"]  # no temporary files left
+
+
+def test_task_defaults_to_file_stem(tmp_path):
+    rows = [{"query": "q", "positive": "p"}, {"query": "q", "positive": "p", "task": "t"}]
+    path = _jsonl(tmp_path / "wiki.jsonl.gz", rows)
+    assert [e.task for e in read_examples(path)] == ["wiki", "t"]
+    assert [e.task for e in read_examples(path, task="other")] == ["other", "t"]
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"query": "", "positive": "p"}, "'query' must be a non-empty string"),
+    ({"query": "q"}, "'positive' must be a non-empty string"),
+    ({"query": "q", "positive": "p", "negatives": "n"}, "'negatives' must be a list of strings"),
+    ({"query": "q", "positive": "p", "negatives": ["n"], "teacher": [1.0]}, "expected 1 + 1 negatives"),
+    ({"query": "q", "positive": "p", "score": 6, "max_score": 5}, "outside"),
+    ({"query": "q", "positive": "p", "negative": "n"}, "unknown field(s) 'negative'"),
+])
+def test_validation_errors_name_file_and_line(tmp_path, row, message):
+    path = _jsonl(tmp_path / "bad.jsonl", [{"query": "ok", "positive": "ok"}, row])
+    with pytest.raises(ValueError, match=rf"bad\.jsonl:2: .*{message[:12]}") as info:
+        read_examples(path)
+    assert message in str(info.value)
+
+
+def test_beir_refuses_test(beir_dir):
+    with pytest.raises(ValueError, match="never train on a test split"):
+        beir_pairs(beir_dir, split="test")
+
+
+def test_beir_negatives_skip_judged_docs(beir_dir):
+    ex = beir_pairs(beir_dir, num_negatives=7, negative_ranks=(0, 30))  # more than the 6 unjudged docs of q1
+    assert [e.query for e in ex] == ["apple pie", "apple recipe"]  # d1 (grade 0) is no positive
+    assert (ex[0].score, ex[0].max_score) == (2.0, 2.0)  # graded qrels keep their grade
+    assert {_doc_no(n) for n in ex[0].negatives} == {2, 3, 4, 5, 6, 7}  # all but the judged d0 and d1
+    assert {_doc_no(n) for n in ex[1].negatives} == {0, 1, 2, 4, 5, 6, 7}
+    assert all(e.task == "toy" for e in ex)
+    assert beir_pairs(beir_dir, num_negatives=3, seed=0) == beir_pairs(beir_dir, num_negatives=3, seed=0)
+
+
+def test_beir_short_pool_fills_with_unjudged_docs(beir_dir):
+    (beir_dir / "queries.jsonl").write_text(json.dumps({"_id": "q3", "text": "zebra"}) + "\n")
+    (beir_dir / "qrels" / "dev.tsv").write_text("q3\td5\t1\n")  # no document matches "zebra"
+    [e] = beir_pairs(beir_dir, split="dev", num_negatives=4)
+    assert _doc_no(e.positive) == 5 and len(set(e.negatives)) == 4 and 5 not in {_doc_no(n) for n in e.negatives}
+
+
+def test_beir_callable_miner_takes_top_of_its_scores(beir_dir):
+    def miner(queries, docs):  # prefers higher document numbers
+        return np.tile(np.arange(len(docs), dtype=float), (len(queries), 1))
+
+    ex = beir_pairs(beir_dir, num_negatives=2, miner=miner, negative_ranks=(0, 2), instruction="i")
+    assert [_doc_no(n) for n in ex[0].negatives] == [7, 6]
+    assert ex[1].instruction == "i"
+    with pytest.raises(ValueError, match="unknown miner"):
+        beir_pairs(beir_dir, miner="dense")
+
+
+def test_weak_pairs_title_and_first_sentence():
+    docs = [
+        Document("a", "Cells divide quickly. Then they rest for a long while afterwards.", "Cell division"),
+        Document("b", "Short.", "Tiny"),
+        Document("c", "No title here but a long enough text. Second sentence is here too.", ""),
+    ]
+    title = weak_pairs(docs, name="toy")
+    assert [(e.query, e.task, e.negatives) for e in title] == [("Cell division", "weak-toy", [])]
+    first = weak_pairs(docs, mode="first-sentence", name="toy")
+    assert [(e.query, e.positive) for e in first] == [
+        ("Cells divide quickly.", "Then they rest for a long while afterwards."),
+        ("No title here but a long enough text.", "Second sentence is here too."),
+    ]
+    assert len(weak_pairs(docs * 5, mode="first-sentence", max_pairs=3, seed=1)) == 3
+    with pytest.raises(ValueError, match="'title' or 'first-sentence'"):
+        weak_pairs(docs, mode="body")
+
+
+def test_weak_pairs_from_beir_dir_named_after_it(beir_dir):
+    assert {e.task for e in weak_pairs(beir_dir, min_chars=5)} == {"weak-toy"}
+
+
+def test_sts_split_filter_and_test_refusal(tmp_path):
+    path = tmp_path / "sts.tsv.gz"
+    rows = "sentence1\tsentence2\tscore\tsplit\na\tb\t4.5\ttrain\nc\td\t1.0\ttrain\ne\tf\t2\tdev\ng\th\t3\ttest\n"
+    path.write_bytes(gzip.compress(rows.encode()))
+    ex = sts_pairs(path)
+    assert [(e.query, e.positive, e.score, e.max_score, e.task) for e in ex] == [
+        ("a", "b", 4.5, 5.0, "sts"), ("c", "d", 1.0, 5.0, "sts")]
+    assert [e.query for e in sts_pairs(path, split="dev")] == ["e"]
+    assert [e.query for e in sts_pairs(path, min_score=2)] == ["a"]
+    with pytest.raises(ValueError, match="never train on a test split"):
+        sts_pairs(path, split="test")
+
+
+def test_shared_pairs_merge_and_negatives(tmp_path):
+    d = tmp_path / "qa"
+    d.mkdir()
+    _jsonl(d / "train.jsonl.gz", [
+        {"query": "q", "positive": "p1", "negative": "n1", "qid": "1"},
+        {"query": "q", "positive": "p2", "negative": "p1"},  # another positive of q: not a negative
+        {"query": "q", "positive": "p1", "negative": "n2"},
+        {"query": "r", "positive": "p3"},
+    ])
+    ex = shared_pairs(d)
+    assert [(e.query, e.positive, e.negatives, e.task) for e in ex] == [
+        ("q", "p1", ["n1", "n2"], "qa"), ("q", "p2", [], "qa"), ("r", "p3", [], "qa")]
+    _jsonl(d / "test.jsonl", [{"query": "q", "positive": "p"}])
+    with pytest.raises(ValueError, match="test split"):
+        shared_pairs(d / "test.jsonl")
+
+
+def test_task_batches_one_task_each_deterministic_and_complete():
+    ex = [TrainExample(f"a{i % 7}", f"p{i}", task="a") for i in range(23)]  # repeated queries
+    ex += [TrainExample(f"b{i}", f"p{i % 5}", task="b") for i in range(11)]  # repeated positives
+    batches = task_batches(ex, 4, seed=3)
+    assert sorted(i for b in batches for i in b) == list(range(len(ex)))
+    assert batches == task_batches(ex, 4, seed=3) and batches != task_batches(ex, 4, seed=4)
+    for b in batches:
+        assert len(b) <= 4 and len({ex[i].task for i in b}) == 1
+        assert len({ex[i].query for i in b}) == len(b) and len({ex[i].positive for i in b}) == len(b)
+    assert all(len(b) == 4 for b in task_batches(ex, 4, seed=3, drop_last=True))
+
+
+def test_cli_writes_and_reports(tmp_path, capsys):
+    (tmp_path / "set").mkdir()
+    _jsonl(tmp_path / "set" / "pairs.jsonl", [{"query": "q", "positive": "p"}])
+    out = tmp_path / "out.jsonl.gz"
+    assert data_main(["data", "shared", str(tmp_path / "set"), "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out and read_examples(out)[0].task == "set"
+    assert data_main(["data", "stats", str(out)]) == 0
+    assert "set" in capsys.readouterr().out
+    assert data_main(["data", "sts", str(tmp_path / "missing.tsv.gz"), "--out", str(out)]) == 2
+
+
+@pytest.mark.real_data
+@pytest.mark.skipif(not SCIFACT.is_dir(), reason="../shared/data/beir/scifact not beside the repo")
+def test_real_scifact_negatives_are_never_judged():
+    from lens.bench.systems import doc_text
+    from lens.corpus import load_beir
+
+    corpus, queries, qrels = load_beir(SCIFACT, "train")
+    text = {d.id: doc_text(d) for d in corpus}
+    qid_of = {t: q for q, t in queries.items()}
+    # the default ranks, then the very top, where the judged documents sit
+    for ranks in ((3, 30), (0, 2)):
+        ex = beir_pairs(SCIFACT, num_negatives=2, max_queries=20, negative_ranks=ranks)
+        assert len({e.query for e in ex}) == 20
+        for e in ex:
+            judged = {text[d] for d in qrels[qid_of[e.query]]}
+            assert e.positive in judged and len(e.negatives) == 2 and not judged & set(e.negatives)
