@@ -42,13 +42,14 @@ def test_review_cluster_holds_review_and_reviews(default_k4000, default_tokenize
 
 
 def test_default_encoder_end_to_end(default_k4000):
-    """The shipped compact default = a fresh cluster-vocab run; loading verifies the GGUF's LM-head hash."""
+    """The shipped default was trained from a fresh cluster-vocab run's clusters; loading verifies the GGUF's
+    LM-head hash and merges the adapter."""
     from lens.encoder import LensEncoder
 
     enc = LensEncoder.from_pretrained("default")
     fresh = load_file(default_k4000 / "clusters.safetensors")
     assert np.array_equal(enc.assignment, fresh["assignment"])
-    np.testing.assert_allclose(enc.model.head.weight.detach().numpy(), fresh["centroids"], atol=1e-5)
+    assert enc.config.adapter == "adapter" and enc.fingerprint()["lens_adapter"]
     assert enc.model.decoder.config.is_causal is False
     docs = ["A systematic review of statin trials.", "Photosynthesis converts light into chemical energy."]
     out = enc.encode_documents(docs, output="both")
@@ -88,3 +89,29 @@ def test_converted_cache_gives_the_same_model(tmp_path, monkeypatch):
     ids = tokenizer("The cache must not change a single logit.", return_tensors="pt")
     with torch.no_grad():
         assert torch.equal(direct(**ids).logits, model(**ids).logits)
+
+
+@pytest.mark.real_data
+def test_trained_default_beats_the_untrained_clusters_on_adi(default_k4000):
+    """Training is what makes the lexicon useful: on ADI (82 docs, 35 queries, never trained on) the shipped
+    default's lexicon nDCG@10 is far above the untrained clustering's."""
+    from conftest import SHARED
+    from lens.corpus import load_beir
+    from lens.encoder import LensEncoder
+    from lens.metrics import evaluate
+
+    if not (SHARED / "classic" / "adi").is_dir():
+        pytest.skip("../shared/data/classic/adi is not there")
+    corpus, queries, qrels = load_beir(SHARED / "classic" / "adi")
+    ids = list(corpus)
+    scores = {}
+    for name in ("default", default_k4000):
+        enc = LensEncoder.from_pretrained(name)
+        docs = enc.encode_documents([corpus[i].full_text for i in ids], batch_size=8)
+        qids = list(queries)
+        q = enc.encode_queries([queries[i] for i in qids], batch_size=8)
+        sims = q @ docs.T
+        run = {qid: {ids[j]: float(sims[r, j]) for j in np.argsort(-sims[r])[:100]} for r, qid in enumerate(qids)}
+        scores[str(name)] = evaluate(qrels, run).mean["ndcg@10"]
+    trained, untrained = scores["default"], scores[str(default_k4000)]
+    assert trained > untrained + 0.1, scores

@@ -178,3 +178,21 @@ def test_cli_merge(tiny_lens_dir, data_file, tmp_path, capsys):
                                a, atol=1e-5)
     assert main(["merge", str(tiny_lens_dir), "--out", str(tmp_path / "x")]) == 2
     assert "no adapter to merge" in capsys.readouterr().err
+
+
+def test_kl_distillation_stage(tiny_lens_dir, tmp_path):
+    ex = [TrainExample(q, p, negatives=[P[(i + 3) % len(P)]], teacher=[2.0, 0.5], task="toy")
+          for i, (q, p) in enumerate(zip(Q, P))]
+    path = tmp_path / "teacher.jsonl"
+    write_examples(path, ex)
+    cfg = _config(tiny_lens_dir, path, lora_layers=1, stages=[StageConfig("kd", [str(path)], loss="kl", steps=2)])
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    rows = [t.train_step(), t.train_step()]
+    assert all(np.isfinite(r["loss_kl"]) and r["loss_kl"] >= 0 for r in rows)
+    no_teacher = tmp_path / "plain.jsonl"
+    write_examples(no_teacher, [TrainExample(q, p, task="toy") for q, p in zip(Q, P)])
+    t = Trainer(_config(tiny_lens_dir, no_teacher, lora_layers=1,
+                        stages=[StageConfig("kd", [str(no_teacher)], loss="kl", steps=1)]), tmp_path / "o2",
+                show_progress_bar=False)
+    with pytest.raises(ValueError, match="teacher scores"):
+        t.train_step()

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--output-dir", type=Path, default=None)
     parser.add_argument("--depth", type=_positive, default=DEFAULT_DEPTH)
-    parser.add_argument("--lens-batch-size", type=_positive, default=16)
+    parser.add_argument("--lens-batch-size", type=_positive, default=4)
     parser.add_argument("--max-docs", type=_positive, default=None,
                         help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=_positive, default=None,

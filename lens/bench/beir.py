@@ -326,7 +326,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="results root (default: benchmarks/results/beir under the repository)")
     parser.add_argument("--depth", type=_positive, default=DEFAULT_DEPTH,
                         help=f"hits retrieved per query and per fused component (default {DEFAULT_DEPTH})")
-    parser.add_argument("--lens-batch-size", type=_positive, default=16)
+    parser.add_argument("--lens-batch-size", type=_positive, default=4,
+                        help="LENS documents per forward pass (4: per-document CPU throughput drops at 16)")
     parser.add_argument("--max-docs", type=_positive, default=None,
                         help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=_positive, default=None,
