@@ -56,7 +56,7 @@ def test_default_encoder_end_to_end(default_k4000):
     assert out.lexicon.shape == (2, 4000) and out.dense.shape == (2, 576)
     assert np.isfinite(out.lexicon).all() and (np.linalg.norm(out.lexicon, axis=1) > 0.99).all()
     alone = enc.encode_documents(docs[1])
-    np.testing.assert_allclose(out.lexicon[1], alone, atol=1e-5)
+    np.testing.assert_allclose(out.lexicon[1], alone, atol=1e-4)  # padded batch vs alone: float32 noise only
     q = enc.encode_queries("statin trials", instruction="Given a claim, find documents that support it")
     assert q.shape == (4000,) and q.sum() > 0
     assert len(enc.explain(docs[0], top_k=5)) == 5
@@ -103,11 +103,11 @@ def test_trained_default_beats_the_untrained_clusters_on_adi(default_k4000):
     if not (SHARED / "classic" / "adi").is_dir():
         pytest.skip("../shared/data/classic/adi is not there")
     corpus, queries, qrels = load_beir(SHARED / "classic" / "adi")
-    ids = list(corpus)
+    ids = [d.id for d in corpus]
     scores = {}
     for name in ("default", default_k4000):
         enc = LensEncoder.from_pretrained(name)
-        docs = enc.encode_documents([corpus[i].full_text for i in ids], batch_size=8)
+        docs = enc.encode_documents([d.full_text for d in corpus], batch_size=8)
         qids = list(queries)
         q = enc.encode_queries([queries[i] for i in qids], batch_size=8)
         sims = q @ docs.T
