@@ -5,6 +5,7 @@ for the same steps on the same batches of STS-Benchmark *train* pairs (graded 0-
 the lexicon vectors is measured, with the untrained model as the baseline row. InfoNCE and BCE see every pair as
 a positive; graded BCE turns the label r into the target 0.7 + 0.3 r/5 (0 for r = 0).
 
+    lens cluster-vocab --clusters 4000 --out .cache/lens-train/smollm2-k4000   # the untrained start (once)
     python benchmarks/loss_comparison.py --steps 60 --pairs 1920 --threads 2
 """
 
@@ -26,7 +27,8 @@ LOSSES = ("infonce", "bce", "bce-graded")
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sts", type=Path, default=ROOT.parent / "shared/data/sts/stsbenchmark/stsbenchmark.tsv.gz")
-    p.add_argument("--model", default="default")
+    p.add_argument("--model", default=str(ROOT / ".cache" / "lens-train" / "smollm2-k4000"),
+                   help="an untrained clustering (`lens cluster-vocab --clusters 4000 --out DIR`; what make train-default makes)")
     p.add_argument("--losses", default=",".join(LOSSES))
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--pairs", type=int, default=1920, help="STS-B train pairs used (a seeded subset)")
