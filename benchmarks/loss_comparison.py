@@ -72,11 +72,12 @@ def main() -> int:
                          "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                          "train_s": train_s, "total_s": time.perf_counter() - t})
             print(json.dumps(rows[-1]), flush=True)
-    command = "python benchmarks/loss_comparison.py " + " ".join(sys.argv[1:])
+    from lens.bench.beir import command_line
+    from lens.bench.report import write_benchmark
+
+    command = command_line()
     meta = {"command": command, "steps": args.steps, "pairs": args.pairs, "batch_size": args.batch_size,
             "lora_layers": args.lora_layers, "lr": args.lr, "load_avg_1min_after": os.getloadavg()[0], "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
     lines = ["# Loss comparison: InfoNCE vs BCE vs graded BCE", "", "```bash", command, "```", "",
              f"Same start (the untrained default clustering), same {args.steps} steps of the same batches "
              f"({args.batch_size} STS-B train pairs each, from {args.pairs} pairs), LoRA r=32 on the top "
@@ -86,8 +87,7 @@ def main() -> int:
     for r in rows:
         fl = "-" if r["first_loss"] is None else f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}"
         lines.append(f"| {r['loss']} | {r['steps']} | {r['stsb_test_spearman']:.1f} | {fl} | {r['train_s']:.0f} |")
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(write_benchmark(args.out, meta, lines), end="")
     return 0
 
 

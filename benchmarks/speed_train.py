@@ -81,12 +81,13 @@ def main() -> int:
     base = rows[0]["step_s_median"]
     for r in rows:
         r["speedup"] = base / r["step_s_median"]
-    command = "python benchmarks/speed_train.py " + " ".join(sys.argv[1:])
+    from lens.bench.beir import command_line
+    from lens.bench.report import write_benchmark
+
+    command = command_line()
     meta = {"command": command, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "load_avg_1min_after": os.getloadavg()[0], "batch_size": args.batch_size,
             "query_tokens": args.query_tokens, "doc_tokens": args.doc_tokens, "threads": args.threads, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
     lines = ["# Training step time (CPU)", "", "```bash", command, "```", "",
              f"Batch {args.batch_size} queries ({args.query_tokens} tokens after the instruction) + {args.batch_size} "
              f"positives ({args.doc_tokens} tokens), InfoNCE with in-batch negatives, forward + backward + AdamW, "
@@ -95,8 +96,7 @@ def main() -> int:
              "| variant | step s (median) | speed-up vs baseline | one-off prefix cache s/text |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['step_s_median']:.2f} | {r['speedup']:.1f}x | {r['cache_s_per_text']:.3f} |")
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(write_benchmark(args.out, meta, lines), end="")
     return 0
 
 

@@ -39,13 +39,12 @@ def main() -> int:
     rows = []
     for name in args.sets.split(","):
         path = args.data / SETS[name]
-        cache: dict = {}
+        encoded: list = []  # the set's LENS vectors, encoded once (output="both") for lexicon and dense
 
         def both(s1, s2):
-            key = (len(s1), s1[0])
-            if key not in cache:
-                cache[key] = lens_pair_encoder(lens, output="both")(s1, s2)
-            return cache[key]
+            if not encoded:
+                encoded.append(lens_pair_encoder(lens, output="both")(s1, s2))
+            return encoded[0]
 
         systems = {
             "minilm": lambda a, b: (minilm.encode(a, show_progress_bar=False), minilm.encode(b, show_progress_bar=False)),
@@ -58,18 +57,18 @@ def main() -> int:
             rows.append({"set": name, "split": args.split, "system": system, "spearman": r["spearman"],
                          "pairs": r["pairs"], "seconds": time.perf_counter() - t})
             print(json.dumps(rows[-1]), flush=True)
-    command = "python benchmarks/sts.py " + " ".join(sys.argv[1:])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "model": args.model, "rows": rows,
-                                                         "load_avg_1min_after": os.getloadavg()[0]}, indent=2) + "\n")
+    from lens.bench.beir import command_line
+    from lens.bench.report import write_benchmark
+
+    command = command_line()
+    meta = {"command": command, "model": args.model, "rows": rows, "load_avg_1min_after": os.getloadavg()[0]}
     lines = ["# STS: Spearman x 100 (cosine of the pair's vectors)", "", "```bash", command, "```", "",
              f"LENS model: `{args.model}`. sentence1 is encoded as a query behind \"Retrieve semantically similar "
              "text\", sentence2 as a document; MiniLM encodes both plainly.", "",
              "| set | split | system | Spearman | pairs | seconds |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['set']} | {r['split']} | {r['system']} | {r['spearman']:.1f} | {r['pairs']} | {r['seconds']:.0f} |"
               for r in rows]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(write_benchmark(args.out, meta, lines), end="")
     return 0
 
 

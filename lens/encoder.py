@@ -309,8 +309,7 @@ def _load_adapter(decoder, adapter_dir: Path, merge: bool) -> str:
     peft_model = PeftModel.from_pretrained(decoder, str(adapter_dir))
     if merge:
         peft_model.merge_and_unload()  # LoRA folded into the decoder's own weights: no inference overhead
-    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
-    return digest
+    return hashlib.sha256(weights.read_bytes()).hexdigest()
 
 
 def _check_lm_head(head: np.ndarray, ref: BackboneRef, config: LensConfig, dtype: torch.dtype) -> None:

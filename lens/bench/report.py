@@ -16,7 +16,7 @@ import math
 import os
 import shlex
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from lens._io import atomic_write_bytes, read_json, write_json
 
@@ -234,3 +234,13 @@ def write_readme(root: str | os.PathLike) -> Path:
     path = Path(root) / "README.md"
     atomic_write_bytes(path, readme_text(root).encode("utf-8"))
     return path
+
+
+def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Sequence[str]) -> str:
+    """``out.json`` (``meta``) and ``out.md`` (the lines) of a benchmark script, atomically; returns the markdown."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out.with_suffix(".json"), meta)
+    text = "\n".join(markdown_lines) + "\n"
+    atomic_write_bytes(out.with_suffix(".md"), text.encode("utf-8"))
+    return text

@@ -109,13 +109,13 @@ class PrefixCache:
     def batch(self, items: list[Encoded], dtype: torch.dtype, device) -> tuple[Tensor, Tensor, Tensor]:
         """Right-padded (hidden (B, L, H), attention_mask (B, L), pool_mask (B, L)) for cached sequences."""
         L = max(len(it.ids) for it in items)
-        first = self.get(items[0].ids)
-        hidden = torch.zeros(len(items), L, first.shape[-1], dtype=dtype)
+        states = [self.get(it.ids) for it in items]
+        hidden = torch.zeros(len(items), L, states[0].shape[-1], dtype=dtype)
         att = torch.zeros(len(items), L, dtype=torch.long)
         pool = torch.zeros(len(items), L, dtype=torch.long)
-        for i, it in enumerate(items):
+        for i, (it, state) in enumerate(zip(items, states)):
             n = len(it.ids)
-            hidden[i, :n] = self.get(it.ids).to(dtype)
+            hidden[i, :n] = state.to(dtype)
             att[i, :n] = 1
             pool[i, :n] = torch.tensor(it.pool)
         return hidden.to(device), att.to(device), pool.to(device)

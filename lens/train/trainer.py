@@ -193,9 +193,12 @@ class Trainer:
             self.cache_seconds = time.perf_counter() - t
             logger.info("prefix cache: %d sequences computed in %.0f s (%d were cached)", done, self.cache_seconds, had)
 
-    def _negatives(self, ex: TrainExample) -> list[str]:
-        stage_caps = [s.max_negatives for s in self.config.stages if s.max_negatives is not None]
-        cap = max(stage_caps) if stage_caps and len(stage_caps) == len(self.config.stages) else None
+    def _negatives(self, ex: TrainExample, max_negatives: int | None = None) -> list[str]:
+        """``ex``'s hard negatives that any stage uses (cut to ``max_negatives`` when given)."""
+        caps = [s.max_negatives for s in self.config.stages]
+        cap = None if None in caps else max(caps)
+        if max_negatives is not None:
+            cap = max_negatives if cap is None else min(cap, max_negatives)
         return ex.negatives if cap is None else ex.negatives[:cap]
 
     # ------------------------------------------------------------------------------------------------ forward
@@ -218,12 +221,12 @@ class Trainer:
         cfg = self.config
         template = self.encoder.config.query_template
         q_items = [self._items[(template.format(instruction=self._instruction(e)), e.query)] for e in examples]
-        doc_texts, positive_index, owner = [], [], []
-        for i, e in enumerate(examples):
-            negs = self._negatives(e)[: max_negatives] if max_negatives is not None else self._negatives(e)
+        doc_texts, positive_index, counts = [], [], []
+        for e in examples:
+            negs = self._negatives(e, max_negatives)
             positive_index.append(len(doc_texts))
             doc_texts += [e.positive, *negs]
-            owner += [i] * (1 + len(negs))
+            counts.append(1 + len(negs))
         q = self._lexicon(q_items)
         d = self._lexicon([self._items[("", t)] for t in doc_texts])
         pidx = torch.tensor(positive_index, device=q.device)
@@ -249,8 +252,7 @@ class Trainer:
                     raise ValueError("loss 'kl' needs teacher scores on every example of its stage")
                 teacher = torch.full_like(scores, 0.0)
                 own = torch.zeros_like(valid)
-                for i, e in enumerate(examples):
-                    n = 1 + len(self._negatives(e)[: max_negatives] if max_negatives is not None else self._negatives(e))
+                for i, (e, n) in enumerate(zip(examples, counts)):
                     teacher[i, positive_index[i]: positive_index[i] + n] = torch.tensor(e.teacher[:n])
                     own[i, positive_index[i]: positive_index[i] + n] = True
                 terms[name] = L.kl_distillation(scores, teacher, cfg.temperature, valid=own)
