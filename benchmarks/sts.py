@@ -26,7 +26,6 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sts")
     args = p.parse_args()
-    import numpy as np
     import torch
 
     torch.set_num_threads(args.threads)
