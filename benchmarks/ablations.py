@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from lens.bench import script_main  # noqa: E402
+from lens.eval import script_main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(script_main("lens.bench.ablations", __doc__.split("\n")[0]))
+    sys.exit(script_main("lens.eval.ablations", __doc__.split("\n")[0]))

@@ -42,7 +42,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from lens.bench.sts import STS_INSTRUCTION, evaluate_sts
+    from lens.eval.sts import STS_INSTRUCTION, evaluate_sts
     from lens.train.config import StageConfig, TrainConfig
     from lens.train.data import sts_pairs, write_examples
     from lens.train.trainer import Trainer
@@ -72,8 +72,8 @@ def main() -> int:
                          "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                          "train_s": train_s, "total_s": time.perf_counter() - t})
             print(json.dumps(rows[-1]), flush=True)
-    from lens.bench.beir import command_line
-    from lens.bench.report import write_benchmark
+    from lens.eval.beir import command_line
+    from lens.eval.report import write_benchmark
 
     command = command_line()
     meta = {"command": command, "steps": args.steps, "pairs": args.pairs, "batch_size": args.batch_size,

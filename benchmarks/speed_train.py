@@ -81,8 +81,8 @@ def main() -> int:
     base = rows[0]["step_s_median"]
     for r in rows:
         r["speedup"] = base / r["step_s_median"]
-    from lens.bench.beir import command_line
-    from lens.bench.report import write_benchmark
+    from lens.eval.beir import command_line
+    from lens.eval.report import write_benchmark
 
     command = command_line()
     meta = {"command": command, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",

@@ -29,7 +29,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from lens.bench.sts import evaluate_sts, lens_pair_encoder
+    from lens.eval.sts import evaluate_sts, lens_pair_encoder
     from lens.dense import DenseEncoder
     from lens.encoder import LensEncoder
 
@@ -56,8 +56,8 @@ def main() -> int:
             rows.append({"set": name, "split": args.split, "system": system, "spearman": r["spearman"],
                          "pairs": r["pairs"], "seconds": time.perf_counter() - t})
             print(json.dumps(rows[-1]), flush=True)
-    from lens.bench.beir import command_line
-    from lens.bench.report import write_benchmark
+    from lens.eval.beir import command_line
+    from lens.eval.report import write_benchmark
 
     command = command_line()
     meta = {"command": command, "model": args.model, "rows": rows, "load_avg_1min_after": os.getloadavg()[0]}

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from lens.atomic import read_json
+
 __all__ = [
     "DOCS_FILE",
     "FORMAT_VERSION",
@@ -22,6 +24,7 @@ __all__ = [
     "check_fingerprint",
     "file_record",
     "normalize_fingerprint",
+    "read_manifest",
     "validate_manifest",
     "verify_file",
 ]
@@ -149,3 +152,12 @@ def validate_manifest(m: Any, path: Path) -> dict[str, Any]:
         ):
             raise ValueError(f"index manifest {path} is damaged: no valid checksum record for {name}")
     return m
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """The validated manifest of the saved index in ``directory`` (the one reader of ``manifest.json``)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no saved index at {directory}: not found (build one with `lens index build`)")
+    path = directory / MANIFEST_FILE
+    return validate_manifest(read_json(path, "index manifest"), path)

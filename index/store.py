@@ -42,7 +42,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import faiss
 import numpy as np
 
-from lens._io import atomic_dir, read_json, write_json
+from lens.atomic import atomic_dir, write_json
 
 from .factory import INDEX_TYPES, IndexType, TrainingPlan, exact_index, get_index_type
 from .manifest import (
@@ -53,7 +53,7 @@ from .manifest import (
     check_fingerprint,
     file_record,
     normalize_fingerprint,
-    validate_manifest,
+    read_manifest,
     verify_file,
 )
 from .metadata import DocTable, encode_metadata
@@ -581,10 +581,8 @@ class HybridIndex:
         anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones.
         """
         directory = Path(directory)
-        if not directory.is_dir():
-            raise FileNotFoundError(f"no saved index at {directory} (not a directory)")
         mpath = directory / MANIFEST_FILE
-        m = validate_manifest(read_json(mpath, "index manifest"), mpath)
+        m = read_manifest(directory)
         check_fingerprint(expected_fingerprint, m["fingerprint"], directory)
         try:
             itype = get_index_type(m["index_type"])

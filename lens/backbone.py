@@ -1,7 +1,7 @@
 """Backbone loading: ``"default"`` (the embedded SmolLM2 GGUF), a local Hugging Face directory, or a ``.gguf``.
 
-Nothing here touches the network: every call passes ``local_files_only=True`` and the hub's offline switches
-are set before transformers is imported. The LM-head matrix can also be read on its own (``load_lm_head``),
+Nothing here touches the network: every call passes ``local_files_only=True`` (no process-wide environment
+switch is set: importing LENS changes nothing for the rest of a user's program). The LM-head matrix can also be read on its own (``load_lm_head``),
 straight from the weight files, so clustering a 7B model's vocabulary does not need the 7B model in memory.
 """
 
@@ -17,8 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +169,7 @@ def load_backbone(
 def _convert_gguf(ref: BackboneRef, target: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from lens._io import atomic_dir
+    from lens.atomic import atomic_dir
 
     logger.info("converting %s to safetensors in %s (once)", ref.gguf_file, target)
     model = AutoModelForCausalLM.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)

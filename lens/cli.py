@@ -13,62 +13,62 @@ from pathlib import Path
 logger = logging.getLogger("lens")
 
 
+class LazyChoices:
+    """The names of a registry (``module:attribute``), imported only when argparse checks a value or prints help.
+
+    So ``lens --help`` stays instant while every choice the CLI offers comes from the library's own registry.
+    """
+
+    def __init__(self, target: str):
+        self.target = target
+
+    def _names(self) -> list[str]:
+        import importlib
+
+        module, attr = self.target.split(":")
+        return list(getattr(importlib.import_module(module), attr))
+
+    def __contains__(self, value) -> bool:
+        return value in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __str__(self) -> str:  # for "%(names)s" in a help string
+        return ", ".join(self._names())
+
+
+def _loss_expression(value: str) -> str:
+    from lens.train.objectives import parse_loss
+
+    try:
+        parse_loss(value, where="--loss")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 # ---------------------------------------------------------------------------------------------- cluster-vocab
 def cmd_cluster_vocab(args: argparse.Namespace) -> None:
-    import numpy as np
-    from safetensors.numpy import save
+    from lens.vocab import cluster_vocab
 
-    from lens._io import atomic_dir, atomic_write_bytes
-    from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone
-    from lens.clustering import cluster_rows, clusters_tsv, identity_clustering, size_summary
-    from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, ClusteringConfig, LensConfig
-
-    start = time.perf_counter()
-    ref = resolve_backbone(args.model)
-    matrix = load_lm_head(ref)
-    tokenizer = load_tokenizer(ref)
-    exclude: list[int] = []
-    if args.exclude_special:
-        special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-        exclude = sorted((special | set(tokenizer.all_special_ids)) & set(range(len(matrix))))
-    print(f"LM head {matrix.shape[0]} x {matrix.shape[1]} from {ref.reference}; excluding {len(exclude)} tokens",
-          file=sys.stderr)
-    if args.clusters == "vocab":  # the unclustered baseline: every token its own dimension
-        result = identity_clustering(matrix, exclude)
-    else:
-        result = cluster_rows(
-            matrix, args.clusters, iterations=args.iterations, seed=args.seed, backend=args.backend,
-            exclude=exclude, show_progress_bar=True,
-        )
-    k = len(result.centroids)
-    config = LensConfig(
-        backbone=ref.reference,
-        clustering=ClusteringConfig(
-            num_clusters=k, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
-            lm_head_sha256=matrix_sha256(matrix), seed=args.seed, iterations=args.iterations,
-            backend=args.backend, exclude_special=args.exclude_special, num_excluded=len(exclude),
-        ),
-    )
-    tensors = {"assignment": result.assignment.astype(np.int32)}
-    if not args.compact:
-        tensors["centroids"] = result.centroids
-    blob = save(tensors)
-    with atomic_dir(args.out) as tmp:
-        config.save(tmp)
-        atomic_write_bytes(tmp / CLUSTERS_NAME, blob)
-        atomic_write_bytes(tmp / CLUSTERS_TSV, clusters_tsv(result.assignment, k, tokenizer).encode())
-    s = size_summary(result.sizes)
+    r = cluster_vocab(args.out, args.model, args.clusters, iterations=args.iterations, seed=args.seed,
+                      backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
+                      show_progress_bar=True)
+    s = r.sizes
     print(
-        f"wrote {args.out}: k={k} in {time.perf_counter() - start:.1f}s; cluster sizes "
-        f"min {s['min']} / median {s['median']:g} / max {s['max']}, {s['singletons']} singletons, "
-        f"{s['empty']} empty; final objective {result.objective[-1]:.6g}"
+        f"wrote {args.out}: k={r.num_clusters} from {r.backbone} ({r.num_excluded} tokens excluded) in "
+        f"{r.seconds:.1f}s; cluster sizes min {s['min']} / median {s['median']:g} / max {s['max']}, "
+        f"{s['singletons']} singletons, {s['empty']} empty; final objective {r.objective:.6g}"
     )
 
 
 # ---------------------------------------------------------------------------------------------- encode
 def read_texts(path: Path) -> list[str]:
-    """Texts from a .txt (one per line) or .jsonl (objects with "text" and optional "title", or strings)."""
-    from lens.corpus import iter_json_lines
+    """Texts from a .txt (one per line) or .jsonl (objects with "text" and optional "title", or strings).
+
+    An object's text is ``lens.corpus.document_text(title, text)``, as everywhere else."""
+    from lens.corpus import document_text, iter_json_lines
 
     if not path.is_file():
         raise FileNotFoundError(f"input file not found: {path}")
@@ -82,7 +82,7 @@ def read_texts(path: Path) -> list[str]:
             texts.append(obj)
         elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
             title = obj.get("title")
-            texts.append(f"{title}\n{obj['text']}" if isinstance(title, str) and title else obj["text"])
+            texts.append(document_text(title if isinstance(title, str) else "", obj["text"]))
         else:
             raise ValueError(f'{path}:{n}: expected a string or an object with a "text" string')
     return texts
@@ -91,7 +91,7 @@ def read_texts(path: Path) -> list[str]:
 def cmd_encode(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from lens._io import atomic_write_bytes
+    from lens.atomic import atomic_write_bytes
     from lens.encoder import LensEncoder
 
     texts = read_texts(Path(args.input))
@@ -124,36 +124,29 @@ def cmd_explain(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- index / search
-def _model_reference(model: str) -> str:
-    return model if model == "default" else str(Path(model).resolve())
-
-
 def cmd_index_build(args: argparse.Namespace) -> None:
     from lens.corpus import load_corpus
-    from lens.dense import DenseEncoder
-    from lens.encoder import LensEncoder
+    from lens.hybrid import HybridEncoder
     from lens.indexing import build_index
+    from lens.search import model_reference
 
     start = time.perf_counter()
     docs = load_corpus(args.corpus)
-    encoder = LensEncoder.from_pretrained(args.model)
-    dense = DenseEncoder.from_pretrained("minilm") if args.dense == "minilm" else None
-    info = {"lens_model": _model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
-    index = build_index(
-        docs, args.output, encoder, dense_kind=args.dense, dense_encoder=dense, index_type=args.index,
-        chunk_size=args.chunk_size, batch_size=args.batch_size, resume=args.resume, info=info,
-    )
+    encoder = HybridEncoder.from_pretrained(args.model, args.dense)
+    info = {"lens_model": model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
+    index = build_index(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
+                        batch_size=args.batch_size, resume=args.resume, info=info)
     print(f"indexed {len(index)} documents into {args.output} ({index.mode}, {args.index}) "
           f"in {time.perf_counter() - start:.1f}s")
 
 
 def cmd_index_info(args: argparse.Namespace) -> None:
-    from lens._io import read_json
+    from index.manifest import read_manifest
 
-    m = read_json(Path(args.dir) / "manifest.json", "index manifest")
+    m = read_manifest(args.dir)
     size = sum(f.stat().st_size for f in Path(args.dir).iterdir() if f.is_file())
-    print(f"{args.dir}: {m.get('count')} documents, {m.get('mode')} ({m.get('index_type')}), "
-          f"dims lexicon={m.get('lexicon_dim')} dense={m.get('dense_dim')}, weights={m.get('weights')}, "
+    print(f"{args.dir}: {m['count']} documents, {m.get('mode', 'hybrid')} ({m['index_type']}), "
+          f"dims lexicon={m['lexicon_dim']} dense={m['dense_dim']}, weights={m['weights']}, "
           f"{size / 1e6:.1f} MB on disk")
     for key, value in sorted((m.get("info") or {}).items()):
         print(f"  {key}: {value}")
@@ -161,32 +154,24 @@ def cmd_index_info(args: argparse.Namespace) -> None:
         print(f"  fingerprint.{key}: {value}")
 
 
-def cmd_search(args: argparse.Namespace) -> None:
-    from index import HybridIndex
-    from lens._io import read_json
-    from lens.dense import DenseEncoder
-    from lens.encoder import LensEncoder
-    from lens.indexing import encoder_fingerprint
+def _weights(value: str) -> tuple[float, float]:
+    try:
+        weights = tuple(float(w) for w in value.split(","))
+    except ValueError:
+        weights = ()
+    if len(weights) != 2:
+        raise argparse.ArgumentTypeError(f"--weights must be two numbers LEX,DENSE such as 0.5,0.5, got {value!r}")
+    return weights
 
-    manifest = read_json(Path(args.dir) / "manifest.json", "index manifest")
-    info = manifest.get("info") or {}
-    dense_kind = info.get("dense", "none")
-    weights = None
-    if args.weights:
-        try:
-            weights = tuple(float(w) for w in args.weights.split(","))
-            assert len(weights) == 2
-        except (ValueError, AssertionError):
-            raise ValueError(f"--weights must be two numbers LEX,DENSE such as 0.5,0.5, got {args.weights!r}") from None
-    encoder = LensEncoder.from_pretrained(args.model or info.get("lens_model", "default"))
-    dense = DenseEncoder.from_pretrained("minilm") if dense_kind == "minilm" else None
-    index = HybridIndex.load(args.dir, expected_fingerprint=encoder_fingerprint(encoder, dense_kind, dense))
+
+def cmd_search(args: argparse.Namespace) -> None:
+    from lens.search import Searcher
+
     for query in args.query:
         if not query.strip():
             raise ValueError("a query is empty: give some words to search for")
-    out = encoder.encode_queries(args.query, instruction=args.instruction, output="both", show_progress_bar=False)
-    q_dense = {"minilm": lambda: dense.encode(args.query), "lens": lambda: out.dense, "none": lambda: None}[dense_kind]()
-    results = index.search(out.lexicon, q_dense, k=args.k, weights=weights)
+    searcher = Searcher.open(args.dir, args.model)
+    results = searcher.search(args.query, k=args.k, weights=args.weights, instruction=args.instruction)
     if args.json:
         print(json.dumps([{"query": q, "hits": [{"rank": r, "id": i, "score": float(s), **(m or {})}
                                                 for r, (i, s, m) in enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
@@ -218,7 +203,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     from lens.train.trainer import Trainer
 
     if args.config is not None:
-        from lens._io import read_json
+        from lens.atomic import read_json
 
         raw = read_json(args.config, "training config")
     elif args.data:
@@ -265,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="k, the lexicon dimension (paper: 2000-8000), or 'vocab' for no clustering (one per token)")
     c.add_argument("--iterations", type=int, default=20, help="KMeans iterations")
     c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--backend", choices=["faiss", "sklearn"], default="faiss")
+    c.add_argument("--backend", choices=LazyChoices("lens.clustering:BACKENDS"), default="faiss", metavar="NAME",
+                   help="KMeans implementation: %(choices)s (default %(default)s)")
     c.add_argument("--exclude-special", action="store_true", help="leave special tokens out of every cluster")
     c.add_argument("--compact", action="store_true",
                    help="omit the centroids (they are the cluster means, recomputed from the verified backbone)")
@@ -298,9 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a BEIR directory, a corpus.jsonl[.gz], a JSONL of {id, text[, title]}, or 'pydoc-topics'")
     b.add_argument("--output", required=True, type=Path, help="index directory to write")
     b.add_argument("--model", default="default", help="LENS model directory or 'default'")
-    b.add_argument("--dense", choices=["minilm", "lens", "none"], default="minilm",
-                   help="dense part: packaged all-MiniLM-L6-v2, the LENS model's own dense vector, or none")
-    b.add_argument("--index", choices=["flat", "hnsw", "ivf", "sq8", "fp16"], default="flat")
+    b.add_argument("--dense", choices=LazyChoices("lens.hybrid:DENSE_KINDS"), default="minilm", metavar="KIND",
+                   help="dense part: %(choices)s (default %(default)s; minilm = the packaged all-MiniLM-L6-v2, "
+                        "lens = the LENS model's own dense vector)")
+    b.add_argument("--index", choices=LazyChoices("index.factory:INDEX_TYPES"), default="flat", metavar="TYPE",
+                   help="FAISS index type: %(choices)s (default %(default)s)")
     b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")
     b.add_argument("--chunk-size", type=int, default=64, help="documents per saved chunk (the unit of --resume)")
     b.add_argument("--batch-size", type=int, default=16)
@@ -313,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir", type=Path, help="index directory (from lens index build)")
     s.add_argument("query", nargs="+", help="one or more queries")
     s.add_argument("-k", type=int, default=10)
-    s.add_argument("--weights", default=None, help="LEX,DENSE query weights (default: the index's, 0.5,0.5)")
+    s.add_argument("--weights", type=_weights, default=None,
+                   help="LEX,DENSE query weights (default: the index's, 0.5,0.5); write a negative one as "
+                        "--weights=-1,2")
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
@@ -321,11 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="retrieval benchmarks").add_subparsers(dest="bench_command", required=True)
     bb = bench.add_parser("beir", help="BEIR-style evaluation of LENS against BM25, MiniLM and their fusions")
-    _lazy_arguments(bb, "lens.bench.beir")
-    bb.set_defaults(func=_lazy_run("lens.bench.beir"), command="bench beir")
+    _lazy_arguments(bb, "lens.eval.beir")
+    bb.set_defaults(func=_lazy_run("lens.eval.beir"), command="bench beir")
     ba = bench.add_parser("ablation", help="the paper's ablations on SciFact (clusters; attention x pooling)")
-    _lazy_arguments(ba, "lens.bench.ablations")
-    ba.set_defaults(func=_lazy_run("lens.bench.ablations"), command="bench ablation")
+    _lazy_arguments(ba, "lens.eval.ablations")
+    ba.set_defaults(func=_lazy_run("lens.eval.ablations"), command="bench ablation")
 
     t = sub.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs")
     t.add_argument("--config", type=Path, default=None,
@@ -333,7 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, type=Path, help="output directory: the trained LENS model + logs")
     t.add_argument("--model", default=None, help="LENS clustering directory to start from (default: 'default')")
     t.add_argument("--data", nargs="+", default=None, help="JSONL(.gz) training files (one stage, without --config)")
-    t.add_argument("--loss", default=None, help="infonce | gte | bce | bce-graded | kl, or a sum like infonce+0.5*bce")
+    loss = t.add_argument("--loss", type=_loss_expression, default=None,
+                          help="a loss name (%(names)s) or a weighted sum such as infonce+0.5*bce")
+    loss.names = LazyChoices("lens.train.objectives:OBJECTIVES")
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--epochs", type=float, default=None)
     t.add_argument("--lora-layers", type=int, default=None, help="train the top N layers only (cache the rest)")
@@ -352,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", required=True, type=Path, help="directory to write: merged backbone + clusters + config")
     m.set_defaults(func=cmd_merge)
 
-    from lens.train.data_cli import add_data_parser
+    from lens.cli_data import add_data_parser
 
     add_data_parser(sub)
     return p
@@ -376,7 +368,10 @@ def _lazy_run(module: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # argparse printed the usage error (or --help); its code is ours
+        return e.code if isinstance(e.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)

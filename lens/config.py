@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lens._io import read_json, write_json
+from lens.atomic import read_json, write_json
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"

@@ -19,7 +19,6 @@ import torch
 from lens.inputs import length_sorted_batches
 from lens.pooling import mean_pool
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 logger = logging.getLogger(__name__)
 
 MINILM = "minilm"

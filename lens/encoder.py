@@ -1,7 +1,8 @@
 """``LensEncoder``: the user-facing embedder, with sentence-transformers' ``encode`` conventions.
 
-A model directory holds ``config.json`` (``LensConfig``), ``clusters.safetensors`` (``assignment`` and, usually,
-``centroids``) and ``clusters.tsv``. ``lens cluster-vocab`` writes one; ``save_pretrained`` writes one.
+A model directory (``lens.model_dir`` owns its files) comes from ``lens cluster-vocab``, ``lens train`` or
+``save_pretrained``. ``encode_items`` is the one encode loop: ``LensEncoder.encode`` and the trainer's evaluation
+both run it.
 """
 
 from __future__ import annotations
@@ -10,22 +11,21 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Literal, NamedTuple, Sequence
+from typing import Callable, Literal, NamedTuple, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from lens._io import atomic_dir, atomic_write_bytes
+from index.vectors import l2_normalize
 from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha256, resolve_backbone
-from lens.clustering import centroids_from_assignment, clusters_tsv
-from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
-from lens.inputs import encode_texts, length_sorted_batches, pad_batch
-from lens.model import LensModel, decoder_of
+from lens.clustering import centroids_from_assignment
+from lens.config import LensConfig
+from lens.inputs import Encoded, encode_texts, length_sorted_batches, pad_batch
+from lens.model import LensModel, LensOutput, decoder_of
+from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 OUTPUTS = ("lexicon", "dense", "both")
 CONVERSIONS = ("numpy", "torch", "sparse")
 
@@ -45,22 +45,30 @@ class ClusterWeight(NamedTuple):
     tokens: list[str]
 
 
-def resolve_model_dir(path: str | os.PathLike) -> Path:
-    """``"default"`` -> the model shipped in the package; otherwise a directory with a LENS ``config.json``."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"model path must be a string or path, got {type(path).__name__}")
-    directory = DEFAULT_MODEL_DIR if os.fspath(path) == "default" else Path(path).expanduser()
-    if not (directory / CONFIG_NAME).is_file():
-        if os.fspath(path) == "default":
-            raise FileNotFoundError(
-                f"no default LENS model is installed at {directory}; create one with "
-                "`lens cluster-vocab --out DIR` and load DIR"
-            )
-        raise FileNotFoundError(
-            f"{path!r} is not a LENS model directory (no {CONFIG_NAME}); create one with "
-            "`lens cluster-vocab --model BACKBONE --out DIR`"
-        )
-    return directory
+def encode_items(
+    items: Sequence[Encoded],
+    forward: Callable[[list[Encoded]], LensOutput],
+    num_clusters: int,
+    hidden_size: int,
+    batch_size: int,
+    show_progress_bar: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The encode loop: length-sorted batches of ``items`` through ``forward``, rows back in input order.
+
+    Returns unnormalised float32 (lexicon (N, k), dense (N, hidden)). ``forward`` runs one batch (the
+    encoder's full forward, or the trainer's over its cache of frozen layers) without gradients.
+    """
+    from tqdm.auto import tqdm
+
+    lexicon = np.zeros((len(items), num_clusters), dtype=np.float32)
+    dense = np.zeros((len(items), hidden_size), dtype=np.float32)
+    batches = length_sorted_batches([len(it.ids) for it in items], batch_size)
+    with torch.inference_mode():
+        for rows in tqdm(batches, desc="Batches", disable=not show_progress_bar):
+            out = forward([items[j] for j in rows])
+            lexicon[rows] = out.lexicon.float().cpu().numpy()
+            dense[rows] = out.dense.float().cpu().numpy()
+    return lexicon, dense
 
 
 def _check_texts(texts) -> list[str]:
@@ -85,12 +93,18 @@ class LensEncoder:
     Blank texts ("" or whitespace only) get all-zero vectors, without running the model.
     """
 
-    def __init__(self, model: LensModel, tokenizer, config: LensConfig, assignment: np.ndarray):
+    def __init__(self, model: LensModel, tokenizer, config: LensConfig, assignment: np.ndarray, *,
+                 causal_lm=None, source_dir: Path | None = None, adapter_sha256: str | None = None,
+                 adapter_merged: bool = False):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = config
         self.assignment = np.asarray(assignment, dtype=np.int64)
         self.max_seq_length = config.max_length
+        self.causal_lm = causal_lm  # the loaded *ForCausalLM (its decoder is model.decoder), for merged saves
+        self.source_dir = source_dir  # the directory loaded from (None when built in memory)
+        self.adapter_sha256 = adapter_sha256  # sha256 of the LoRA adapter's weights, None without one
+        self.adapter_merged = adapter_merged  # the adapter is folded into the decoder's weights
 
     # ---------------------------------------------------------------- loading and saving
     @classmethod
@@ -112,14 +126,9 @@ class LensEncoder:
         ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations. A trained directory's
         LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
         """
-        from safetensors.numpy import load_file
-
-        directory = resolve_model_dir(path)
-        config = LensConfig.load(directory)
-        if backbone is not None:
-            config.backbone = backbone
-        elif (directory / config.backbone).is_dir():  # a standalone (merged) directory carries its backbone
-            config.backbone = str((directory / config.backbone).resolve())
+        files = read_model_dir(path)
+        config = files.config
+        config.backbone = backbone if backbone is not None else files.backbone
         if attention is not None:
             config.attention = attention
         if pooling is not None:
@@ -128,55 +137,37 @@ class LensEncoder:
         causal_lm, tokenizer = load_backbone(ref, dtype=dtype, device=device, attn_implementation=attn_implementation)
         head = causal_lm.get_output_embeddings().weight.detach().float().cpu().numpy()
         _check_lm_head(head, ref, config, causal_lm.dtype)
-        try:
-            tensors = load_file(directory / CLUSTERS_NAME)
-        except Exception as e:  # safetensors raises its own error types for damaged files
-            raise ValueError(f"{directory / CLUSTERS_NAME} cannot be read ({e}); re-create the directory") from e
-        assignment = tensors["assignment"].astype(np.int64)
-        k = config.num_clusters
-        centroids = tensors.get("centroids")
+        centroids = files.centroids
         if centroids is None:  # compact form: centroids are the cluster means of the verified LM head
-            centroids = centroids_from_assignment(head, assignment, k)
-        if centroids.shape != (k, config.clustering.hidden_size) or assignment.shape != (config.clustering.vocab_size,):
-            raise ValueError(f"{directory / CLUSTERS_NAME} does not match its config.json (k={k})")
+            centroids = centroids_from_assignment(head, files.assignment, config.num_clusters)
         decoder = decoder_of(causal_lm)
         adapter_sha = None
-        if config.adapter is not None:
-            adapter_sha = _load_adapter(decoder, directory / config.adapter, merge_adapter)
-        model = LensModel(
-            decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention
-        )
-        encoder = cls(model, tokenizer, config, assignment)
-        encoder.causal_lm, encoder.adapter_sha256 = causal_lm, adapter_sha
-        encoder.adapter_merged = adapter_sha is not None and merge_adapter
-        encoder.source_dir = directory
-        return encoder
+        if files.adapter_dir is not None:
+            adapter_sha = _load_adapter(decoder, files.adapter_dir, merge_adapter)
+        model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention)
+        return cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
+                   adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter)
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Write config.json, clusters.safetensors and clusters.tsv to ``path``, atomically.
+        """Write this model's directory to ``path``, atomically (``lens.model_dir.write_model_dir``).
 
         A model whose LoRA adapter was merged on loading (the default) is written standalone: the merged backbone
         goes to ``path/backbone`` in transformers' format and the config names it, so no adapter is needed. An
         unmerged adapter is copied as it is (PEFT format).
         """
-        import shutil
-
-        from safetensors.numpy import save
-
-        centroids = self.model.head.weight.detach().float().cpu().numpy()
-        blob = save({"assignment": self.assignment.astype(np.int32), "centroids": np.ascontiguousarray(centroids)})
         config = LensConfig.from_dict(self.config.to_dict())
-        with atomic_dir(path) as tmp:
-            if getattr(self, "adapter_merged", False):
-                self.causal_lm.save_pretrained(tmp / "backbone")
-                self.tokenizer.save_pretrained(tmp / "backbone")
-                config.backbone, config.adapter = "backbone", None
-            elif config.adapter is not None:
-                shutil.copytree(self.source_dir / config.adapter, tmp / config.adapter)
-            config.save(tmp)
-            atomic_write_bytes(tmp / CLUSTERS_NAME, blob)
-            tsv = clusters_tsv(self.assignment, self.config.num_clusters, self.tokenizer)
-            atomic_write_bytes(tmp / CLUSTERS_TSV, tsv.encode("utf-8"))
+        adapter = None
+        if self.adapter_merged:
+            config.backbone, config.adapter = BACKBONE_DIR, None
+        elif config.adapter is not None:
+            adapter = self.source_dir / config.adapter
+
+        def write_backbone(dest: Path) -> None:
+            self.causal_lm.save_pretrained(dest)
+            self.tokenizer.save_pretrained(dest)
+
+        write_model_dir(path, config, self.assignment, self.model.head.weight.detach().float().cpu().numpy(),
+                        self.tokenizer, adapter=adapter, backbone=write_backbone if self.adapter_merged else None)
 
     # ---------------------------------------------------------------- encoding
     @property
@@ -225,19 +216,11 @@ class LensEncoder:
                     "%d of %d texts were longer than max_seq_length=%d tokens and were truncated",
                     n_cut, len(items), self.max_seq_length,
                 )
-            from tqdm.auto import tqdm
-
-            batches = length_sorted_batches([len(it.ids) for it in items], batch_size)
-            with torch.inference_mode():
-                for chunk in tqdm(batches, desc="Batches", disable=not show_progress_bar):
-                    batch = pad_batch([items[j] for j in chunk], self.tokenizer.pad_token_id)
-                    out = self.model(**{k: v.to(self.device) for k, v in batch.items()})
-                    rows = [todo[j] for j in chunk]
-                    lexicon[rows] = out.lexicon.float().cpu().numpy()
-                    dense[rows] = out.dense.float().cpu().numpy()
+            lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],
+                                                      batch_size, show_progress_bar)
         if normalize:
-            lexicon = _unit_rows(lexicon)
-            dense = _unit_rows(dense)
+            lexicon = l2_normalize(lexicon)
+            dense = l2_normalize(dense)
         lex_out = _convert(lexicon, convert_to, single)
         if output == "lexicon":
             return lex_out
@@ -247,6 +230,10 @@ class LensEncoder:
                 raise ValueError("convert_to='sparse' applies to lexicon vectors; dense vectors are dense")
             return dense_out
         return EncodeOutput(lex_out, dense_out)
+
+    def _forward(self, items: list[Encoded]) -> LensOutput:
+        batch = pad_batch(items, self.tokenizer.pad_token_id)
+        return self.model(**{k: v.to(self.device) for k, v in batch.items()})
 
     def encode_queries(self, texts: str | list[str], instruction: str | None = None, **kwargs):
         """Encode queries behind the instruction template (the paper's ``<instruct>{task}\\n<query>``)."""
@@ -272,7 +259,7 @@ class LensEncoder:
         return {
             "lens_clusters": h.hexdigest(),
             "lens_backbone_lm_head": self.config.clustering.lm_head_sha256,
-            "lens_adapter": getattr(self, "adapter_sha256", None),
+            "lens_adapter": self.adapter_sha256,
             "lens_pooling": self.config.pooling,
             "lens_attention": self.config.attention,
         }
@@ -322,11 +309,6 @@ def _check_lm_head(head: np.ndarray, ref: BackboneRef, config: LensConfig, dtype
         f"backbone {ref.reference} is not the one these clusters were made from (LM-head hash differs from "
         f"config.json's {expected[:12]}...); pass the right backbone= or re-run `lens cluster-vocab`"
     )
-
-
-def _unit_rows(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0)
 
 
 def _convert(x: np.ndarray, convert_to: str, single: bool):

@@ -16,12 +16,11 @@ from typing import Sequence
 
 import numpy as np
 
-from lens._io import atomic_write_bytes, read_json, write_json
+from lens.atomic import atomic_write_bytes, read_json, write_json
 from lens.corpus import Document
 
 logger = logging.getLogger(__name__)
 
-DENSE_KINDS = ("minilm", "lens", "none")
 SNIPPET_CHARS = 300
 
 
@@ -34,35 +33,16 @@ def corpus_hash(docs: Sequence[Document]) -> str:
     return h.hexdigest()
 
 
-def encoder_fingerprint(lens_encoder, dense_kind: str, dense_encoder=None) -> dict:
-    """The index fingerprint: the LENS encoder's, plus the dense encoder's name and weights hash."""
-    if dense_kind not in DENSE_KINDS:
-        raise ValueError(f"dense must be one of {DENSE_KINDS}, got {dense_kind!r}")
-    fp = dict(lens_encoder.fingerprint())
-    if dense_kind == "minilm":
-        fp.update(dense_model=dense_encoder.name, dense_sha256=dense_encoder.fingerprint())
-    else:
-        fp.update(dense_model=dense_kind, dense_sha256=None)
-    return fp
-
-
-def encode_chunk(lens_encoder, dense_kind: str, dense_encoder, texts: list[str], batch_size: int):
-    """(lexicon, dense or None) for documents, both unit-normalised."""
-    if dense_kind == "lens":
-        out = lens_encoder.encode_documents(texts, batch_size=batch_size, output="both", show_progress_bar=False)
-        return out.lexicon, out.dense
-    lex = lens_encoder.encode_documents(texts, batch_size=batch_size, show_progress_bar=False)
-    dense = dense_encoder.encode(texts, batch_size=batch_size, show_progress_bar=False) if dense_kind == "minilm" else None
-    return lex, dense
+def encode_chunk(encoder, texts: list[str], batch_size: int):
+    """(lexicon, dense or None) of documents, both unit-normalised (``HybridEncoder.encode_documents``)."""
+    return encoder.encode_documents(texts, batch_size=batch_size)
 
 
 def build_index(
     docs: Sequence[Document],
     output: str | Path,
-    lens_encoder,
+    encoder,
     *,
-    dense_kind: str = "minilm",
-    dense_encoder=None,
     index_type: str = "flat",
     chunk_size: int = 64,
     batch_size: int = 16,
@@ -70,16 +50,15 @@ def build_index(
     info: dict | None = None,
     show_progress_bar: bool = True,
 ):
-    """Encode ``docs`` and save a :class:`index.HybridIndex` to ``output``; returns the index."""
+    """Encode ``docs`` (their ``full_text``) with ``encoder`` (a ``lens.hybrid.HybridEncoder``) and save a
+    :class:`index.HybridIndex` to ``output``; returns the index."""
     from tqdm.auto import tqdm
 
     from index import HybridIndex
 
-    if dense_kind == "minilm" and dense_encoder is None:
-        raise ValueError("dense_kind='minilm' needs a dense_encoder")
     output = Path(output)
     work = output.parent / f".{output.name}.partial"
-    fingerprint = encoder_fingerprint(lens_encoder, dense_kind, dense_encoder)
+    fingerprint = encoder.fingerprint()
     state = {"corpus_sha256": corpus_hash(docs), "fingerprint": fingerprint, "chunk_size": chunk_size}
     if work.exists():
         old = _read_state(work)
@@ -105,17 +84,14 @@ def build_index(
         if path.is_file():
             continue
         chunk = docs[s : s + chunk_size]
-        lex, dense = encode_chunk(lens_encoder, dense_kind, dense_encoder, [d.full_text for d in chunk], batch_size)
+        lex, dense = encode_chunk(encoder, [d.full_text for d in chunk], batch_size)
         buf = io.BytesIO()
         np.savez(buf, lexicon=lex, **({"dense": dense} if dense is not None else {}))
         atomic_write_bytes(path, buf.getvalue())
         bar.update(len(chunk))
     bar.close()
 
-    dense_dim = None if dense_kind == "none" else (
-        lens_encoder.model.decoder.config.hidden_size if dense_kind == "lens" else dense_encoder.dim
-    )
-    index = HybridIndex(lens_encoder.num_clusters, dense_dim, index_type=index_type, fingerprint=fingerprint,
+    index = HybridIndex(encoder.lexicon_dim, encoder.dense_dim, index_type=index_type, fingerprint=fingerprint,
                         info=info)
     for i, s in enumerate(starts):
         chunk = docs[s : s + chunk_size]

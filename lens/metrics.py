@@ -68,7 +68,9 @@ def _check(qrels: Qrels, run: Run) -> None:
 
 def evaluate(qrels: Qrels, run: Run, measures: tuple[str, ...] = tuple(MEASURES)) -> Evaluation:
     """Evaluate ``run`` against ``qrels`` on ``measures`` (names of :data:`MEASURES`)."""
-    import pytrec_eval
+    from lens.extras import require
+
+    pytrec_eval = require("pytrec_eval", "eval", what="retrieval metrics", package="pytrec-eval-terrier")
 
     unknown = [m for m in measures if m not in MEASURES]
     if unknown:

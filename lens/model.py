@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from lens.attention import set_attention_mode
 from lens.inputs import position_ids
+from lens.layers import upper
 from lens.pooling import DEFAULT_CHUNK_ELEMENTS, get_pooling, mean_pool, shift_left
 
 
@@ -64,9 +65,22 @@ class LensModel(nn.Module):
         )
         return out.last_hidden_state
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, pool_mask: Tensor) -> LensOutput:
-        """Lexicon and dense vectors from one forward pass; ``pool_mask`` marks the tokens that are pooled."""
-        hidden = self.hidden_states(input_ids, attention_mask)
-        mask = shift_left(pool_mask * attention_mask)  # a token's feature sits at its left neighbour
+    def pool(self, hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor) -> LensOutput:
+        """Lexicon and dense vectors from last hidden states (B, L, H); ``pool_mask`` marks the pooled tokens.
+
+        A token's feature sits at its left neighbour (the logits predicting it), hence the shift.
+        """
+        mask = shift_left(pool_mask * attention_mask)
         lexicon = self._pool(hidden, self.head.weight, mask, self.chunk_elements)
         return LensOutput(lexicon, mean_pool(hidden, mask))
+
+    def forward_from_layer(self, hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor, layer: int,
+                           checkpoint: bool = False) -> LensOutput:
+        """``forward`` given the hidden states entering decoder layer ``layer`` (e.g. from a cache of the frozen
+        layers below it); ``checkpoint`` recomputes each layer's activations in the backward pass."""
+        last = upper(self.decoder, hidden, attention_mask, layer, checkpoint=checkpoint)
+        return self.pool(last, attention_mask, pool_mask)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, pool_mask: Tensor) -> LensOutput:
+        """Lexicon and dense vectors from one forward pass; ``pool_mask`` marks the tokens that are pooled."""
+        return self.pool(self.hidden_states(input_ids, attention_mask), attention_mask, pool_mask)

@@ -1,11 +1,11 @@
-"""lens.bench.cache: a second call encodes nothing, an interrupted run resumes, another fingerprint misses."""
+"""lens.eval.cache: a second call encodes nothing, an interrupted run resumes, another fingerprint misses."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lens.bench.cache import EmbeddingCache, fingerprint_key, text_hash
+from lens.eval.cache import EmbeddingCache, fingerprint_key, text_hash
 from lens.encoder import EncodeOutput
 
 FP = {"model": "fake", "sha256": "abc"}

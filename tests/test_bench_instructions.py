@@ -1,10 +1,10 @@
-"""lens.bench.instructions: the paper's Table 8 instructions, aliases, the generic fallback and the override."""
+"""lens.instructions: the paper's Table 8 instructions, aliases, the generic fallback and the override."""
 
 from __future__ import annotations
 
 import pytest
 
-from lens.bench.instructions import GENERIC_INSTRUCTION, INSTRUCTIONS, get_instruction, lookup
+from lens.instructions import GENERIC_INSTRUCTION, INSTRUCTIONS, get_instruction, lookup
 
 
 def test_paper_instructions():

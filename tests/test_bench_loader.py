@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from bench_helpers import write_beir
 
-from lens.bench.beir import load_dataset, resolve_dataset, subsample
+from lens.eval.beir import load_dataset, resolve_dataset, subsample
 
 
 def test_gz_crlf_header_and_split_restriction(tmp_path):

@@ -4,6 +4,7 @@ self-hit exclusion, subsample flagging, the LENS systems through the cache (tiny
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import json
 import math
 
@@ -11,8 +12,8 @@ import pytest
 from bench_helpers import write_beir
 from conftest import requires_shared
 
-from lens.bench import ablations, beir, report
-from lens.bench.systems import ALL_SYSTEMS, FusionSystem, System, combined_rate, doc_text
+from lens.eval import ablations, beir, report
+from lens.eval.systems import ALL_SYSTEMS, SYSTEMS, FusionSystem, System, combined_rate
 from lens.corpus import Document
 
 
@@ -147,14 +148,17 @@ def test_fusion_systems_hand_computed():
     assert combined_rate([2.0, None]) is None
 
 
-def test_doc_text_joins_title_and_text_with_a_space():
-    assert doc_text(Document("1", "body", "Title")) == "Title body"
-    assert doc_text(Document("1", "body", "")) == "body"
+def test_one_rule_for_a_documents_text():
+    from lens.corpus import document_text
+
+    assert Document("1", "body", "Title").full_text == document_text("Title", "body") == "Title body"
+    assert Document("1", "body", "").full_text == document_text(None, " body ") == "body"
+    assert set(SYSTEMS) == set(ALL_SYSTEMS)
 
 
 def test_command_line_and_argument_errors():
     assert beir.command_line(["/usr/local/bin/lens", "bench", "beir", "scifact"]) == "lens bench beir scifact"
-    assert beir.command_line([str(beir.repo_root() / "benchmarks" / "beir.py"), "x y"]) == "python benchmarks/beir.py 'x y'"
+    assert beir.command_line([str(Path.cwd() / "benchmarks" / "beir.py"), "x y"]) == "python benchmarks/beir.py 'x y'"
     parser = argparse.ArgumentParser()
     beir.add_arguments(parser)
     assert parser.parse_args(["d"]).systems == list(ALL_SYSTEMS)

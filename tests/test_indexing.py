@@ -7,8 +7,9 @@ import pytest
 
 from index import HybridIndex
 from lens.cli import main
-from lens.corpus import Document, load_corpus, pydoc_passages
-from lens.indexing import build_index, encoder_fingerprint
+from lens.corpus import load_corpus, pydoc_passages
+from lens.hybrid import HybridEncoder
+from lens.indexing import build_index
 
 from conftest import SHARED, requires_default, requires_shared
 
@@ -32,7 +33,7 @@ def corpus_file(tmp_path_factory):
 
 def test_build_and_search_match_the_encoder(tiny_encoder, corpus_file, tmp_path):
     docs = load_corpus(corpus_file)
-    index = build_index(docs, tmp_path / "ix", tiny_encoder, dense_kind="lens", chunk_size=5,
+    index = build_index(docs, tmp_path / "ix", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
                         show_progress_bar=False)
     assert len(index) == 23 and not (tmp_path / ".ix.partial").exists()
     both = tiny_encoder.encode_documents([d.full_text for d in docs], output="both")
@@ -47,7 +48,7 @@ def test_build_and_search_match_the_encoder(tiny_encoder, corpus_file, tmp_path)
 
 def test_interrupted_build_resumes_from_its_last_chunk(tiny_encoder, corpus_file, tmp_path, monkeypatch):
     docs = load_corpus(corpus_file)
-    full = build_index(docs, tmp_path / "full", tiny_encoder, dense_kind="none", chunk_size=4,
+    full = build_index(docs, tmp_path / "full", HybridEncoder(tiny_encoder, "none"), chunk_size=4,
                        show_progress_bar=False)
     import lens.indexing as indexing
 
@@ -61,11 +62,11 @@ def test_interrupted_build_resumes_from_its_last_chunk(tiny_encoder, corpus_file
 
     monkeypatch.setattr(indexing, "encode_chunk", flaky)
     with pytest.raises(Crash):
-        build_index(docs, tmp_path / "ix", tiny_encoder, dense_kind="none", chunk_size=4, show_progress_bar=False)
+        build_index(docs, tmp_path / "ix", HybridEncoder(tiny_encoder, "none"), chunk_size=4, show_progress_bar=False)
     assert sorted(p.name for p in (tmp_path / ".ix.partial").glob("chunk-*")) == ["chunk-000000.npz", "chunk-000001.npz"]
     calls.clear()
     monkeypatch.setattr(indexing, "encode_chunk", lambda *args: calls.append(1) or real(*args))
-    resumed = build_index(docs, tmp_path / "ix", tiny_encoder, dense_kind="none", chunk_size=4, resume=True,
+    resumed = build_index(docs, tmp_path / "ix", HybridEncoder(tiny_encoder, "none"), chunk_size=4, resume=True,
                           show_progress_bar=False)
     assert len(calls) == 4  # 6 chunks, 2 already done
     q = tiny_encoder.encode_queries(["cancer"])
@@ -79,10 +80,10 @@ def test_resume_refuses_a_different_corpus(tiny_encoder, corpus_file, tmp_path, 
 
     monkeypatch.setattr(indexing, "encode_chunk", lambda *a: (_ for _ in ()).throw(Crash()))
     with pytest.raises(Crash):
-        build_index(docs, tmp_path / "ix", tiny_encoder, dense_kind="none", chunk_size=4, show_progress_bar=False)
+        build_index(docs, tmp_path / "ix", HybridEncoder(tiny_encoder, "none"), chunk_size=4, show_progress_bar=False)
     monkeypatch.undo()
     with pytest.raises(ValueError, match="another corpus"):
-        build_index(docs[:-1], tmp_path / "ix", tiny_encoder, dense_kind="none", chunk_size=4, resume=True,
+        build_index(docs[:-1], tmp_path / "ix", HybridEncoder(tiny_encoder, "none"), chunk_size=4, resume=True,
                     show_progress_bar=False)
 
 
@@ -150,10 +151,10 @@ def test_pydoc_corpus_is_always_there():
 
 
 def test_fingerprint_names_the_dense_model(tiny_encoder):
-    fp = encoder_fingerprint(tiny_encoder, "none")
+    fp = HybridEncoder(tiny_encoder, "none").fingerprint()
     assert fp["dense_model"] == "none" and len(fp["lens_clusters"]) == 64
-    with pytest.raises(ValueError, match="dense must be one of"):
-        encoder_fingerprint(tiny_encoder, "bm25")
+    with pytest.raises(ValueError, match="unknown dense kind 'bm25'; valid: minilm, lens, none"):
+        HybridEncoder(tiny_encoder, "bm25")
 
 
 @pytest.mark.real_data

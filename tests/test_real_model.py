@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conftest import requires_default
+from conftest import requires_default, requires_shared
 
 pytestmark = [pytest.mark.real_model, requires_default]
 
@@ -115,3 +115,24 @@ def test_trained_default_beats_the_untrained_clusters_on_adi(default_k4000):
         scores[str(name)] = evaluate(qrels, run).mean["ndcg@10"]
     trained, untrained = scores["default"], scores[str(default_k4000)]
     assert trained > untrained + 0.1, scores
+
+
+@pytest.mark.real_data
+@requires_shared
+def test_shipped_default_vectors_are_unchanged():
+    """The shipped default's vectors of 20 SciFact documents and 5 queries, as recorded at 707e1b8 (before the
+    layering redesign), to 1e-6: refactors must not move them. Documents are ``Document.full_text``."""
+    from conftest import SHARED
+    from lens.corpus import load_beir
+    from lens.encoder import LensEncoder
+    from lens.instructions import get_instruction
+
+    want = np.load(Path(__file__).parent / "data" / "default_scifact20.npz")
+    docs, queries, _ = load_beir(SHARED / "beir" / "scifact", "test")
+    by_id = {d.id: d for d in docs}
+    enc = LensEncoder.from_pretrained("default")
+    got = enc.encode_documents([by_id[i].full_text for i in want["ids"]], batch_size=4, output="both")
+    q = enc.encode_queries(list(queries.values())[:5], instruction=get_instruction("scifact"), output="both")
+    for name, value in (("lexicon", got.lexicon), ("dense", got.dense), ("q_lexicon", q.lexicon),
+                        ("q_dense", q.dense)):
+        np.testing.assert_allclose(value, want[name], atol=1e-6, rtol=0, err_msg=name)

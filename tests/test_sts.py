@@ -5,7 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
-from lens.bench.sts import evaluate_sts, load_sts, pair_cosines, spearman
+from lens.eval.sts import evaluate_sts, load_sts, pair_cosines, spearman
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def sts_file(tmp_path):
 def test_load_split(sts_file):
     s1, s2, gold = load_sts(sts_file, "test")
     assert s1 == ["a", "c", "e"] and s2 == ["b", "d", "f"] and gold.tolist() == [5.0, 1.0, 3.0]
-    with pytest.raises(ValueError, match="no rows of split 'dev'"):
+    with pytest.raises(ValueError, match="no pairs in split 'dev'"):
         load_sts(sts_file, "dev")
     with pytest.raises(FileNotFoundError):
         load_sts(sts_file.parent / "missing.tsv.gz")

@@ -40,7 +40,7 @@ def test_one_step_lowers_the_batch_loss(tiny_lens_dir, data_file, tmp_path, lora
                 show_progress_bar=False)
     assert (t.cache is not None) == (lora_layers == 1)
     batch = [t.data[0][i] for i in t.plan[0].batch]
-    weights = {"infonce": 1.0}
+    weights = t.objectives[0]  # the stage's loss: infonce
     with torch.no_grad():
         before = float(t.batch_loss(batch, weights, None)[0])
     row = t.train_step()
@@ -105,7 +105,7 @@ def test_saved_model_loads_with_the_trained_weights(tiny_lens_dir, data_file, tm
     with torch.no_grad():  # the trainer's own view of the vectors
         t.decoder.eval()
         items = [t._items[("", P[1])]]
-        want = torch.nn.functional.normalize(t._lexicon(items), dim=-1).numpy()
+        want = torch.nn.functional.normalize(t._forward(items).lexicon, dim=-1).numpy()
     merged = LensEncoder.from_pretrained(out)
     unmerged = LensEncoder.from_pretrained(out, merge_adapter=False)
     untrained = LensEncoder.from_pretrained(tiny_lens_dir)

@@ -12,7 +12,7 @@ from lens.corpus import Document
 from lens.train.data import (
     TrainExample, beir_pairs, read_examples, shared_pairs, sts_pairs, task_batches, weak_pairs, write_examples,
 )
-from lens.train.data_cli import main as data_main
+from lens.cli_data import main as data_main
 
 from conftest import SHARED
 
@@ -167,6 +167,25 @@ def test_shared_pairs_merge_and_negatives(tmp_path):
         shared_pairs(d / "test.jsonl")
 
 
+def test_shared_pairs_sample_and_instruction(tmp_path):
+    d = tmp_path / "banking77"
+    d.mkdir()
+    _jsonl(d / "pairs.jsonl.gz", [{"query": f"q{i}", "positive": f"label {i % 3}", "source_row": i}
+                                  for i in range(10)])
+    ex = shared_pairs(d, max_pairs=4, seed=1, instruction="Given a query, retrieve its intent")
+    assert len(ex) == 4 and ex == shared_pairs(d, max_pairs=4, seed=1, instruction="Given a query, retrieve its intent")
+    assert [e.query for e in ex] == sorted((e.query for e in ex), key=lambda q: int(q[1:]))  # file order kept
+    assert {e.instruction for e in ex} == {"Given a query, retrieve its intent"} and ex[0].task == "banking77"
+    out = tmp_path / "b.jsonl"
+    assert data_main(["data", "shared", str(d), "--instruction", "auto", "--out", str(out)]) == 0
+    from lens.instructions import TRAINING_INSTRUCTIONS
+
+    assert {e.instruction for e in read_examples(out)} == {TRAINING_INSTRUCTIONS["banking77"]}
+    (tmp_path / "mystery").mkdir()
+    _jsonl(tmp_path / "mystery" / "pairs.jsonl", [{"query": "q", "positive": "p"}])
+    assert data_main(["data", "shared", str(tmp_path / "mystery"), "--instruction", "auto", "--out", str(out)]) == 2
+
+
 def test_task_batches_one_task_each_deterministic_and_complete():
     ex = [TrainExample(f"a{i % 7}", f"p{i}", task="a") for i in range(23)]  # repeated queries
     ex += [TrainExample(f"b{i}", f"p{i % 5}", task="b") for i in range(11)]  # repeated positives
@@ -193,11 +212,10 @@ def test_cli_writes_and_reports(tmp_path, capsys):
 @pytest.mark.real_data
 @pytest.mark.skipif(not SCIFACT.is_dir(), reason="../shared/data/beir/scifact not beside the repo")
 def test_real_scifact_negatives_are_never_judged():
-    from lens.bench.systems import doc_text
     from lens.corpus import load_beir
 
     corpus, queries, qrels = load_beir(SCIFACT, "train")
-    text = {d.id: doc_text(d) for d in corpus}
+    text = {d.id: d.full_text for d in corpus}
     qid_of = {t: q for q, t in queries.items()}
     # the default ranks, then the very top, where the judged documents sit
     for ranks in ((3, 30), (0, 2)):

@@ -6,10 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lens._io import read_json, write_json
+from lens.atomic import read_json, write_json
 
 TRAIN_FORMAT_VERSION = 1
-LOSSES = ("infonce", "gte", "bce", "bce-graded", "kl")
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -19,7 +18,7 @@ class StageConfig:
 
     name: str
     data: list[str]  # JSONL(.gz) files of TrainExample lines
-    loss: str = "infonce"  # one of LOSSES, or a weighted sum like "infonce+0.5*bce"
+    loss: str = "infonce"  # a name of lens.train.objectives.OBJECTIVES, or a weighted sum like "infonce+0.5*bce"
     steps: int | None = None
     epochs: float = 1.0
     batch_size: int | None = None  # overrides TrainConfig.batch_size
@@ -28,17 +27,10 @@ class StageConfig:
     max_examples: int | None = None  # a seeded random subset of the stage's data
 
     def loss_weights(self) -> dict[str, float]:
-        """``"infonce+0.5*bce"`` -> ``{"infonce": 1.0, "bce": 0.5}``."""
-        weights: dict[str, float] = {}
-        for term in self.loss.replace(" ", "").split("+"):
-            weight, _, name = term.rpartition("*")
-            if name not in LOSSES:
-                raise ValueError(f"stage {self.name!r}: unknown loss {name!r}; choose from {LOSSES}")
-            try:
-                weights[name] = float(weight) if weight else 1.0
-            except ValueError:
-                raise ValueError(f"stage {self.name!r}: bad loss weight in {term!r}") from None
-        return weights
+        """``"infonce+0.5*bce"`` -> ``{"infonce": 1.0, "bce": 0.5}`` (names from the objectives' registry)."""
+        from lens.train.objectives import parse_loss
+
+        return parse_loss(self.loss, where=f"stage {self.name!r}")
 
 
 @dataclass

@@ -12,9 +12,7 @@ required. Converters never read a test split: training on it would leak into the
 
 from __future__ import annotations
 
-import csv
 import gzip
-import io
 import json
 import logging
 import math
@@ -26,14 +24,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from lens._io import atomic_write_bytes
-from lens.corpus import Document, iter_json_lines, load_beir, load_corpus
+from lens.atomic import atomic_write_bytes
+from lens.corpus import Document, iter_json_lines, load_beir, load_corpus, read_sts
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "NEGATIVE_RANKS", "TrainExample", "beir_pairs", "bm25_rankings", "read_examples", "shared_pairs", "sts_pairs",
-    "task_batches", "weak_pairs", "write_examples",
+    "Step", "plan_steps", "task_batches", "weak_pairs", "write_examples",
 ]
 
 FIELDS = ("query", "positive", "negatives", "score", "max_score", "teacher", "task", "instruction")
@@ -146,26 +144,10 @@ Miner = Callable[[list[str], list[str]], "np.ndarray"]
 
 
 def bm25_rankings(query_texts: Sequence[str], doc_texts: Sequence[str], k: int) -> list[np.ndarray]:
-    """Top-``k`` document indices per query (score > 0 only) by the benchmark's BM25 baseline settings."""
-    import bm25s
-    import Stemmer
+    """Top-``k`` document indices per query (score > 0 only) by the benchmark's BM25 (``lens.bm25``)."""
+    from lens.bm25 import BM25Index
 
-    from lens.bench.systems import BM25_CONFIG
-
-    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets itself to DEBUG on import
-    stemmer = Stemmer.Stemmer("english")
-    retriever = bm25s.BM25(method=BM25_CONFIG["method"], k1=BM25_CONFIG["k1"], b=BM25_CONFIG["b"])
-    retriever.index(bm25s.tokenize(list(doc_texts), stopwords="en", stemmer=stemmer, show_progress=False),
-                    show_progress=False)
-    tokens = bm25s.tokenize(list(query_texts), stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
-    k = min(k, len(doc_texts))
-    out = [np.empty(0, dtype=np.int64)] * len(tokens)
-    live = [i for i, t in enumerate(tokens) if t]  # a query of stopwords only retrieves nothing
-    if live:
-        docs, scores = retriever.retrieve([tokens[i] for i in live], k=k, show_progress=False, n_threads=1)
-        for row, i in enumerate(live):
-            out[i] = np.asarray(docs[row][scores[row] > 0], dtype=np.int64)
-    return out
+    return [ids for ids, _ in BM25Index(doc_texts).search(query_texts, k)]
 
 
 def _score_rankings(miner: Miner, query_texts: list[str], doc_texts: list[str], k: int) -> list[np.ndarray]:
@@ -204,11 +186,9 @@ def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives:
     ``miner`` is ``"bm25"`` (the benchmark's baseline) or a callable ``(query texts, document texts) -> scores``
     (e.g. the model being trained). Every document judged for the query, at any grade, is excluded from its
     negatives; the rest are sampled with ``seed`` from ``negative_ranks`` (see ``NEGATIVE_RANKS``). Documents
-    are ``title + " " + text`` as the benchmark indexes them. Binary qrels give no ``score``; graded ones give
+    are ``Document.full_text`` (``lens.corpus.document_text``), as everything else encodes them. Binary qrels give no ``score``; graded ones give
     ``score`` = grade and ``max_score`` = the split's top grade. The first ``max_queries`` queries are used.
     """
-    from lens.bench.systems import doc_text
-
     _refuse_test(split)
     if num_negatives < 0:
         raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
@@ -221,7 +201,7 @@ def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives:
         qids = qids[:max_queries]
     top_grade = max((g for q in qids for g in qrels[q].values()), default=1)
     graded = top_grade > 1
-    texts = [doc_text(d) for d in corpus]
+    texts = [d.full_text for d in corpus]
     index_of = {d.id: i for i, d in enumerate(corpus)}
     depth = negative_ranks[1] + max((len(qrels[q]) for q in qids), default=0)
     query_texts = [queries[q] for q in qids]
@@ -303,41 +283,30 @@ def weak_pairs(corpus_or_dir: str | os.PathLike | Sequence[Document], mode: str 
 # ------------------------------------------------------------------------------------------------ STS, shared
 def sts_pairs(tsv_gz_path: str | os.PathLike, split: str = "train",
               min_score: float | None = None) -> list[TrainExample]:
-    """Scored sentence pairs of one split of an STS TSV (``sentence1, sentence2, score, split``; plain or .gz).
+    """Scored sentence pairs of one split of an STS TSV (read by ``lens.corpus.read_sts``).
 
     The raw score is kept with ``max_score`` 5 (STS-B is 0-5, SICK-R 1-5), so a SICK pair rated 1 ("unrelated")
     still gets the non-zero target 1/5; ``min_score`` drops pairs below it.
     """
     _refuse_test(split)
-    path = Path(tsv_gz_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"STS file not found: {path}")
-    raw = gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
-    with raw as f:
-        rows = list(csv.reader(io.StringIO(f.read()), delimiter="\t"))  # default quoting: see sts/SOURCES.md
-    if not rows or rows[0][:4] != ["sentence1", "sentence2", "score", "split"]:
-        raise ValueError(f"{path}:1: expected the header sentence1, sentence2, score, split")
+    pairs = read_sts(tsv_gz_path, split)
     out = []
-    for n, row in enumerate(rows[1:], 2):
-        if len(row) < 4:
-            raise ValueError(f"{path}:{n}: expected at least 4 tab-separated columns, got {len(row)}")
-        if row[3] != split:
-            continue
-        try:
-            score = float(row[2])
-        except ValueError:
-            raise ValueError(f"{path}:{n}: score {row[2]!r} is not a number") from None
+    for s1, s2, score in zip(pairs.sentence1, pairs.sentence2, pairs.scores):
         if not 0 <= score <= STS_MAX_SCORE:
-            raise ValueError(f"{path}:{n}: score {score} is outside [0, {STS_MAX_SCORE}]")
-        if (min_score is None or score >= min_score) and row[0].strip() and row[1].strip():
-            out.append(TrainExample(row[0], row[1], score=score, max_score=STS_MAX_SCORE, task="sts"))
+            raise ValueError(f"{tsv_gz_path}: score {score} is outside [0, {STS_MAX_SCORE}]")
+        if (min_score is None or score >= min_score) and s1.strip() and s2.strip():
+            out.append(TrainExample(s1, s2, score=score, max_score=STS_MAX_SCORE, task="sts"))
     if not out:
-        raise ValueError(f"{path}: no pairs in split {split!r}")
+        raise ValueError(f"{tsv_gz_path}: no usable pairs in split {split!r}")
     return out
 
 
-def shared_pairs(path: str | os.PathLike) -> list[TrainExample]:
+def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max_pairs: int | None = None,
+                 seed: int = 0) -> list[TrainExample]:
     """Pairs of a shared training set (``query``, ``positive``, optional single ``negative``); task = its directory.
+
+    ``instruction`` is stored with every example; ``max_pairs`` keeps a seeded random subset (per-task sampling
+    of a mixture), in file order. Extra fields (``source_row``, ids) are ignored.
 
     ``path`` is a .jsonl[.gz] file or a set's directory (its pairs.jsonl.gz, else train.jsonl.gz). Rows with the
     same query and positive merge (their negatives pooled); a negative that is a positive of the same query is
@@ -364,8 +333,12 @@ def shared_pairs(path: str | os.PathLike) -> list[TrainExample]:
         if neg and neg.strip() and neg not in negs:
             negs.append(neg)
         positives.setdefault(q, set()).add(pos)
-    return [TrainExample(q, pos, [x for x in negs if x not in positives[q]], task=task)
-            for (q, pos), negs in merged.items()]
+    out = [TrainExample(q, pos, [x for x in negs if x not in positives[q]], task=task, instruction=instruction)
+           for (q, pos), negs in merged.items()]
+    if max_pairs is not None and len(out) > max_pairs:
+        keep = np.sort(np.random.default_rng(seed).choice(len(out), max_pairs, replace=False))
+        out = [out[i] for i in keep]
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ batching
@@ -409,3 +382,29 @@ def task_batches(examples: Sequence[TrainExample], batch_size: int, seed: int,
     if drop_last:
         batches = [b for b in batches if len(b) == batch_size]
     return [batches[j] for j in rng.permutation(len(batches))]
+
+
+@dataclass
+class Step:
+    """One planned optimiser step: its stage and the example indices of its batch."""
+
+    stage: int
+    batch: list[int]
+
+
+def plan_steps(config, data: list[list[TrainExample]]) -> list[Step]:
+    """Every step of every stage, fixed by the seed, so a resumed run takes the same batches."""
+    plan: list[Step] = []
+    for si, (stage, examples) in enumerate(zip(config.stages, data)):
+        bs = stage.batch_size or config.batch_size
+        if len(examples) < 2:
+            raise ValueError(f"stage {stage.name!r} has {len(examples)} example(s); in-batch negatives need >= 2")
+        per_epoch = len(task_batches(examples, bs, config.seed))
+        total = stage.steps if stage.steps is not None else max(1, math.ceil(stage.epochs * per_epoch))
+        batches: list[list[int]] = []
+        epoch = 0
+        while len(batches) < total:
+            batches += [b for b in task_batches(examples, bs, config.seed + 1000 * si + epoch) if len(b) >= 2]
+            epoch += 1
+        plan += [Step(si, b) for b in batches[:total]]
+    return plan

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from lens._io import atomic_write_bytes
+from lens.atomic import atomic_write_bytes
 from lens.inputs import pad_batch, Encoded
 from lens.layers import lower
 

@@ -1,8 +1,8 @@
 """``lens data``: build and inspect training-example files (see ``lens.train.data`` for the format).
 
-Wire into ``lens/cli.py``'s ``build_parser`` with ``add_data_parser(sub)``; each subcommand sets ``func`` and
+``lens/cli.py``'s ``build_parser`` wires it in with ``add_data_parser(sub)``; each subcommand sets ``func`` and
 ``command`` like the others, so ``main`` dispatches and reports errors unchanged. Also runnable on its own as
-``python -m lens.train.data_cli data ...``.
+``python -m lens.cli_data data ...``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def cmd_beir(args: argparse.Namespace) -> None:
 
     instruction = args.instruction
     if instruction == "auto":  # the benchmark's instruction for this dataset, so training matches evaluation
-        from lens.bench.instructions import get_instruction
+        from lens.instructions import get_instruction
 
         instruction = get_instruction(Path(args.dir).resolve().name)
     _write(args, beir_pairs(args.dir, split=args.split, num_negatives=args.negatives, seed=args.seed,
@@ -59,7 +59,16 @@ def cmd_sts(args: argparse.Namespace) -> None:
 def cmd_shared(args: argparse.Namespace) -> None:
     from lens.train.data import shared_pairs
 
-    _write(args, shared_pairs(args.path))
+    instruction = args.instruction
+    if instruction == "auto":  # ours for the shared training sets, by directory name
+        from lens.instructions import GENERIC, lookup
+
+        p = Path(args.path).resolve()
+        found = lookup((p if p.is_dir() else p.parent).name)
+        if found.source == GENERIC:
+            raise ValueError(f"no instruction is known for {p.name!r}; pass --instruction TEXT")
+        instruction = found.text
+    _write(args, shared_pairs(args.path, instruction=instruction, max_pairs=args.max_pairs, seed=args.seed))
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
@@ -110,6 +119,10 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
 
     h = sub.add_parser("shared", help="a shared training set (query, positive[, negative]) JSONL or directory")
     h.add_argument("path", type=Path)
+    h.add_argument("--instruction", default=None,
+                   help="query instruction stored with each example; 'auto' = ours for this set (lens.instructions)")
+    h.add_argument("--max-pairs", type=int, default=None, help="keep a seeded random subset of this size")
+    h.add_argument("--seed", type=int, default=0)
     h.set_defaults(func=cmd_shared, command="data shared")
 
     for p in (b, w, s, h):
@@ -122,7 +135,7 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (``python -m lens.train.data_cli data ...``), with ``lens``'s error handling."""
+    """Standalone entry (``python -m lens.cli_data data ...``), with ``lens``'s error handling."""
     parser = argparse.ArgumentParser(prog="lens")
     parser.add_argument("-v", "--verbose", action="store_true")
     add_data_parser(parser.add_subparsers(dest="command", required=True))

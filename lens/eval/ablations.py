@@ -1,8 +1,8 @@
 """The paper's ablations, each one command, evaluating ``lens-lexicon`` variants on one dataset (default SciFact).
 
 ``clusters``           number of clusters k = 2000 / 4000 / 8000 / the unclustered vocabulary (the paper's
-                       Figure 3). Each k's model directory is made with ``lens cluster-vocab --compact`` from the
-                       backbone of ``--model`` (seed 0) and kept under ``<cache>/models/``.
+                       Figure 3). Each k's model directory is made by ``lens.vocab.cluster_vocab`` (compact, seed 0)
+                       from the backbone of ``--model`` and kept under ``<cache>/models/``.
 ``attention-pooling``  attention causal / bidirectional x pooling max / sum / last (the paper's Table 5), through
                        ``LensEncoder.from_pretrained(model, attention=..., pooling=...)``.
 
@@ -19,12 +19,10 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ABLATIONS", "ATTENTIONS", "CLUSTER_COUNTS", "POOLINGS", "add_arguments", "cluster_model", "run"]
+__all__ = ["ABLATIONS", "CLUSTER_COUNTS", "add_arguments", "cluster_model", "run"]
 
 ABLATIONS = ("clusters", "attention-pooling")
 CLUSTER_COUNTS = ("2000", "4000", "8000", "vocab")
-ATTENTIONS = ("causal", "bidirectional")
-POOLINGS = ("max", "sum", "last")
 
 
 def _cluster_list(value: str) -> list[str]:
@@ -38,11 +36,12 @@ def _cluster_list(value: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from lens.bench.beir import _positive, add_thread_arguments
-    from lens.bench.systems import DEFAULT_DEPTH
+    from lens.eval.beir import _positive, add_data_argument, add_thread_arguments
+    from lens.eval.systems import DEFAULT_DEPTH
 
     parser.add_argument("ablation", choices=ABLATIONS, help="which ablation to run")
-    parser.add_argument("--dataset", default="scifact", help="BEIR directory or name under ../shared/data (default scifact)")
+    parser.add_argument("--dataset", default="scifact", help="BEIR directory or name under the data dir (default scifact)")
+    add_data_argument(parser)
     parser.add_argument("--split", default="test")
     parser.add_argument("--model", default="default",
                         help="the LENS model whose backbone (clusters) or directory (attention-pooling) is ablated")
@@ -63,25 +62,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def cluster_model(model: str, k: str, cache_dir: Path) -> Path:
-    """A LENS directory clustering ``model``'s backbone into ``k`` clusters ('vocab' = none), made once with
-    ``lens cluster-vocab --compact`` (seed 0) under ``<cache_dir>/models/``."""
-    from lens.cli import main as lens_main
-    from lens.config import LensConfig
-    from lens.encoder import resolve_model_dir
+    """A LENS directory clustering ``model``'s backbone into ``k`` clusters ('vocab' = none), made once by
+    ``lens.vocab.cluster_vocab`` (compact, seed 0) under ``<cache_dir>/models/``."""
+    from lens.model_dir import read_model_dir
+    from lens.vocab import cluster_vocab
 
-    config = LensConfig.load(resolve_model_dir(model))
+    config = read_model_dir(model).config
     out = Path(cache_dir) / "models" / f"{config.clustering.lm_head_sha256[:16]}-k{k}"
     if not (out / "config.json").is_file():
-        logger.info("creating %s with lens cluster-vocab (backbone %s, k=%s)", out, config.backbone, k)
-        rc = lens_main(["cluster-vocab", "--model", config.backbone, "--clusters", str(k), "--out", str(out),
-                        "--compact"])
-        if rc != 0:
-            raise RuntimeError(f"lens cluster-vocab --clusters {k} failed (exit {rc}); see the message above")
+        logger.info("creating %s (backbone %s, k=%s)", out, config.backbone, k)
+        cluster_vocab(out, config.backbone, k if k == "vocab" else int(k), compact=True)
     return out
 
 
 def variants(args, cache_dir: Path, instruction: str):
-    from lens.bench.systems import LensLexicon, LensResource
+    from lens.eval.systems import LensLexicon, LensResource
 
     def resource(model, **kw):
         return LensResource(model, cache_root=cache_dir, batch_size=args.lens_batch_size, **kw)
@@ -90,22 +85,26 @@ def variants(args, cache_dir: Path, instruction: str):
         return [LensLexicon(resource(str(cluster_model(args.model, k, cache_dir))), instruction,
                             name=f"lens-lexicon-{'vocab' if k == 'vocab' else 'k' + k}", own_resource=True)
                 for k in args.clusters]
+    from lens.attention import MODES
+    from lens.pooling import POOLING
+
+    # every attention mode x every pooling, from their registries
     return [LensLexicon(resource(args.model, attention=a, pooling=p), instruction, name=f"lens-lexicon-{a}-{p}",
                         own_resource=True)
-            for a in ATTENTIONS for p in POOLINGS]
+            for a in MODES for p in POOLING]
 
 
 def run(args: argparse.Namespace) -> int:
-    from lens.bench import report
-    from lens.bench.beir import (
-        command_line, default_cache_dir, default_output_dir, load_dataset, run_dataset, summary_table,
+    from lens.eval import report
+    from lens.eval.beir import (
+        DEFAULT_CACHE_DIR, DEFAULT_OUTPUT_DIR, command_line, load_dataset, run_dataset, summary_table,
     )
-    from lens.bench.instructions import lookup
+    from lens.instructions import lookup
 
     command = getattr(args, "bench_command_line", None) or command_line()
-    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    out_root = Path(args.output_dir) if args.output_dir else default_output_dir()
-    data = load_dataset(args.dataset, args.split, args.max_docs, args.max_queries)
+    cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
+    out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
+    data = load_dataset(args.dataset, args.split, args.max_docs, args.max_queries, args.data_dir)
     instruction = lookup(data.name, args.instruction)
     systems = variants(args, cache_dir, instruction.text)
     folder = f"{data.name}-ablation-{args.ablation}" + ("-subsample" if data.subsample else "")

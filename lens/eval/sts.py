@@ -7,39 +7,26 @@ paper's asymmetric use of instructions, ``sentence1`` is encoded as a query behi
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
 import os
 from typing import Callable
 
 import numpy as np
 
+from index.vectors import l2_normalize
+from lens.corpus import read_sts
+
 STS_INSTRUCTION = "Retrieve semantically similar text"
 
 
 def load_sts(path: str | os.PathLike, split: str = "test") -> tuple[list[str], list[str], np.ndarray]:
-    """(sentence1s, sentence2s, gold scores) of one split; a clear error for a missing file or split."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no STS file at {path}; expected a .tsv.gz with sentence1, sentence2, score, split")
-    with gzip.open(path, "rt", encoding="utf-8", newline="") if str(path).endswith(".gz") else open(
-            path, encoding="utf-8", newline="") as f:
-        text = f.read()
-    rows = list(csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE))
-    missing = {"sentence1", "sentence2", "score", "split"} - set(rows[0] if rows else {})
-    if missing:
-        raise ValueError(f"{path} lacks column(s) {sorted(missing)}")
-    rows = [r for r in rows if r["split"] == split]
-    if not rows:
-        raise ValueError(f"{path} has no rows of split {split!r}")
-    return [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], np.array([float(r["score"]) for r in rows])
+    """(sentence1s, sentence2s, gold scores) of one split, through ``lens.corpus.read_sts``."""
+    pairs = read_sts(path, split)
+    return pairs.sentence1, pairs.sentence2, np.asarray(pairs.scores, dtype=np.float64)
 
 
 def pair_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise cosine of two (N, d) matrices (a zero row gives 0)."""
-    na = np.linalg.norm(a, axis=1)
-    nb = np.linalg.norm(b, axis=1)
-    return np.einsum("ij,ij->i", a, b) / np.where(na * nb > 0, na * nb, 1.0)
+    return np.einsum("ij,ij->i", l2_normalize(np.asarray(a)), l2_normalize(np.asarray(b))).astype(np.float64)
 
 
 def spearman(pred: np.ndarray, gold: np.ndarray) -> float:

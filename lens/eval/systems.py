@@ -14,8 +14,8 @@ returning ``{doc id: score}`` for one query, including the query's encoding, so 
 ``lens-hybrid``     ``index.HybridIndex``: LENS lexicon + MiniLM dense, score = w_lex cos_lex + w_dense cos_dense
 =================== ===============================================================================================
 
-A document's text is ``(title + " " + text).strip()`` for every system (BEIR's convention, which the BM25 and
-MiniLM reference numbers use). LENS queries are encoded with ``encode_queries`` behind the dataset's instruction;
+A document's text is ``Document.full_text`` (``lens.corpus.document_text``: title, a space, text) for every
+system, as in training and ``lens index build``. LENS queries are encoded with ``encode_queries`` behind the dataset's instruction;
 documents with ``encode_documents``, once, with ``output="both"`` (lexicon and dense cached together).
 """
 
@@ -31,25 +31,17 @@ from typing import Sequence
 
 import numpy as np
 
-from lens.bench.cache import CacheResult, EmbeddingCache
+from lens.eval.cache import CacheResult, EmbeddingCache
 from lens.corpus import Document
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ALL_SYSTEMS", "BM25", "FusionSystem", "LensResource", "MiniLMResource", "Resources", "System", "doc_text",
-    "make_systems",
+    "ALL_SYSTEMS", "BM25", "FusionSystem", "LensResource", "MiniLMResource", "Resources", "System", "make_systems",
 ]
 
 ALL_SYSTEMS = ("bm25", "minilm", "bm25+minilm", "bm25+minilm-rrf", "lens-lexicon", "lens-dense", "lens-hybrid")
 DEFAULT_DEPTH = 1000  # hits kept per query (and per component run before fusion)
-BM25_CONFIG = {"method": "lucene", "k1": 1.5, "b": 0.75, "stemmer": "english (PyStemmer)", "stopwords": "en (bm25s)"}
-
-
-def doc_text(doc: Document) -> str:
-    """What every system indexes: title, a space, then text (BEIR's joining); stripped."""
-    return f"{doc.title} {doc.text}".strip()
-
 
 def dir_bytes(path: str | os.PathLike) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
@@ -207,48 +199,33 @@ class BM25(System):
 
     def __init__(self):
         super().__init__()
-        import Stemmer
-
-        # bm25s sets its own logger to DEBUG on import, which floods a WARNING-level run with index-building lines
-        import bm25s  # noqa: F401
-
-        logging.getLogger("bm25s").setLevel(logging.WARNING)
-        self.stemmer = Stemmer.Stemmer("english")
-        self.retriever = None
+        self.bm25 = None
         self.ids: list[str] = []
 
-    def _tokenize(self, texts: list[str], **kw):
-        import bm25s
-
-        return bm25s.tokenize(texts, stopwords="en", stemmer=self.stemmer, show_progress=False, **kw)
-
     def _build(self, docs):
-        import bm25s
+        from lens.bm25 import BM25Index
 
         t0 = time.perf_counter()
-        tokens = self._tokenize([doc_text(d) for d in docs])
-        self.retriever = bm25s.BM25(method=BM25_CONFIG["method"], k1=BM25_CONFIG["k1"], b=BM25_CONFIG["b"])
-        self.retriever.index(tokens, show_progress=False)
+        self.bm25 = BM25Index([d.full_text for d in docs])
         seconds = time.perf_counter() - t0
         self.ids = [d.id for d in docs]
         self.costs = {
             "encode_s": 0.0, "index_build_s": seconds, "docs_per_s": len(docs) / seconds if seconds > 0 else None,
             "docs_per_s_source": "measured in this run (tokenise + index)",
-            "index_bytes": _saved_size(self.retriever.save),
+            "index_bytes": _saved_size(self.bm25.save),
         }
 
     def search(self, query, k):
-        tokens = self._tokenize([query], return_ids=False)
-        if not tokens[0]:
-            return {}
-        docs, scores = self.retriever.retrieve(tokens, k=min(k, len(self.ids)), show_progress=False, n_threads=1)
-        return {self.ids[int(i)]: float(s) for i, s in zip(docs[0], scores[0]) if s > 0}
+        rows, scores = self.bm25.search([query], k)[0]
+        return {self.ids[int(i)]: float(s) for i, s in zip(rows, scores)}
 
     def describe(self):
+        from lens.bm25 import BM25_CONFIG
+
         return "bm25s " + ", ".join(f"{k}={v}" for k, v in BM25_CONFIG.items())
 
     def release(self):
-        self.retriever = None
+        self.bm25 = None
 
 
 class _VectorSystem(System):
@@ -295,7 +272,7 @@ class MiniLM(_VectorSystem):
         self.minilm = minilm
 
     def _build(self, docs):
-        vecs = self.minilm.documents([doc_text(d) for d in docs])
+        vecs = self.minilm.documents([d.full_text for d in docs])
         self.index, build_s = self._index([d.id for d in docs], None, vecs.arrays["vectors"])
         self._finish_costs([vecs], build_s)
 
@@ -316,7 +293,7 @@ class LensLexicon(_VectorSystem):
         self.own_resource = own_resource  # release() also frees the encoder (ablation variants)
 
     def _build(self, docs):
-        vecs = self.lens.documents([doc_text(d) for d in docs])
+        vecs = self.lens.documents([d.full_text for d in docs])
         self.index, build_s = self._index([d.id for d in docs], vecs.arrays["lexicon"], None)
         self._finish_costs([vecs], build_s)
 
@@ -342,7 +319,7 @@ class LensDense(_VectorSystem):
         self.lens, self.instruction = lens, instruction
 
     def _build(self, docs):
-        vecs = self.lens.documents([doc_text(d) for d in docs])
+        vecs = self.lens.documents([d.full_text for d in docs])
         self.index, build_s = self._index([d.id for d in docs], None, vecs.arrays["dense"])
         self._finish_costs([vecs], build_s)
 
@@ -362,7 +339,7 @@ class LensHybrid(_VectorSystem):
         self.weights = tuple(float(w) for w in weights)
 
     def _build(self, docs):
-        texts = [doc_text(d) for d in docs]
+        texts = [d.full_text for d in docs]
         lex, dense = self.lens.documents(texts), self.minilm.documents(texts)
         self.index, build_s = self._index([d.id for d in docs], lex.arrays["lexicon"], dense.arrays["vectors"],
                                           weights=self.weights)
@@ -416,30 +393,33 @@ class FusionSystem(System):
         return f"{how} of {parts} (each at depth {self.depth}){w}"
 
 
+# The registry of systems: name -> factory(get, resources, instruction, weights, depth), where ``get(name)`` gives
+# the run's shared instance of another system (a fusion reuses the bm25 / minilm instances and their indexes).
+SYSTEMS = {
+    "bm25": lambda get, r, instr, w, depth: BM25(),
+    "minilm": lambda get, r, instr, w, depth: MiniLM(r.minilm),
+    "bm25+minilm": lambda get, r, instr, w, depth: FusionSystem(
+        "bm25+minilm", [get("bm25"), get("minilm")], "minmax", [0.5, 0.5], depth),
+    "bm25+minilm-rrf": lambda get, r, instr, w, depth: FusionSystem(
+        "bm25+minilm-rrf", [get("bm25"), get("minilm")], "rrf", None, depth),
+    "lens-lexicon": lambda get, r, instr, w, depth: LensLexicon(r.lens, instr),
+    "lens-dense": lambda get, r, instr, w, depth: LensDense(r.lens, instr),
+    "lens-hybrid": lambda get, r, instr, w, depth: LensHybrid(r.lens, r.minilm, instr, w),
+}
+assert tuple(SYSTEMS) == ALL_SYSTEMS
+
+
 def make_systems(names: Sequence[str], resources: Resources, instruction: str, *, weights=(0.5, 0.5),
                  depth: int = DEFAULT_DEPTH) -> list[System]:
     """The named systems, sharing components (a fusion reuses the bm25/minilm instances)."""
-    unknown = [n for n in names if n not in ALL_SYSTEMS]
+    unknown = [n for n in names if n not in SYSTEMS]
     if unknown:
-        raise ValueError(f"unknown system {unknown[0]!r}; valid: {', '.join(ALL_SYSTEMS)}")
+        raise ValueError(f"unknown system {unknown[0]!r}; valid: {', '.join(SYSTEMS)}")
     made: dict[str, System] = {}
 
     def get(name: str) -> System:
         if name not in made:
-            if name == "bm25":
-                made[name] = BM25()
-            elif name == "minilm":
-                made[name] = MiniLM(resources.minilm)
-            elif name == "bm25+minilm":
-                made[name] = FusionSystem(name, [get("bm25"), get("minilm")], "minmax", [0.5, 0.5], depth)
-            elif name == "bm25+minilm-rrf":
-                made[name] = FusionSystem(name, [get("bm25"), get("minilm")], "rrf", None, depth)
-            elif name == "lens-lexicon":
-                made[name] = LensLexicon(resources.lens, instruction)
-            elif name == "lens-dense":
-                made[name] = LensDense(resources.lens, instruction)
-            elif name == "lens-hybrid":
-                made[name] = LensHybrid(resources.lens, resources.minilm, instruction, weights)
+            made[name] = SYSTEMS[name](get, resources, instruction, weights, depth)
         return made[name]
 
     return [get(n) for n in names]

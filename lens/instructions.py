@@ -2,6 +2,8 @@
 
 The BEIR ones are Table 8 of the LENS paper (Lei et al.), which are E5-mistral's instructions. Cranfield, MEDLINE
 and ADI are not in the paper: their instructions are ours, written in the same style (``source`` says which).
+``TRAINING_INSTRUCTIONS`` gives the training sets in ``shared/data/train`` instructions in the same style, so a
+model is trained with the kind of instruction it is evaluated with.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["GENERIC_INSTRUCTION", "INSTRUCTIONS", "Instruction", "get_instruction", "lookup"]
+__all__ = ["GENERIC_INSTRUCTION", "INSTRUCTIONS", "TRAINING_INSTRUCTIONS", "Instruction", "get_instruction", "lookup"]
 
 GENERIC_INSTRUCTION = "Given a query, retrieve relevant documents that answer the query"
 
@@ -39,6 +41,20 @@ INSTRUCTIONS: dict[str, tuple[str, str]] = {
     "cranfield": ("Given a question about aeronautics, retrieve scientific abstracts that answer the question", OURS),
     "medline": ("Given a medical question, retrieve MEDLINE abstracts that answer the question", OURS),
     "adi": ("Given a query about information science, retrieve relevant document abstracts", OURS),
+}
+
+# training sets (by directory name), ours, in the paper's "Given a ..., retrieve ..." style
+TRAINING_INSTRUCTIONS: dict[str, str] = {
+    "squad": "Given a question, retrieve Wikipedia passages that answer the question",
+    "nq-qed": "Given a question, retrieve Wikipedia passages that answer the question",
+    "wikiqa": "Given a question, retrieve Wikipedia sentences that answer the question",
+    "pubmedqa-labeled": "Given a biomedical question, retrieve PubMed abstracts that help answer the question",
+    "snli-cad": "Given a premise, retrieve a hypothesis that is entailed by the premise",
+    "msrp-paraphrase": "Retrieve semantically similar text",
+    "tweeteval": "Given a tweet, retrieve the description of its sentiment, emotion, stance, irony, offensiveness or emoji",
+    "clinc150": "Given a user utterance to a virtual assistant, retrieve the description of its intent",
+    "banking77": "Given an online banking customer query, retrieve the description of its intent",
+    "trec-qc": "Given a question, retrieve the description of the type of answer it asks for",
 }
 
 _ALIASES = {
@@ -76,6 +92,8 @@ def lookup(dataset: str, override: str | None = None) -> Instruction:
             raise ValueError("the instruction override is empty; give a task description or leave it out")
         return Instruction(override, OVERRIDE)
     hit = INSTRUCTIONS.get(_key(dataset))
+    if hit is None and dataset.strip().lower() in TRAINING_INSTRUCTIONS:
+        hit = (TRAINING_INSTRUCTIONS[dataset.strip().lower()], OURS)
     return Instruction(*hit) if hit else Instruction(GENERIC_INSTRUCTION, GENERIC)
 
 

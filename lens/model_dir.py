@@ -1,0 +1,147 @@
+"""The one owner of a LENS model directory: where ``"default"`` lives, reading and checking the files, writing them.
+
+``lens cluster-vocab`` (``lens.vocab``), ``LensEncoder.save_pretrained`` and ``lens train`` all write through
+``write_model_dir``, atomically; ``LensEncoder.from_pretrained`` reads through ``read_model_dir``.
+
+=========================== =====================================================================================
+``config.json``             ``LensConfig`` (versioned)
+``clusters.safetensors``    ``assignment`` (int32, one cluster per token, -1 if excluded) and, unless compact,
+                            ``centroids`` (k x hidden: the cluster head)
+``clusters.tsv``            cluster, size, member tokens: for people to read
+``adapter/``                a trained model's PEFT LoRA adapter (``config.adapter`` names it)
+``backbone/``               a standalone (merged) model's backbone in transformers' format (``config.backbone``)
+=========================== =====================================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+from lens.atomic import atomic_dir, atomic_write_bytes
+from lens.clustering import clusters_tsv
+from lens.config import ADAPTER_DIR, CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
+
+__all__ = ["BACKBONE_DIR", "DEFAULT_MODEL_DIR", "ModelFiles", "read_model_dir", "resolve_model_dir",
+           "write_model_dir"]
+
+DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
+BACKBONE_DIR = "backbone"
+
+
+def resolve_model_dir(path: str | os.PathLike) -> Path:
+    """``"default"`` -> the model shipped in the package; otherwise a directory with a LENS ``config.json``."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"model path must be a string or path, got {type(path).__name__}")
+    directory = DEFAULT_MODEL_DIR if os.fspath(path) == "default" else Path(path).expanduser()
+    if not (directory / CONFIG_NAME).is_file():
+        if os.fspath(path) == "default":
+            raise FileNotFoundError(
+                f"no default LENS model is installed at {directory}; create one with "
+                "`lens cluster-vocab --out DIR` and load DIR"
+            )
+        raise FileNotFoundError(
+            f"{path!r} is not a LENS model directory (no {CONFIG_NAME}); create one with "
+            "`lens cluster-vocab --model BACKBONE --out DIR`"
+        )
+    return directory
+
+
+@dataclass
+class ModelFiles:
+    """A model directory's contents, read and checked against its config."""
+
+    directory: Path
+    config: LensConfig
+    assignment: np.ndarray  # (vocab,) int64, -1 for tokens in no cluster
+    centroids: np.ndarray | None  # (k, hidden) float32, None in the compact form (recomputed from the backbone)
+
+    @property
+    def adapter_dir(self) -> Path | None:
+        return None if self.config.adapter is None else self.directory / self.config.adapter
+
+    @property
+    def backbone(self) -> str:
+        """The backbone reference, resolved against the directory when it carries its own (merged) backbone."""
+        bundled = self.directory / self.config.backbone
+        return str(bundled.resolve()) if bundled.is_dir() else self.config.backbone
+
+
+def read_model_dir(path: str | os.PathLike) -> ModelFiles:
+    """Read ``config.json`` and ``clusters.safetensors``; errors say which file is wrong and what to do."""
+    from safetensors.numpy import load_file
+
+    directory = resolve_model_dir(path)
+    config = LensConfig.load(directory)
+    try:
+        tensors = load_file(directory / CLUSTERS_NAME)
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise ValueError(f"{directory / CLUSTERS_NAME} cannot be read ({e}); re-create the directory") from e
+    if "assignment" not in tensors:
+        raise ValueError(f"{directory / CLUSTERS_NAME} has no 'assignment' tensor; re-create the directory")
+    assignment = tensors["assignment"].astype(np.int64)
+    centroids = tensors.get("centroids")
+    k, c = config.num_clusters, config.clustering
+    if assignment.shape != (c.vocab_size,) or (assignment.size and not -1 <= assignment.min() <= assignment.max() < k):
+        raise ValueError(f"{directory / CLUSTERS_NAME} does not match its config.json (vocabulary {c.vocab_size}, "
+                         f"k={k}); re-create the directory")
+    if centroids is not None:
+        centroids = centroids.astype(np.float32)
+        if centroids.shape != (k, c.hidden_size):
+            raise ValueError(f"{directory / CLUSTERS_NAME}: centroids are {centroids.shape}, config.json says "
+                             f"({k}, {c.hidden_size}); re-create the directory")
+    if config.adapter is not None and not (directory / config.adapter).is_dir():
+        raise FileNotFoundError(f"{directory} names the adapter {config.adapter!r} but {directory / config.adapter} "
+                                "is missing; re-run `lens train` or copy the adapter back")
+    return ModelFiles(directory, config, assignment, centroids)
+
+
+def write_model_dir(
+    path: str | os.PathLike,
+    config: LensConfig,
+    assignment: np.ndarray,
+    centroids: np.ndarray | None,
+    tokenizer,
+    *,
+    centroids_dtype=np.float32,
+    adapter: Path | Callable[[Path], None] | None = None,
+    backbone: Callable[[Path], None] | None = None,
+    files: Mapping[str, bytes] | None = None,
+    keep_existing: bool = False,
+) -> Path:
+    """Write a model directory atomically (all of it, or nothing; ``config.json`` last).
+
+    ``centroids=None`` writes the compact form. ``adapter`` is a PEFT adapter directory to copy or a function
+    that writes one into the path it is given (``config.adapter`` names it). ``backbone`` writes a merged
+    backbone into ``config.backbone``. ``files`` adds files (e.g. a model card). ``keep_existing`` keeps what
+    else an existing directory holds (a training run's checkpoint and logs).
+    """
+    from safetensors.numpy import save
+
+    if (adapter is None) != (config.adapter is None):
+        raise ValueError("config.adapter must name the adapter directory exactly when an adapter is written")
+    tensors = {"assignment": np.ascontiguousarray(assignment, dtype=np.int32)}
+    if centroids is not None:
+        tensors["centroids"] = np.ascontiguousarray(np.asarray(centroids, dtype=np.float32).astype(centroids_dtype))
+    with atomic_dir(path, keep_existing=keep_existing) as tmp:
+        if backbone is not None:
+            backbone(tmp / config.backbone)
+        if isinstance(adapter, (str, os.PathLike)):
+            shutil.copytree(adapter, tmp / config.adapter)
+        elif adapter is not None:
+            adapter(tmp / config.adapter)
+        atomic_write_bytes(tmp / CLUSTERS_NAME, save(tensors))
+        atomic_write_bytes(tmp / CLUSTERS_TSV, clusters_tsv(assignment, config.num_clusters, tokenizer).encode("utf-8"))
+        for name, data in (files or {}).items():
+            atomic_write_bytes(tmp / name, data)
+        config.save(tmp)
+    return Path(path)
+
+
+# re-exported names of the files, for callers that list a directory
+FILE_NAMES = (CONFIG_NAME, CLUSTERS_NAME, CLUSTERS_TSV, ADAPTER_DIR, BACKBONE_DIR)

@@ -1,0 +1,46 @@
+"""Searching a saved hybrid index: open it with the encoders it was built with, encode queries, search.
+
+The query side here and the document side in ``lens.indexing`` both go through ``lens.hybrid.HybridEncoder``,
+so a query vector is always made the way the index's documents were.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from index import HybridIndex, SearchResult
+from index.manifest import read_manifest
+from lens.hybrid import HybridEncoder
+
+__all__ = ["Searcher", "model_reference"]
+
+
+def model_reference(model: str | os.PathLike) -> str:
+    """How an index records its LENS model: ``"default"``, or the directory's absolute path."""
+    return model if os.fspath(model) == "default" else str(Path(model).resolve())
+
+
+class Searcher:
+    """A saved index and the encoders recorded in its manifest (``info.lens_model``, ``info.dense``)."""
+
+    def __init__(self, index: HybridIndex, encoder: HybridEncoder):
+        self.index, self.encoder = index, encoder
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike, model: str | os.PathLike | None = None) -> "Searcher":
+        """Load the index at ``directory`` with its LENS model (or ``model``), refusing one built by other encoders."""
+        info = read_manifest(directory).get("info") or {}
+        encoder = HybridEncoder.from_pretrained(model or info.get("lens_model", "default"), info.get("dense", "none"))
+        return cls(HybridIndex.load(directory, expected_fingerprint=encoder.fingerprint()), encoder)
+
+    def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,
+               instruction: str | None = None) -> list[SearchResult]:
+        """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's."""
+        queries = list(queries)
+        for q in queries:
+            if not isinstance(q, str) or not q.strip():
+                raise ValueError("a query is empty: give some words to search for")
+        lexicon, dense = self.encoder.encode_queries(queries, instruction=instruction)
+        return self.index.search(lexicon, dense, k=k, weights=weights)

@@ -1,0 +1,69 @@
+"""A training run's resumable state: LoRA adapter, cluster head, BCE bias, optimiser moments, RNG and step.
+
+Written as safetensors + JSON (no pickles) into one directory, replaced atomically, so an interrupted save
+leaves the previous checkpoint whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from lens.atomic import atomic_dir, atomic_write_bytes, read_json, write_json
+
+__all__ = ["load_checkpoint", "save_checkpoint"]
+
+STATE_TENSORS = "state.safetensors"
+STATE_JSON = "state.json"
+
+
+def save_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bias: Tensor,
+                    optimizer: torch.optim.Optimizer, step: int, plan_length: int) -> None:
+    """Write the state after ``step`` optimiser steps of a plan of ``plan_length`` steps to ``path``."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save
+
+    tensors = {f"adapter.{k}": v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
+    tensors["head"] = head.detach().cpu().contiguous()
+    tensors["bias"] = bias.detach().cpu().reshape(1)
+    tensors["rng"] = torch.get_rng_state()
+    state = optimizer.state_dict()
+    for idx, st in state["state"].items():
+        for name, value in st.items():
+            tensors[f"optim.{idx}.{name}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    groups = [{k: v for k, v in g.items() if k != "params"} | {"params": g["params"]} for g in state["param_groups"]]
+    with atomic_dir(path) as tmp:
+        atomic_write_bytes(tmp / STATE_TENSORS, save(tensors))
+        write_json(tmp / STATE_JSON, {"step": step, "param_groups": groups, "plan_length": plan_length})
+
+
+def load_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bias: Tensor,
+                    optimizer: torch.optim.Optimizer, plan_length: int, device: torch.device) -> int:
+    """Restore the state saved in ``path`` in place; returns the step to continue from."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    meta = read_json(path / STATE_JSON, "checkpoint state")
+    if meta["plan_length"] != plan_length:
+        raise ValueError(f"{path} was written for a plan of {meta['plan_length']} steps, this config makes "
+                         f"{plan_length}; resume with the same config and data")
+    try:
+        tensors = load_file(path / STATE_TENSORS)
+    except Exception as e:  # safetensors' own error types for a damaged file
+        raise ValueError(f"{path / STATE_TENSORS} cannot be read ({e}); delete {path} to start over") from e
+    set_peft_model_state_dict(peft_model, {k[len("adapter."):]: v for k, v in tensors.items()
+                                           if k.startswith("adapter.")})
+    with torch.no_grad():
+        head.copy_(tensors["head"])
+        bias.copy_(tensors["bias"][0])
+    torch.set_rng_state(tensors["rng"])
+    state: dict = {"state": {}, "param_groups": meta["param_groups"]}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, idx, name = key.split(".", 2)
+            state["state"].setdefault(int(idx), {})[name] = value.to(device) if name != "step" else value
+    optimizer.load_state_dict(state)
+    return int(meta["step"])

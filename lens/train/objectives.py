@@ -1,0 +1,139 @@
+"""Training objectives: the registry of loss names, loss expressions, and a batch's loss from its embeddings.
+
+The trainer runs the model; this module takes the embeddings it returns and the batch's layout (which document
+is whose positive, which pairs are not negatives) and gives the weighted loss. ``OBJECTIVES`` is the one list of
+loss names: ``TrainConfig`` validates against it and the CLI's help reads it.
+
+A loss expression is a sum of weighted names: ``"infonce"``, ``"infonce+0.5*bce"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from lens.train import losses as L
+
+__all__ = ["BatchLayout", "OBJECTIVES", "Objective", "batch_layout", "parse_loss"]
+
+
+@dataclass
+class BatchLayout:
+    """Where each query's candidates sit among the batch's documents."""
+
+    doc_texts: list[str]  # every query's positive then its hard negatives, query after query
+    positive_index: list[int]  # column of query i's positive
+    counts: list[int]  # 1 + hard negatives of query i (its own block of columns)
+    valid: list[list[bool]]  # (B, D): False where a column is a copy of query i's positive (not a negative)
+
+
+def batch_layout(examples: Sequence, negatives: Callable[[object], list[str]]) -> BatchLayout:
+    """The columns of a batch: each example's positive and ``negatives(example)``; a copy of query i's positive
+    elsewhere in the batch (a label description, a repeated paragraph) is masked, never counted as a negative."""
+    doc_texts: list[str] = []
+    positive_index, counts = [], []
+    for e in examples:
+        negs = negatives(e)
+        positive_index.append(len(doc_texts))
+        doc_texts += [e.positive, *negs]
+        counts.append(1 + len(negs))
+    valid = [[doc_texts[j] != e.positive or j == positive_index[i] for j in range(len(doc_texts))]
+             for i, e in enumerate(examples)]
+    return BatchLayout(doc_texts, positive_index, counts, valid)
+
+
+@dataclass
+class LossInputs:
+    """Everything a loss term may read: embeddings, cosine scores, the layout, the examples, the settings."""
+
+    q: Tensor  # (B, K) query vectors (unnormalised)
+    d: Tensor  # (D, K) document vectors
+    scores: Tensor  # (B, D) cosine similarities
+    positive_index: Tensor  # (B,)
+    valid: Tensor  # (B, D) bool
+    layout: BatchLayout
+    examples: Sequence
+    temperature: float
+    bce_scale: float
+    graded_floor: float
+    bias: Tensor  # the learned BCE logit bias
+
+
+def _infonce(x: LossInputs) -> Tensor:
+    return L.info_nce(x.scores, x.positive_index, x.temperature, x.valid)
+
+
+def _gte(x: LossInputs) -> Tensor:
+    return L.improved_info_nce(x.q, x.d, x.positive_index, x.temperature, x.valid)
+
+
+def _bce(x: LossInputs, graded: bool = False) -> Tensor:
+    labels = max_label = None
+    if graded:
+        max_label = x.examples[0].max_score or 1.0
+        labels = torch.tensor([e.score if e.score is not None else max_label for e in x.examples])
+    targets = L.binary_targets(x.positive_index, len(x.layout.doc_texts), labels, max_label, x.graded_floor)
+    return L.pairwise_bce(x.scores, targets.to(x.scores.device), x.bce_scale, x.bias, x.valid)
+
+
+def _kl(x: LossInputs) -> Tensor:
+    if any(e.teacher is None for e in x.examples):
+        raise ValueError("loss 'kl' needs teacher scores on every example of its stage")
+    teacher = torch.zeros_like(x.scores)
+    own = torch.zeros_like(x.valid)
+    for i, (e, start, n) in enumerate(zip(x.examples, x.layout.positive_index, x.layout.counts)):
+        teacher[i, start: start + n] = torch.tensor(e.teacher[:n])
+        own[i, start: start + n] = True
+    return L.kl_distillation(x.scores, teacher, x.temperature, valid=own)
+
+
+# name -> loss from LossInputs. Every name here is accepted in a loss expression.
+OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
+    "infonce": _infonce,  # cosine / temperature over the positive, hard and in-batch negatives
+    "gte": _gte,  # GTE's improved contrastive loss (adds query-query and document-document negatives)
+    "bce": _bce,  # SigLIP-style pointwise sigmoid loss with a learned bias
+    "bce-graded": lambda x: _bce(x, graded=True),  # BiXSE: targets from graded labels
+    "kl": _kl,  # distillation from teacher scores
+}
+USES_BIAS = ("bce", "bce-graded")
+
+
+def parse_loss(expression: str, where: str = "loss") -> dict[str, float]:
+    """``"infonce+0.5*bce"`` -> ``{"infonce": 1.0, "bce": 0.5}``; errors list the valid names."""
+    weights: dict[str, float] = {}
+    for term in expression.replace(" ", "").split("+"):
+        weight, _, name = term.rpartition("*")
+        if name not in OBJECTIVES:
+            raise ValueError(f"{where}: unknown loss {name!r}; choose from {', '.join(OBJECTIVES)} "
+                             "or a sum such as infonce+0.5*bce")
+        try:
+            weights[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"{where}: bad loss weight in {term!r}") from None
+    return weights
+
+
+class Objective:
+    """A weighted sum of registered losses, evaluated on a batch's embeddings."""
+
+    def __init__(self, expression: str | dict[str, float], *, temperature: float, bce_scale: float,
+                 graded_floor: float):
+        self.weights = parse_loss(expression) if isinstance(expression, str) else dict(expression)
+        self.temperature, self.bce_scale, self.graded_floor = temperature, bce_scale, graded_floor
+
+    @property
+    def uses_bias(self) -> bool:
+        return any(n in USES_BIAS for n in self.weights)
+
+    def __call__(self, q: Tensor, d: Tensor, layout: BatchLayout, examples: Sequence,
+                 bias: Tensor) -> tuple[Tensor, dict[str, float]]:
+        """The weighted loss and each term's value."""
+        x = LossInputs(q, d, L.cosine_scores(q, d), torch.tensor(layout.positive_index, device=q.device),
+                       torch.tensor(layout.valid, device=q.device), layout, examples, self.temperature,
+                       self.bce_scale, self.graded_floor, bias)
+        terms = {name: OBJECTIVES[name](x) for name in self.weights}
+        loss = sum(self.weights[n] * t for n, t in terms.items())
+        return loss, {n: float(t.detach()) for n, t in terms.items()}

@@ -1,0 +1,84 @@
+"""The method's first step as one call: cluster a backbone's LM head and write a LENS model directory.
+
+``lens cluster-vocab`` and the cluster-count ablation both call ``cluster_vocab``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lens.clustering import BACKENDS, cluster_rows, identity_clustering, size_summary
+from lens.config import ClusteringConfig, LensConfig
+from lens.model_dir import write_model_dir
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["VocabClustering", "cluster_vocab"]
+
+
+@dataclass
+class VocabClustering:
+    """What ``cluster_vocab`` wrote, for its closing summary."""
+
+    path: Path
+    backbone: str
+    num_clusters: int
+    num_excluded: int
+    seconds: float
+    sizes: dict  # lens.clustering.size_summary
+    objective: float  # final KMeans objective (0 for the unclustered vocabulary)
+
+
+def cluster_vocab(
+    out: str | os.PathLike,
+    model: str | os.PathLike = "default",
+    clusters: int | str = 4000,
+    *,
+    iterations: int = 20,
+    seed: int = 0,
+    backend: str = "faiss",
+    exclude_special: bool = False,
+    compact: bool = False,
+    show_progress_bar: bool = False,
+) -> VocabClustering:
+    """KMeans on ``model``'s LM-head rows into ``clusters`` groups (``"vocab"``: one per token), written to ``out``.
+
+    The same seed gives byte-identical files. ``compact`` leaves the centroids out: they are the cluster means,
+    recomputed from the (hash-checked) backbone on loading.
+    """
+    from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown clustering backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    start = time.perf_counter()
+    ref = resolve_backbone(model)
+    matrix = load_lm_head(ref)
+    tokenizer = load_tokenizer(ref)
+    exclude: list[int] = []
+    if exclude_special:
+        special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+        exclude = sorted((special | set(tokenizer.all_special_ids)) & set(range(len(matrix))))
+    logger.info("LM head %d x %d from %s; excluding %d tokens", *matrix.shape, ref.reference, len(exclude))
+    if clusters == "vocab":
+        result = identity_clustering(matrix, exclude)
+    else:
+        result = cluster_rows(matrix, int(clusters), iterations=iterations, seed=seed, backend=backend,
+                              exclude=exclude, show_progress_bar=show_progress_bar)
+    k = len(result.centroids)
+    config = LensConfig(
+        backbone=ref.reference,
+        clustering=ClusteringConfig(
+            num_clusters=k, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
+            lm_head_sha256=matrix_sha256(matrix), seed=seed, iterations=iterations, backend=backend,
+            exclude_special=exclude_special, num_excluded=len(exclude),
+        ),
+    )
+    write_model_dir(out, config, result.assignment.astype(np.int32), None if compact else result.centroids, tokenizer)
+    return VocabClustering(Path(out), ref.reference, k, len(exclude), time.perf_counter() - start,
+                           size_summary(result.sizes), float(result.objective[-1]))
