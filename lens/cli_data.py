@@ -40,7 +40,7 @@ def cmd_beir(args: argparse.Namespace) -> None:
 
         instruction = get_instruction(Path(args.dir).resolve().name)
     _write(args, beir_pairs(args.dir, split=args.split, num_negatives=args.negatives, seed=args.seed,
-                            instruction=instruction, max_queries=args.max_queries))
+                            instruction=instruction, max_queries=args.max_queries, holdout=args.holdout))
 
 
 def cmd_weak(args: argparse.Namespace) -> None:
@@ -99,6 +99,9 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--negatives", type=int, default=7, help="hard negatives per example")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--max-queries", type=int, default=None)
+    b.add_argument("--holdout", type=float, default=0.0,
+                   help="fraction of the split's queries left out of training, to judge runs on "
+                        "(lens.train.data.holdout_queries picks the same ones every time)")
     b.add_argument("--instruction", default=None,
                    help="query instruction stored with each example; 'auto' = the benchmark's for this dataset")
     b.set_defaults(func=cmd_beir, command="data beir")

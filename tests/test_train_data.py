@@ -95,6 +95,11 @@ def test_beir_negatives_skip_judged_docs(beir_dir):
     assert {_doc_no(n) for n in ex[1].negatives} == {0, 1, 2, 4, 5, 6, 7}
     assert all(e.task == "toy" for e in ex)
     assert beir_pairs(beir_dir, num_negatives=3, seed=0) == beir_pairs(beir_dir, num_negatives=3, seed=0)
+    from lens.train.data import holdout_queries
+
+    held = set(holdout_queries(["q1", "q2"], 0.5))
+    kept = {e.query for e in beir_pairs(beir_dir, num_negatives=0, holdout=0.5)}
+    assert kept == {"apple pie", "apple recipe"} - {{"q1": "apple pie", "q2": "apple recipe"}[q] for q in held}
 
 
 def test_beir_short_pool_fills_with_unjudged_docs(beir_dir):
@@ -184,6 +189,19 @@ def test_shared_pairs_sample_and_instruction(tmp_path):
     (tmp_path / "mystery").mkdir()
     _jsonl(tmp_path / "mystery" / "pairs.jsonl", [{"query": "q", "positive": "p"}])
     assert data_main(["data", "shared", str(tmp_path / "mystery"), "--instruction", "auto", "--out", str(out)]) == 2
+
+
+def test_holdout_queries_are_a_stable_fraction():
+    from lens.train.data import holdout_queries
+
+    qids = [str(i) for i in range(2000)]
+    held = holdout_queries(qids, 0.2)
+    assert 300 < len(held) < 500
+    assert holdout_queries(list(reversed(qids)), 0.2) == list(reversed(held))  # order-independent choice
+    assert set(holdout_queries(qids[:500], 0.2)) == set(held) & set(qids[:500])
+    assert holdout_queries(qids, 0.0) == []
+    with pytest.raises(ValueError, match="holdout"):
+        holdout_queries(qids, 1.0)
 
 
 def test_task_batches_one_task_each_deterministic_and_complete():

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "NEGATIVE_RANKS", "TrainExample", "beir_pairs", "bm25_rankings", "read_examples", "shared_pairs", "sts_pairs",
-    "Step", "plan_steps", "task_batches", "weak_pairs", "write_examples",
+    "Step", "holdout_queries", "plan_steps", "task_batches", "weak_pairs", "write_examples",
 ]
 
 FIELDS = ("query", "positive", "negatives", "score", "max_score", "teacher", "task", "instruction")
@@ -180,7 +180,8 @@ def _pick_negatives(ranked: list[int], n: int, ranks: tuple[int, int], rng: np.r
 
 def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives: int = 7,
                miner: str | Miner = "bm25", seed: int = 0, instruction: str | None = None,
-               max_queries: int | None = None, negative_ranks: tuple[int, int] = NEGATIVE_RANKS) -> list[TrainExample]:
+               max_queries: int | None = None, negative_ranks: tuple[int, int] = NEGATIVE_RANKS,
+               holdout: float = 0.0) -> list[TrainExample]:
     """One example per (query, judged positive) of a BEIR split, with mined hard negatives.
 
     ``miner`` is ``"bm25"`` (the benchmark's baseline) or a callable ``(query texts, document texts) -> scores``
@@ -188,6 +189,7 @@ def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives:
     negatives; the rest are sampled with ``seed`` from ``negative_ranks`` (see ``NEGATIVE_RANKS``). Documents
     are ``Document.full_text`` (``lens.corpus.document_text``), as everything else encodes them. Binary qrels give no ``score``; graded ones give
     ``score`` = grade and ``max_score`` = the split's top grade. The first ``max_queries`` queries are used.
+    ``holdout`` leaves that fraction of the split's queries out (``holdout_queries``), to judge training on.
     """
     _refuse_test(split)
     if num_negatives < 0:
@@ -197,6 +199,9 @@ def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives:
     corpus, queries, qrels = load_beir(beir_dir, split)
     name = Path(beir_dir).resolve().name
     qids = [q for q in qrels if any(g > 0 for g in qrels[q].values())]
+    if holdout:
+        held = set(holdout_queries(qids, holdout))
+        qids = [q for q in qids if q not in held]
     if max_queries is not None:
         qids = qids[:max_queries]
     top_grade = max((g for q in qids for g in qrels[q].values()), default=1)
@@ -236,6 +241,19 @@ def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives:
     if missing:
         logger.warning("%s: %d judged positives are not in the corpus; skipped", name, missing)
     return examples
+
+
+def holdout_queries(qids: Sequence[str], fraction: float) -> list[str]:
+    """A fixed ``fraction`` of ``qids`` held out of training (to judge training runs on), chosen by a hash of each
+    id, so the same query is held out whatever the order or subset of ids."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"holdout must be in [0, 1), got {fraction}")
+    import hashlib
+
+    def unit(q: str) -> float:
+        return int(hashlib.sha256(f"lens-holdout|{q}".encode()).hexdigest()[:12], 16) / 16**12
+
+    return [q for q in qids if unit(q) < fraction]
 
 
 # ------------------------------------------------------------------------------------------------ weak pairs
