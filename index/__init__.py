@@ -2,12 +2,12 @@
 
 Main entry point: :class:`HybridIndex`. Index types live in :data:`INDEX_TYPES` (flat, hnsw, ivf, sq8,
 fp16), result fusion in :data:`FUSION` (rrf, minmax).
+
+The names below load on first use, so ``import index.vectors`` (the maths, used by ``lens``) does not pay for
+FAISS and SQLite.
 """
 
-from .factory import INDEX_TYPES, get_index_type
-from .fusion import FUSION, as_run, get_fusion, minmax_fusion, rrf
-from .manifest import FingerprintMismatchError
-from .store import HybridIndex, SearchResult
+import importlib
 
 __all__ = [
     "FUSION",
@@ -21,3 +21,16 @@ __all__ = [
     "minmax_fusion",
     "rrf",
 ]
+
+_HOME = {
+    "FUSION": "fusion", "as_run": "fusion", "get_fusion": "fusion", "minmax_fusion": "fusion", "rrf": "fusion",
+    "INDEX_TYPES": "factory", "get_index_type": "factory",
+    "FingerprintMismatchError": "manifest",
+    "HybridIndex": "store", "SearchResult": "store",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,7 +33,6 @@ Not thread-safe for concurrent writes (add/remove/save); concurrent searches are
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from pathlib import Path
@@ -57,7 +56,7 @@ from .manifest import (
     verify_file,
 )
 from .metadata import DocTable, encode_metadata
-from .vectors import as_matrix, check_dim, check_finite, document_vectors, query_vectors
+from .vectors import as_matrix, check_dim, check_finite, document_vectors, query_vectors, weight_pair
 
 __all__ = ["HybridIndex", "SearchResult"]
 
@@ -85,16 +84,6 @@ def _dim(value: Any, name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"{name} must be a positive integer, or None/0 when that part is absent; got {value!r}")
     return int(value)
-
-
-def _weight_pair(weights: Any, what: str) -> tuple[float, float]:
-    try:
-        w = tuple(float(x) for x in weights)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a pair (w_lex, w_dense), got {weights!r}") from None
-    if len(w) != 2 or not all(math.isfinite(x) and x >= 0 for x in w) or w == (0.0, 0.0):
-        raise ValueError(f"{what} must be a pair (w_lex, w_dense) of finite numbers >= 0, not both 0; got {weights!r}")
-    return w
 
 
 def faiss_search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -150,7 +139,7 @@ class HybridIndex:
         self._options = self._type.resolve_options(index_options)
         if weights is None:
             weights = {"hybrid": (0.5, 0.5), "lexicon": (1.0, 0.0), "dense": (0.0, 1.0)}[self.mode]
-        self._weights = _weight_pair(weights, "weights")
+        self._weights = weight_pair(weights, "weights")
         self._fingerprint = normalize_fingerprint(fingerprint)
         self._info = normalize_fingerprint(info, "info")
         self._docs = DocTable()
@@ -462,11 +451,11 @@ class HybridIndex:
             return np.tile(np.array(self._weights, dtype=np.float64), (nq, 1))
         w = np.asarray(weights, dtype=np.float64)
         if w.shape == (2,):
-            return np.tile(np.array(_weight_pair(w, "weights")), (nq, 1))
+            return np.tile(np.array(weight_pair(w, "weights")), (nq, 1))
         if w.shape != (nq, 2):
             raise ValueError(f"weights must be a pair (w_lex, w_dense) or one pair per query ({nq}, 2), got shape {w.shape}")
         for row in w:
-            _weight_pair(row, "each row of weights")
+            weight_pair(row, "each row of weights")
         return w
 
     def search(

@@ -8,6 +8,7 @@ chosen at query time, without re-indexing.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ __all__ = [
     "document_vectors",
     "l2_normalize",
     "query_vectors",
+    "weight_pair",
 ]
 
 # Rows whose norm is at or below this are treated as zero: dividing by it would overflow float32.
@@ -119,6 +121,19 @@ def document_vectors(lexicon: np.ndarray | None, dense: np.ndarray | None) -> np
             l2_normalize(p, out=out[:, col : col + w])
             col += w
     return out
+
+
+def weight_pair(weights: Any, what: str = "weights") -> tuple[float, float]:
+    """``(w_lex, w_dense)`` from a pair or from text such as ``"0.7,0.3"``: finite, >= 0, not both 0."""
+    parts = weights.split(",") if isinstance(weights, str) else weights
+    try:
+        w = tuple(float(x) for x in parts)
+    except (TypeError, ValueError):
+        w = ()
+    if len(w) != 2 or not all(math.isfinite(x) and x >= 0 for x in w) or w == (0.0, 0.0):
+        raise ValueError(f"{what} must be two numbers LEX,DENSE (finite, >= 0, not both 0) such as 0.5,0.5; "
+                         f"got {weights!r}")
+    return w
 
 
 def _weights(w: float | np.ndarray, n: int, what: str) -> np.ndarray:

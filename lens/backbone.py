@@ -91,11 +91,16 @@ def _check_causal_lm(directory: Path) -> None:
         )
 
 
+def cache_home() -> Path:
+    """LENS's cache directory: ``$LENS_CACHE_DIR``, else ``~/.cache/lens``."""
+    return Path(os.environ.get("LENS_CACHE_DIR") or Path.home() / ".cache" / "lens")
+
+
 def cache_root() -> Path | None:
-    """Where converted GGUF backbones are kept: ``$LENS_CACHE_DIR`` or ``~/.cache/lens``; None if disabled."""
+    """Where converted GGUF backbones are kept: ``cache_home()``; None if ``$LENS_NO_CACHE`` disables it."""
     if os.environ.get("LENS_NO_CACHE"):
         return None
-    return Path(os.environ.get("LENS_CACHE_DIR") or Path.home() / ".cache" / "lens")
+    return cache_home()
 
 
 def gguf_cache_dir(ref: BackboneRef) -> Path | None:

@@ -155,21 +155,18 @@ def cmd_index_info(args: argparse.Namespace) -> None:
 
 
 def _weights(value: str) -> tuple[float, float]:
+    from index.vectors import weight_pair
+
     try:
-        weights = tuple(float(w) for w in value.split(","))
-    except ValueError:
-        weights = ()
-    if len(weights) != 2:
-        raise argparse.ArgumentTypeError(f"--weights must be two numbers LEX,DENSE such as 0.5,0.5, got {value!r}")
-    return weights
+        return weight_pair(value, "--weights")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def cmd_search(args: argparse.Namespace) -> None:
-    from lens.search import Searcher
+    from lens.search import Searcher, check_queries
 
-    for query in args.query:
-        if not query.strip():
-            raise ValueError("a query is empty: give some words to search for")
+    check_queries(args.query)  # before the models load
     searcher = Searcher.open(args.dir, args.model)
     results = searcher.search(args.query, k=args.k, weights=args.weights, instruction=args.instruction)
     if args.json:
@@ -302,8 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("query", nargs="+", help="one or more queries")
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--weights", type=_weights, default=None,
-                   help="LEX,DENSE query weights (default: the index's, 0.5,0.5); write a negative one as "
-                        "--weights=-1,2")
+                   help="LEX,DENSE query weights, each >= 0 (default: the index's, 0.5,0.5)")
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")

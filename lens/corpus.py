@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
 import json
 import os
 import re
@@ -228,7 +227,7 @@ def read_sts(path: str | os.PathLike, split: str) -> StsPairs:
         raise FileNotFoundError(f"STS file not found: {p}; expected a TSV[.gz] with columns {', '.join(STS_COLUMNS)}")
     try:
         with _open_text(p) as f:
-            rows = list(csv.reader(io.StringIO(f.read()), delimiter="\t"))
+            rows = list(csv.reader(f, delimiter="\t"))
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise ValueError(f"{p} cannot be read ({e}); the file is damaged") from e
     if not rows or tuple(rows[0][:4]) != STS_COLUMNS:

@@ -23,12 +23,16 @@ DENSE_KINDS = {
 }
 
 
+def _check_kind(kind: str) -> None:
+    if kind not in DENSE_KINDS:
+        raise ValueError(f"unknown dense kind {kind!r}; valid: {', '.join(DENSE_KINDS)}")
+
+
 class HybridEncoder:
     """A LENS encoder plus the dense encoder of ``dense_kind``; encodes both sides of a hybrid index."""
 
     def __init__(self, lens_encoder, dense_kind: str = "minilm", dense_encoder=None):
-        if dense_kind not in DENSE_KINDS:
-            raise ValueError(f"unknown dense kind {dense_kind!r}; valid: {', '.join(DENSE_KINDS)}")
+        _check_kind(dense_kind)
         if dense_kind == "minilm" and dense_encoder is None:
             from lens.dense import DenseEncoder
 
@@ -42,8 +46,7 @@ class HybridEncoder:
         """Load the LENS model (``LensEncoder.from_pretrained``) and, for ``dense="minilm"``, the packaged MiniLM."""
         from lens.encoder import LensEncoder
 
-        if dense not in DENSE_KINDS:  # before loading anything
-            raise ValueError(f"unknown dense kind {dense!r}; valid: {', '.join(DENSE_KINDS)}")
+        _check_kind(dense)  # before loading anything
         return cls(LensEncoder.from_pretrained(model, **lens_kwargs), dense)
 
     @property

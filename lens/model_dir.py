@@ -25,7 +25,7 @@ import numpy as np
 
 from lens.atomic import atomic_dir, atomic_write_bytes
 from lens.clustering import clusters_tsv
-from lens.config import ADAPTER_DIR, CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
+from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
 
 __all__ = ["BACKBONE_DIR", "DEFAULT_MODEL_DIR", "ModelFiles", "read_model_dir", "resolve_model_dir",
            "write_model_dir"]
@@ -142,6 +142,3 @@ def write_model_dir(
         config.save(tmp)
     return Path(path)
 
-
-# re-exported names of the files, for callers that list a directory
-FILE_NAMES = (CONFIG_NAME, CLUSTERS_NAME, CLUSTERS_TSV, ADAPTER_DIR, BACKBONE_DIR)

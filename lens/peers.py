@@ -61,8 +61,11 @@ COMPLETE = ".lens-unzipped.json"  # written last inside the temporary directory:
 
 # ------------------------------------------------------------------------------------------- locating the files
 def peers_cache_root() -> Path:
-    """Where unpacked peers are kept: ``$LENS_CACHE_DIR/peers``, else ``~/.cache/lens/peers``."""
-    return Path(os.environ.get("LENS_CACHE_DIR") or Path.home() / ".cache" / "lens") / "peers"
+    """Where unpacked peers are kept: ``peers/`` in LENS's cache directory (``lens.backbone.cache_home``); always
+    on, even with ``$LENS_NO_CACHE``, since the zip has to be unpacked somewhere."""
+    from lens.backbone import cache_home
+
+    return cache_home() / "peers"
 
 
 def _splade_dir() -> Path | None:

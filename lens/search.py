@@ -14,12 +14,21 @@ from index import HybridIndex, SearchResult
 from index.manifest import read_manifest
 from lens.hybrid import HybridEncoder
 
-__all__ = ["Searcher", "model_reference"]
+__all__ = ["Searcher", "check_queries", "model_reference"]
 
 
 def model_reference(model: str | os.PathLike) -> str:
     """How an index records its LENS model: ``"default"``, or the directory's absolute path."""
     return model if os.fspath(model) == "default" else str(Path(model).resolve())
+
+
+def check_queries(queries: Sequence[str]) -> list[str]:
+    """The queries as a list; a blank one is an error (before any model is loaded, when called first)."""
+    queries = list(queries)
+    for q in queries:
+        if not isinstance(q, str) or not q.strip():
+            raise ValueError("a query is empty: give some words to search for")
+    return queries
 
 
 class Searcher:
@@ -38,9 +47,6 @@ class Searcher:
     def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,
                instruction: str | None = None) -> list[SearchResult]:
         """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's."""
-        queries = list(queries)
-        for q in queries:
-            if not isinstance(q, str) or not q.strip():
-                raise ValueError("a query is empty: give some words to search for")
+        queries = check_queries(queries)
         lexicon, dense = self.encoder.encode_queries(queries, instruction=instruction)
         return self.index.search(lexicon, dense, k=k, weights=weights)

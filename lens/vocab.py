@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from lens.clustering import BACKENDS, cluster_rows, identity_clustering, size_summary
 from lens.config import ClusteringConfig, LensConfig
@@ -79,6 +78,6 @@ def cluster_vocab(
             exclude_special=exclude_special, num_excluded=len(exclude),
         ),
     )
-    write_model_dir(out, config, result.assignment.astype(np.int32), None if compact else result.centroids, tokenizer)
+    write_model_dir(out, config, result.assignment, None if compact else result.centroids, tokenizer)
     return VocabClustering(Path(out), ref.reference, k, len(exclude), time.perf_counter() - start,
                            size_summary(result.sizes), float(result.objective[-1]))

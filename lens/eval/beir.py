@@ -274,13 +274,12 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
 
 # ------------------------------------------------------------------------------------------- CLI
 def _weights(value: str) -> tuple[float, float]:
+    from index.vectors import weight_pair
+
     try:
-        w = tuple(float(x) for x in value.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"weights must be two numbers LEX,DENSE, got {value!r}") from None
-    if len(w) != 2 or min(w) < 0 or sum(w) <= 0:
-        raise argparse.ArgumentTypeError(f"weights must be two numbers >= 0 (not both 0), got {value!r}")
-    return w
+        return weight_pair(value, "--weights")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _systems(value: str) -> list[str]:
