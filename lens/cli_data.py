@@ -57,7 +57,7 @@ def cmd_sts(args: argparse.Namespace) -> None:
 
 
 def cmd_shared(args: argparse.Namespace) -> None:
-    from lens.train.data import shared_pairs
+    from lens.train.data import shared_pairs, write_examples
 
     instruction = args.instruction
     if instruction == "auto":  # ours for the shared training sets, by directory name
@@ -68,7 +68,18 @@ def cmd_shared(args: argparse.Namespace) -> None:
         if found.source == GENERIC:
             raise ValueError(f"no instruction is known for {p.name!r}; pass --instruction TEXT")
         instruction = found.text
-    _write(args, shared_pairs(args.path, instruction=instruction, max_pairs=args.max_pairs, seed=args.seed))
+    if args.holdout_out is not None and not args.holdout:
+        raise ValueError("--holdout-out needs --holdout FRACTION (the share of queries to hold out)")
+    result = shared_pairs(args.path, instruction=instruction, max_pairs=args.max_pairs, seed=args.seed,
+                          holdout=args.holdout)
+    if not args.holdout:
+        _write(args, result)
+        return
+    kept, held = result
+    _write(args, kept)
+    if args.holdout_out is not None:
+        write_examples(args.holdout_out, held)
+        print(_summary(args.holdout_out, held))
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
@@ -126,6 +137,9 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                    help="query instruction stored with each example; 'auto' = ours for this set (lens.instructions)")
     h.add_argument("--max-pairs", type=int, default=None, help="keep a seeded random subset of this size")
     h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--holdout", type=float, default=0.0,
+                   help="fraction of queries left out of --out (by a stable hash of the query text), to judge runs on")
+    h.add_argument("--holdout-out", type=Path, default=None, help="where to write the held-out examples")
     h.set_defaults(func=cmd_shared, command="data shared")
 
     for p in (b, w, s, h):

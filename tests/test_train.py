@@ -129,6 +129,28 @@ def test_prefix_cache_is_reused(tiny_lens_dir, data_file, tmp_path):
     assert again.cache.fill(list(again._items.values()), 3) == 0  # nothing left to compute
 
 
+def test_prefix_cache_holds_only_the_planned_texts(tiny_lens_dir, data_file, tmp_path):
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1,
+                  stages=[StageConfig("s1", [str(data_file)], loss="infonce", steps=1)], batch_size=2)
+    trainer = Trainer(cfg, tmp_path / "a", show_progress_bar=False)
+    used = [trainer.data[0][i] for i in trainer.plan[0].batch]
+    texts = {t for e in used for t in (e.query, e.positive, *e.negatives)}
+    assert len(trainer._items) == len(texts) == 6 and len(trainer.cache) == 6  # 2 of 8 examples: 2 x 3 texts
+
+
+def test_max_per_task_balances_a_stage(tiny_lens_dir, tmp_path):
+    big = [TrainExample(f"big query {i}", f"big doc {i}", task="big") for i in range(30)]
+    small = [TrainExample(f"small query {i}", f"small doc {i}", task="small") for i in range(3)]
+    write_examples(tmp_path / "mix.jsonl", big + small)
+    stage = StageConfig("s", [str(tmp_path / "mix.jsonl")], steps=1, max_per_task=5)
+    trainer = Trainer(_config(tiny_lens_dir, tmp_path / "mix.jsonl", stages=[stage]), tmp_path / "o",
+                      show_progress_bar=False)
+    tasks = [e.task for e in trainer.data[0]]
+    assert tasks.count("big") == 5 and tasks.count("small") == 3
+    with pytest.raises(ValueError, match="max_per_task"):
+        TrainConfig(stages=[StageConfig("s", ["x"], max_per_task=0)])
+
+
 def test_learning_rate_schedule():
     assert learning_rate_factor(0, 10, 2) == 0.5
     assert learning_rate_factor(1, 10, 2) == 1.0

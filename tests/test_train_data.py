@@ -204,6 +204,35 @@ def test_holdout_queries_are_a_stable_fraction():
         holdout_queries(qids, 1.0)
 
 
+def test_split_holdout_keeps_a_query_on_one_side(tmp_path):
+    from lens.train.data import sample_examples, split_holdout
+
+    ex = [TrainExample(f"q{i % 400}", f"p{i}", task="t") for i in range(1200)]  # each query three times
+    kept, held = split_holdout(ex, 0.1)
+    assert len(kept) + len(held) == len(ex) and 60 < len(held) < 180
+    assert not {e.query for e in kept} & {e.query for e in held}
+    assert split_holdout(ex, 0.0) == (ex, [])
+    with pytest.raises(ValueError, match="holdout"):
+        split_holdout(ex, 1.5)
+    mixed = ex[:50] + [TrainExample(f"s{i}", f"d{i}", task="small") for i in range(4)]
+    sampled = sample_examples(mixed, seed=0, max_per_task=10)
+    assert [e.task for e in sampled].count("t") == 10 and [e.task for e in sampled].count("small") == 4
+    assert sampled == sample_examples(mixed, seed=0, max_per_task=10)
+    assert [mixed.index(e) for e in sampled] == sorted(mixed.index(e) for e in sampled)  # file order kept
+    assert len(sample_examples(mixed, seed=0, max_per_task=10, max_examples=7)) == 7
+
+
+def test_cli_shared_holdout_writes_both_parts(tmp_path):
+    d = tmp_path / "trec-qc"
+    d.mkdir()
+    _jsonl(d / "pairs.jsonl.gz", [{"query": f"question {i}", "positive": f"label {i % 4}"} for i in range(300)])
+    out, held = tmp_path / "train.jsonl.gz", tmp_path / "val.jsonl.gz"
+    assert data_main(["data", "shared", str(d), "--holdout", "0.1", "--out", str(out), "--holdout-out", str(held)]) == 0
+    a, b = read_examples(out), read_examples(held)
+    assert len(a) + len(b) == 300 and 10 < len(b) < 60 and not {e.query for e in a} & {e.query for e in b}
+    assert data_main(["data", "shared", str(d), "--holdout-out", str(held), "--out", str(out)]) == 2
+
+
 def test_task_batches_one_task_each_deterministic_and_complete():
     ex = [TrainExample(f"a{i % 7}", f"p{i}", task="a") for i in range(23)]  # repeated queries
     ex += [TrainExample(f"b{i}", f"p{i % 5}", task="b") for i in range(11)]  # repeated positives

@@ -25,6 +25,7 @@ class StageConfig:
     max_negatives: int | None = None  # hard negatives per query (None: all the data has)
     lr: float | None = None  # overrides TrainConfig.lr for this stage
     max_examples: int | None = None  # a seeded random subset of the stage's data
+    max_per_task: int | None = None  # a seeded random subset of at most this many examples of each task
 
     def loss_weights(self) -> dict[str, float]:
         """``"infonce+0.5*bce"`` -> ``{"infonce": 1.0, "bce": 0.5}`` (names from the objectives' registry)."""
@@ -82,6 +83,9 @@ class TrainConfig:
         self.stages = [s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.stages]
         for s in self.stages:
             s.loss_weights()
+            for name in ("max_examples", "max_per_task"):
+                if getattr(s, name) is not None and getattr(s, name) < 1:
+                    raise ValueError(f"stage {s.name!r}: {name} must be >= 1 (or null), got {getattr(s, name)}")
             if s.steps is None and not s.epochs > 0:
                 raise ValueError(f"stage {s.name!r} needs steps or epochs > 0")
         if self.lora_layers is not None and self.lora_layers < 1:

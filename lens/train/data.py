@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import hashlib
 import math
 import os
 import re
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "NEGATIVE_RANKS", "TrainExample", "beir_pairs", "bm25_rankings", "read_examples", "shared_pairs", "sts_pairs",
-    "Step", "holdout_queries", "plan_steps", "task_batches", "weak_pairs", "write_examples",
+    "Step", "holdout_queries", "sample_examples", "split_holdout", "plan_steps", "task_batches", "weak_pairs", "write_examples",
 ]
 
 FIELDS = ("query", "positive", "negatives", "score", "max_score", "teacher", "task", "instruction")
@@ -243,17 +244,31 @@ def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives:
     return examples
 
 
+def _holdout_unit(key: str) -> float:
+    """A stable number in [0, 1) for ``key`` (the same in every run, order and subset)."""
+    return int(hashlib.sha256(f"lens-holdout|{key}".encode()).hexdigest()[:12], 16) / 16**12
+
+
+def _check_fraction(fraction: float) -> None:
+    if not 0 <= fraction < 1:
+        raise ValueError(f"holdout must be in [0, 1), got {fraction}")
+
+
 def holdout_queries(qids: Sequence[str], fraction: float) -> list[str]:
     """A fixed ``fraction`` of ``qids`` held out of training (to judge training runs on), chosen by a hash of each
     id, so the same query is held out whatever the order or subset of ids."""
-    if not 0 <= fraction < 1:
-        raise ValueError(f"holdout must be in [0, 1), got {fraction}")
-    import hashlib
+    _check_fraction(fraction)
+    return [q for q in qids if _holdout_unit(q) < fraction]
 
-    def unit(q: str) -> float:
-        return int(hashlib.sha256(f"lens-holdout|{q}".encode()).hexdigest()[:12], 16) / 16**12
 
-    return [q for q in qids if unit(q) < fraction]
+def split_holdout(examples: Sequence[TrainExample], fraction: float) -> tuple[list[TrainExample], list[TrainExample]]:
+    """(kept, held out): examples whose query text hashes below ``fraction`` are held out, every row of a repeated
+    query on the same side, so no held-out query was seen in training."""
+    _check_fraction(fraction)
+    kept, held = [], []
+    for e in examples:
+        (held if _holdout_unit(e.query) < fraction else kept).append(e)
+    return kept, held
 
 
 # ------------------------------------------------------------------------------------------------ weak pairs
@@ -320,11 +335,12 @@ def sts_pairs(tsv_gz_path: str | os.PathLike, split: str = "train",
 
 
 def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max_pairs: int | None = None,
-                 seed: int = 0) -> list[TrainExample]:
+                 seed: int = 0, holdout: float = 0.0) -> list[TrainExample] | tuple[list[TrainExample], list[TrainExample]]:
     """Pairs of a shared training set (``query``, ``positive``, optional single ``negative``); task = its directory.
 
     ``instruction`` is stored with every example; ``max_pairs`` keeps a seeded random subset (per-task sampling
-    of a mixture), in file order. Extra fields (``source_row``, ids) are ignored.
+    of a mixture), in file order. Extra fields (``source_row``, ids) are ignored. With ``holdout`` > 0 the result
+    is (kept, held out) by ``split_holdout``, split before sampling, to judge training on unseen queries.
 
     ``path`` is a .jsonl[.gz] file or a set's directory (its pairs.jsonl.gz, else train.jsonl.gz). Rows with the
     same query and positive merge (their negatives pooled); a negative that is a positive of the same query is
@@ -353,10 +369,13 @@ def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max
         positives.setdefault(q, set()).add(pos)
     out = [TrainExample(q, pos, [x for x in negs if x not in positives[q]], task=task, instruction=instruction)
            for (q, pos), negs in merged.items()]
+    held = None
+    if holdout:
+        out, held = split_holdout(out, holdout)
     if max_pairs is not None and len(out) > max_pairs:
         keep = np.sort(np.random.default_rng(seed).choice(len(out), max_pairs, replace=False))
         out = [out[i] for i in keep]
-    return out
+    return out if held is None else (out, held)
 
 
 # ------------------------------------------------------------------------------------------------ batching
@@ -380,6 +399,22 @@ def _fill_batches(indices: list[int], examples: Sequence[TrainExample], batch_si
         batches.append(batch)
         pending = later
     return batches
+
+
+def sample_examples(examples: Sequence[TrainExample], seed: int, max_per_task: int | None = None,
+                    max_examples: int | None = None) -> list[TrainExample]:
+    """A seeded subset in file order: at most ``max_per_task`` examples of each task (so a mixture's small tasks
+    are not drowned by its large ones), then at most ``max_examples`` in all."""
+    rng = np.random.default_rng(seed)
+    keep = np.arange(len(examples))
+    if max_per_task is not None:
+        by_task: dict[str, list[int]] = {}
+        for i, e in enumerate(examples):
+            by_task.setdefault(e.task, []).append(i)
+        keep = np.sort(np.concatenate([rng.permutation(idx)[:max_per_task] for _, idx in sorted(by_task.items())]))
+    if max_examples is not None and max_examples < len(keep):
+        keep = np.sort(rng.permutation(keep)[:max_examples])
+    return [examples[int(i)] for i in keep]
 
 
 def task_batches(examples: Sequence[TrainExample], batch_size: int, seed: int,

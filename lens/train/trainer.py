@@ -29,7 +29,7 @@ from lens.layers import embed, num_layers
 from lens.train import losses as L
 from lens.train.checkpoint import load_checkpoint, save_checkpoint
 from lens.train.config import TrainConfig
-from lens.train.data import TrainExample, plan_steps, read_examples, task_batches
+from lens.train.data import TrainExample, plan_steps, read_examples, sample_examples, task_batches
 from lens.train.objectives import Objective, batch_layout
 from lens.train.prefix import PrefixCache
 from lens.train.report import CARD_NAME, CURVES_NAME, LOG_NAME, model_card, plot_curves, read_log, write_log
@@ -143,13 +143,11 @@ class Trainer:
         self.data = []
         for si, stage in enumerate(cfg.stages):
             examples = [e for path in stage.data for e in read_examples(path)]
-            if stage.max_examples is not None and stage.max_examples < len(examples):
-                keep = np.sort(np.random.default_rng(cfg.seed + si).permutation(len(examples))[: stage.max_examples])
-                examples = [examples[i] for i in keep]
-            self.data.append(examples)
+            self.data.append(sample_examples(examples, cfg.seed + si, stage.max_per_task, stage.max_examples))
         self.val = [e for path in cfg.val_data for e in read_examples(path)][: cfg.val_examples]
         self.plan = plan_steps(cfg, self.data)
-        every = [e for d in self.data for e in d] + self.val
+        # only the texts the planned steps and the validation use: a short run over a big mixture caches little
+        every = [self.data[step.stage][i] for step in self.plan for i in step.batch] + self.val
         by_prompt: dict[str, set[str]] = {}
         for e in every:
             by_prompt.setdefault(self._query_prompt(self._instruction(e)), set()).add(e.query)
@@ -255,19 +253,21 @@ class Trainer:
         return row
 
     @torch.no_grad()
-    def encode(self, texts: list[str], instruction: str | None = None, batch_size: int = 64) -> np.ndarray:
+    def encode(self, texts: list[str], instruction: str | None = None, batch_size: int = 64,
+               max_length: int | None = None) -> np.ndarray:
         """Unit lexicon vectors of ``texts`` as the model stands now (queries when ``instruction`` is given).
 
         Runs the encoder's own loop (``lens.encoder.encode_items``) through the prefix cache, so evaluating
-        during or between runs costs only the trained layers.
+        during or between runs costs only the trained layers. ``max_length`` defaults to the training lengths.
         """
         from lens.encoder import encode_items
 
         self.decoder.eval()
         if instruction is None:
-            items = encode_texts(self.tokenizer, texts, self.config.doc_max_length)
+            items = encode_texts(self.tokenizer, texts, max_length or self.config.doc_max_length)
         else:
-            items = encode_texts(self.tokenizer, texts, self.config.query_max_length, self._query_prompt(instruction))
+            items = encode_texts(self.tokenizer, texts, max_length or self.config.query_max_length,
+                                 self._query_prompt(instruction))
         if self.cache is not None:
             self.cache.fill(items, self.tokenizer.pad_token_id, show_progress_bar=self.show_progress_bar)
         lexicon, _ = encode_items(items, self._forward, self.model.num_clusters, self.decoder.config.hidden_size,

@@ -1,0 +1,235 @@
+"""Training studies (issue 10): variants of one small run, each at the same step budget, judged on data no run
+trains on.
+
+Every variant is the base run (`BASE`) with a few settings changed (`VARIANTS`). Each trains on the mixture built
+by `make train-data-mixture` with at most `--per-task` examples of each task, then is judged from its trainer
+(through the frozen-prefix cache, so only the trained layers run again):
+
+- ``scifact_ndcg``: nDCG@10 of the lexicon reranking BM25's top 20 for SciFact *train* queries held out of the
+  mixture (``lens data beir --holdout 0.2`` leaves out exactly these); documents at 256 tokens, as the shipped model
+  encodes them. ``bm25`` is the pools' own order.
+- ``stsb_dev``: STS-B *dev* Spearman x 100 of the lexicon cosine (sentence 1 as a query behind the STS instruction).
+- ``val_loss``: InfoNCE over fixed batches of the 2% of each new set's queries held out (``mixture-val``).
+
+No test split and no evaluation corpus is trained on. Results land in ``<output>.json`` after every variant (a rerun
+skips the variants already there; ``--force`` reruns them) and in ``<output>.md``.
+
+    python benchmarks/training_study.py --steps 150 --threads 2
+    python benchmarks/training_study.py --variants base,causal --steps 150
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+logger = logging.getLogger("training_study")
+
+MIXTURE = ["squad", "tweeteval", "clinc150", "banking77", "trec-qc", "snli-cad", "nq-qed", "wikiqa",
+           "pubmedqa-labeled", "scifact-train"]
+
+BASE = {
+    "clusters": 4000, "attention": "bidirectional",  # the starting model directory (study-specific)
+    "lora_layers": 8, "lr": 5e-4, "head_lr": 1e-3, "warmup_steps": 10, "batch_size": 16, "temperature": 0.02,
+    "query_max_length": 64, "doc_max_length": 128, "max_length": 256, "loss": "infonce", "max_negatives": 1,
+}
+
+# name -> (what it changes, overrides of BASE). The order runs the variants sharing the base's prefix cache first.
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "base": ("bidirectional, top 8 layers, k 4000, lr 5e-4, docs 128 tokens, InfoNCE", {}),
+    "lr-2e-4": ("learning rate 2e-4 (head 4e-4)", {"lr": 2e-4, "head_lr": 4e-4}),
+    "lr-1e-3": ("learning rate 1e-3 (head 2e-3)", {"lr": 1e-3, "head_lr": 2e-3}),
+    "k2000": ("2000 clusters", {"clusters": 2000}),
+    "k8000": ("8000 clusters", {"clusters": 8000}),
+    "bce": ("InfoNCE + 0.5 x pointwise BCE (learned bias)", {"loss": "infonce+0.5*bce"}),
+    "negatives-3": ("3 hard negatives where the data has them", {"max_negatives": 3}),
+    "docs-256": ("documents cut at 256 tokens in training", {"doc_max_length": 256}),
+    "causal": ("causal attention (as SmolLM2 was pretrained)", {"attention": "causal"}),
+    "layers-16": ("top 16 layers trained", {"lora_layers": 16}),
+    "layers-all": ("all 30 layers trained", {"lora_layers": None}),
+}
+
+JUDGE_DOC_LENGTH = 256
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
+    p.add_argument("--steps", type=int, default=150, help="optimiser steps per variant (the same for all)")
+    p.add_argument("--per-task", type=int, default=2000, help="examples kept per task (seeded)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", type=Path, default=REPO / ".cache/lens-train", help="where make train-data-mixture wrote")
+    p.add_argument("--data-dir", type=Path, default=None, help="shared data (default: $LENS_DATA_DIR or ../shared/data)")
+    p.add_argument("--work", type=Path, default=REPO / ".cache/lens-study", help="models and prefix caches")
+    p.add_argument("--output", type=Path, default=REPO / "benchmarks/results/training_study")
+    p.add_argument("--judge-queries", type=int, default=100, help="held-out SciFact train queries judged")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--force", action="store_true", help="rerun variants already in the results")
+    p.add_argument("--no-untrained", action="store_true", help="skip the untrained starting model's row")
+    return p.parse_args(argv)
+
+
+def start_model(work: Path, clusters: int, attention: str) -> Path:
+    """The clustering directory a variant starts from (made once)."""
+    from lens.vocab import cluster_vocab
+
+    out = work / f"smollm2-k{clusters}"
+    if not (out / "config.json").is_file():
+        cluster_vocab(out, "default", clusters)
+    if attention == "bidirectional":
+        return out
+    from lens.encoder import LensEncoder
+
+    other = work / f"smollm2-k{clusters}-{attention}"
+    if not (other / "config.json").is_file():
+        LensEncoder.from_pretrained(out, attention=attention).save_pretrained(other)
+    return other
+
+
+def train_config(settings: dict, model: Path, data: Path, val_file: Path, steps: int, seed: int, per_task: int,
+                 threads: int | None):
+    from lens.train.config import TrainConfig
+
+    stage = {"name": "mixture", "data": [str(data / "mixture" / f"{s}.jsonl.gz") for s in MIXTURE],
+             "loss": settings["loss"], "steps": steps, "max_negatives": settings["max_negatives"],
+             "max_per_task": per_task}
+    keys = ("lora_layers", "lr", "head_lr", "warmup_steps", "batch_size", "temperature", "query_max_length",
+            "doc_max_length", "max_length")
+    return TrainConfig.from_dict({
+        "model": str(model), "stages": [stage], "seed": seed, "threads": threads, "val_data": [str(val_file)],
+        "val_examples": 10**6, "checkpoint_every": steps, "eval_every": steps, **{k: settings[k] for k in keys}})
+
+
+def validation_file(data: Path, out: Path, per_set: int = 32) -> Path:
+    """The first ``per_set`` held-out examples of each new set, in one file (fixed, so every variant sees it)."""
+    from lens.train.data import read_examples, write_examples
+
+    examples = []
+    for path in sorted((data / "mixture-val").glob("*.jsonl.gz")):
+        examples += read_examples(path)[:per_set]
+    if not examples:
+        raise SystemExit(f"no held-out examples under {data / 'mixture-val'}: run `make train-data-mixture` first")
+    write_examples(out, examples)
+    return out
+
+
+def judge(trainer, rerank, sts) -> dict:
+    """The three development measures of the trainer's model as it stands."""
+    from lens.eval.dev import rerank_ndcg
+    from lens.eval.sts import STS_INSTRUCTION, pair_cosines, spearman
+    from lens.instructions import get_instruction
+
+    t = time.perf_counter()
+    q = trainer.encode(rerank.query_texts, instruction=get_instruction("scifact"))
+    d = trainer.encode(rerank.doc_texts, max_length=JUDGE_DOC_LENGTH)
+    s1 = trainer.encode(sts[0], instruction=STS_INSTRUCTION)
+    s2 = trainer.encode(sts[1])
+    return {"scifact_ndcg": rerank_ndcg(rerank, q, d), "stsb_dev": 100 * spearman(pair_cosines(s1, s2), sts[2]),
+            "val_loss": trainer.validate(), "judge_s": time.perf_counter() - t}
+
+
+def run_variant(name: str, settings: dict, args, rerank, sts, val_file: Path, steps: int) -> dict:
+    from lens.train.trainer import Trainer
+
+    model = start_model(args.work, settings["clusters"], settings["attention"])
+    config = train_config(settings, model, args.data, val_file, max(steps, 1), args.seed, args.per_task, args.threads)
+    split = "all" if settings["lora_layers"] is None else settings["lora_layers"]
+    cache = args.work / f"prefix-{settings['attention']}-{split}"
+    out = args.work / "runs" / name
+    t0 = time.perf_counter()
+    trainer = Trainer(config, out, prefix_cache_dir=cache if settings["lora_layers"] else None)
+    setup_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    if steps:
+        trainer.train(resume=True)
+    train_s = time.perf_counter() - t1
+    row = {"variant": name, "steps": steps, "setup_s": setup_s, "train_s": train_s,
+           "step_s": train_s / steps if steps else None, "cache_s": trainer.cache_seconds, **judge(trainer, rerank, sts)}
+    del trainer
+    gc.collect()
+    return row
+
+
+def write_markdown(results: dict, path: Path, command: str) -> None:
+    base = results.get("base")
+    lines = [
+        "# Training studies (issue 10)", "",
+        f"Command: `{command}`", "",
+        f"Each variant: {results.get('_meta', {}).get('steps')} steps of batch 16 (one task per batch) on the mixture "
+        f"(`make train-data-mixture`, at most {results.get('_meta', {}).get('per_task')} examples per task), "
+        "changing only what its row says. Judged on data no run trains on:",
+        "- **SciFact held-out**: nDCG@10 of the lexicon reranking BM25's top 20 for "
+        f"{results.get('_meta', {}).get('judge_queries')} SciFact *train* queries held out of the mixture "
+        f"(BM25's own order of the same pools: {results.get('_meta', {}).get('bm25_ndcg', float('nan')):.4f});",
+        "- **STS-B dev**: Spearman x 100 of the lexicon cosine;",
+        "- **val loss**: InfoNCE over fixed batches of each new set's held-out 2% (lower is better).", "",
+        "| variant | changes | SciFact held-out nDCG@10 | STS-B dev | val loss | s/step | prefix cache s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        if name.startswith("_"):
+            continue
+        what = VARIANTS[name][0] if name in VARIANTS else "the clustered backbone before any training (k 4000)"
+        delta = "" if base is None or name == "base" else f" ({r['scifact_ndcg'] - base['scifact_ndcg']:+.4f})"
+        step = f"{r['step_s']:.2f}" if r.get("step_s") else "-"
+        lines.append(f"| {name} | {what} | {r['scifact_ndcg']:.4f}{delta} | {r['stsb_dev']:.1f} | "
+                     f"{r['val_loss']:.3f} | {step} | {r['cache_s']:.0f} |")
+    lines += ["", "Hardware: this machine's CPU (2 cores, AVX2), float32. One seed per variant: differences within "
+              "about 0.01 nDCG are within run-to-run noise at this budget."]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    import torch
+
+    from lens.atomic import read_json, write_json
+    from lens.eval.beir import data_dir
+    from lens.eval.dev import holdout_rerank_set
+    from lens.eval.sts import load_sts
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = [n for n in args.variants.split(",") if n]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    shared = data_dir(args.data_dir)
+    args.work.mkdir(parents=True, exist_ok=True)
+    rerank = holdout_rerank_set(shared / "beir" / "scifact", 0.2, depth=20, max_queries=args.judge_queries)
+    sts = load_sts(shared / "sts" / "stsbenchmark" / "stsbenchmark.tsv.gz", "dev")
+    val_file = validation_file(args.data, args.work / "validation.jsonl.gz")
+    json_path = args.output.with_suffix(".json")
+    results = read_json(json_path, "study results") if json_path.is_file() else {}
+    results["_meta"] = {"steps": args.steps, "per_task": args.per_task, "judge_queries": len(rerank.query_ids),
+                        "judge_docs": len(rerank.doc_ids), "bm25_ndcg": rerank.bm25_ndcg(), "seed": args.seed}
+    command = "python benchmarks/training_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    todo = ([] if args.no_untrained else [("untrained", BASE, 0)]) + [
+        (n, {**copy.deepcopy(BASE), **VARIANTS[n][1]}, args.steps) for n in names]
+    for name, settings, steps in todo:
+        if name in results and not args.force:
+            logger.info("%s: already measured, skipped", name)
+            continue
+        logger.info("%s: %s", name, json.dumps(settings))
+        results[name] = run_variant(name, settings, args, rerank, sts, val_file, steps)
+        logger.info("%s: %s", name, results[name])
+        write_json(json_path, results)
+        write_markdown(results, args.output.with_suffix(".md"), command)
+    write_markdown(results, args.output.with_suffix(".md"), command)
+    print(args.output.with_suffix(".md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""The development judge: held-out train queries reranked within their BM25 pools (no test split read)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("bm25s")
+
+from lens.eval.dev import holdout_rerank_set, rerank_ndcg  # noqa: E402
+from lens.train.data import holdout_queries  # noqa: E402
+
+
+@pytest.fixture
+def beir_dir(tmp_path):
+    """40 queries 'topic i', each judging the one document about topic i; 40 more distractor documents."""
+    d = tmp_path / "toy"
+    (d / "qrels").mkdir(parents=True)
+    docs = [{"_id": f"d{i}", "title": "", "text": f"topic{i} study of topic{i} and shared words"} for i in range(40)]
+    docs += [{"_id": f"x{i}", "text": f"topic{i} mentioned once among shared words"} for i in range(40)]
+    (d / "corpus.jsonl").write_text("".join(json.dumps(x) + "\n" for x in docs))
+    (d / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": f"topic{i}"}) + "\n"
+                                             for i in range(40)))
+    (d / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(40)))
+    return d
+
+
+def test_rerank_set_holds_out_the_training_holdout(beir_dir):
+    rs = holdout_rerank_set(beir_dir, 0.5, depth=5)
+    assert rs.query_ids == holdout_queries(sorted(f"q{i}" for i in range(40)), 0.5)
+    for q, pool in zip(rs.query_ids, rs.pools):
+        ids = {rs.doc_ids[r] for r in pool}
+        assert len(pool) <= 5 and f"d{q[1:]}" in ids and f"x{q[1:]}" in ids
+    assert rs.bm25_ndcg() == pytest.approx(1.0)  # the judged document repeats the term: BM25 ranks it first
+    with pytest.raises(ValueError, match="test split"):
+        holdout_rerank_set(beir_dir, 0.5, split="test")
+
+
+def test_rerank_ndcg_follows_the_vectors(beir_dir):
+    rs = holdout_rerank_set(beir_dir, 0.5, depth=5)
+    dim = len(rs.doc_ids)
+    docs = np.eye(dim)
+    gold = np.eye(dim)[[rs.doc_ids.index(f"d{q[1:]}") for q in rs.query_ids]]
+    other = np.eye(dim)[[rs.doc_ids.index(f"x{q[1:]}") for q in rs.query_ids]]
+    assert rerank_ndcg(rs, gold, docs) == pytest.approx(1.0)
+    assert rerank_ndcg(rs, other + 0.5 * gold, docs) == pytest.approx(1 / np.log2(3))  # the judged one second
+    with pytest.raises(ValueError, match="expected"):
+        rerank_ndcg(rs, gold[:1], docs)
