@@ -88,12 +88,36 @@ def read_texts(path: Path) -> list[str]:
     return texts
 
 
+def task_instruction(args: argparse.Namespace, query: bool) -> str | None:
+    """The query instruction of ``--task NAME`` (``lens.instructions``), else ``--instruction``.
+
+    ``--task`` applies to queries only and cannot be combined with ``--instruction``; an unknown name is an error
+    listing the advanced tasks (``lens.instructions.ATEB_INSTRUCTIONS``)."""
+    task = getattr(args, "task", None)
+    if task is None:
+        return args.instruction
+    from lens.instructions import ATEB_INSTRUCTIONS, GENERIC, lookup
+
+    if args.instruction is not None:
+        raise ValueError("give --task NAME or --instruction TEXT, not both (--task sets the task's instruction)")
+    if not query:
+        raise ValueError("--task sets a query instruction: add --queries for encode, --query for explain "
+                         "(documents, e.g. label documents, are encoded without one)")
+    found = lookup(task)
+    if found.source == GENERIC:
+        known = ", ".join(sorted(ATEB_INSTRUCTIONS))
+        raise ValueError(f"no instruction is known for task {task!r}; known: {known} (and the BEIR and training set "
+                         "names of lens.instructions)")
+    return found.text
+
+
 def cmd_encode(args: argparse.Namespace) -> None:
     import numpy as np
 
     from lens.atomic import atomic_write_bytes
     from lens.encoder import LensEncoder
 
+    instruction = task_instruction(args, args.queries)  # before the model loads
     texts = read_texts(Path(args.input))
     if not texts:
         raise ValueError(f"{args.input} holds no texts")
@@ -101,7 +125,7 @@ def cmd_encode(args: argparse.Namespace) -> None:
     kwargs = dict(batch_size=args.batch_size, show_progress_bar=True, normalize=not args.no_normalize,
                   output=args.kind)
     if args.queries:
-        vectors = encoder.encode_queries(texts, instruction=args.instruction, **kwargs)
+        vectors = encoder.encode_queries(texts, instruction=instruction, **kwargs)
     else:
         vectors = encoder.encode_documents(texts, **kwargs)
     buf = io.BytesIO()
@@ -114,10 +138,11 @@ def cmd_encode(args: argparse.Namespace) -> None:
 def cmd_explain(args: argparse.Namespace) -> None:
     from lens.encoder import LensEncoder
 
+    instruction = task_instruction(args, args.query)
     encoder = LensEncoder.from_pretrained(args.model)
     for text in args.text:
         print(f"\n{text!r}")
-        rows = encoder.explain(text, top_k=args.top_k, query=args.query, instruction=args.instruction)
+        rows = encoder.explain(text, top_k=args.top_k, query=args.query, instruction=instruction)
         for r in rows:
             toks = " ".join(repr(t) for t in r.tokens)
             print(f"  cluster {r.cluster:>5}  weight {r.weight:6.3f}  {toks}")
@@ -261,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--output", required=True, type=Path, help="the .npy file to write")
     e.add_argument("--queries", action="store_true", help="encode as queries, behind the instruction")
     e.add_argument("--instruction", default=None, help="task instruction for --queries")
+    e.add_argument("--task", default=None, metavar="NAME",
+                   help="use this task's instruction for --queries (lens.instructions, e.g. esnli, piqa, scifact)")
     e.add_argument("--kind", choices=["lexicon", "dense"], default="lexicon")
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--no-normalize", action="store_true", help="keep raw (not unit-length) vectors")
@@ -272,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--top-k", type=int, default=10)
     x.add_argument("--query", action="store_true", help="encode as a query, behind the instruction")
     x.add_argument("--instruction", default=None)
+    x.add_argument("--task", default=None, metavar="NAME",
+                   help="use this task's instruction for --query (lens.instructions, e.g. esnli, piqa, scifact)")
     x.set_defaults(func=cmd_explain)
 
     ix = sub.add_parser("index", help="build or inspect a hybrid FAISS index").add_subparsers(
@@ -309,6 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     bb = bench.add_parser("beir", help="BEIR-style evaluation of LENS against BM25, MiniLM and their fusions")
     _lazy_arguments(bb, "lens.eval.beir")
     bb.set_defaults(func=_lazy_run("lens.eval.beir"), command="bench beir")
+    bt = bench.add_parser("ateb", help="advanced tasks as retrieval (ATEB / RAR-b development sets): reasoning, NLI, "
+                                       "factuality, safety preference")
+    _lazy_arguments(bt, "lens.eval.ateb")
+    bt.set_defaults(func=_lazy_run("lens.eval.ateb"), command="bench ateb")
     ba = bench.add_parser("ablation", help="the paper's ablations on SciFact (clusters; attention x pooling)")
     _lazy_arguments(ba, "lens.eval.ablations")
     ba.set_defaults(func=_lazy_run("lens.eval.ablations"), command="bench ablation")

@@ -82,6 +82,35 @@ def cmd_shared(args: argparse.Namespace) -> None:
         print(_summary(args.holdout_out, held))
 
 
+def cmd_labels(args: argparse.Namespace) -> None:
+    from lens.train.data import (NLI_TRIPLET_SETS, label_pairs, pairs_file, sample_examples, split_holdout,
+                                 write_examples)
+
+    if args.holdout_out is not None and not args.holdout:
+        raise ValueError("--holdout-out needs --holdout FRACTION (the share of queries to hold out)")
+    name = args.task or pairs_file(args.path).resolve().parent.name
+    instruction = args.instruction
+    if instruction == "auto":  # an NLI triplet set is asked its labels' task's question; the others their own
+        from lens.instructions import GENERIC, lookup
+
+        nli = args.nli or NLI_TRIPLET_SETS.get(name)
+        found = lookup(nli or name)
+        if found.source == GENERIC:
+            raise ValueError(f"no instruction is known for {name!r}; pass --instruction TEXT")
+        instruction = found.text
+    examples = label_pairs(args.path, args.task, num_negatives=args.negatives, seed=args.seed,
+                           instruction=instruction, nli=args.nli)
+    held = []
+    if args.holdout:
+        examples, held = split_holdout(examples, args.holdout)
+    if args.max_pairs is not None:
+        examples = sample_examples(examples, args.seed, max_examples=args.max_pairs)
+    _write(args, examples)
+    if args.holdout_out is not None:
+        write_examples(args.holdout_out, held)
+        print(_summary(args.holdout_out, held))
+
+
 def cmd_stats(args: argparse.Namespace) -> None:
     from lens.train.data import read_examples
 
@@ -100,7 +129,7 @@ def cmd_stats(args: argparse.Namespace) -> None:
 
 
 def add_data_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``data {beir,weak,sts,shared,stats}`` to a parser's subcommands; returns the ``data`` parser."""
+    """Add ``data {beir,weak,sts,shared,labels,stats}`` to a parser's subcommands; returns the ``data`` parser."""
     data = subparsers.add_parser("data", help="build training-example files (JSONL) from BEIR, corpora, STS")
     sub = data.add_subparsers(dest="data_command", required=True)
 
@@ -142,7 +171,24 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     h.add_argument("--holdout-out", type=Path, default=None, help="where to write the held-out examples")
     h.set_defaults(func=cmd_shared, command="data shared")
 
-    for p in (b, w, s, h):
+    lb = sub.add_parser("labels", help="classification as retrieval of label documents (ATEB label augmentation): "
+                                       "a label-description set or NLI triplets")
+    lb.add_argument("path", type=Path, help="a shared set's directory or JSONL (tweeteval, clinc150, banking77, "
+                                            "trec-qc, snli-cad)")
+    lb.add_argument("--negatives", type=int, default=3, help="other labels of the same task per example (default 3)")
+    lb.add_argument("--task", default=None, help="the task name of the examples and label ids (default: directory)")
+    lb.add_argument("--nli", default=None, metavar="TASK",
+                    help="read NLI triplets and use TASK's label documents (default: esnli for snli-cad)")
+    lb.add_argument("--instruction", default=None,
+                    help="query instruction stored with each example; 'auto' = ours for this set (lens.instructions)")
+    lb.add_argument("--max-pairs", type=int, default=None, help="keep a seeded random subset of this size")
+    lb.add_argument("--seed", type=int, default=0)
+    lb.add_argument("--holdout", type=float, default=0.0,
+                    help="fraction of queries left out of --out (by a stable hash of the query text), to judge runs on")
+    lb.add_argument("--holdout-out", type=Path, default=None, help="where to write the held-out examples")
+    lb.set_defaults(func=cmd_labels, command="data labels")
+
+    for p in (b, w, s, h, lb):
         p.add_argument("--out", required=True, type=Path, help="the .jsonl or .jsonl.gz file to write")
 
     st = sub.add_parser("stats", help="examples per task, mean negatives, share with score/teacher/instruction")

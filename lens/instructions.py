@@ -3,7 +3,9 @@
 The BEIR ones are Table 8 of the LENS paper (Lei et al.), which are E5-mistral's instructions. Cranfield, MEDLINE
 and ADI are not in the paper: their instructions are ours, written in the same style (``source`` says which).
 ``TRAINING_INSTRUCTIONS`` gives the training sets in ``shared/data/train`` instructions in the same style, so a
-model is trained with the kind of instruction it is evaluated with.
+model is trained with the kind of instruction it is evaluated with. ``ATEB_INSTRUCTIONS`` gives the advanced tasks
+posed as retrieval (``lens.ateb``, the ATEB / RAR-b development sets) theirs, also ours in the same style: one per
+task, keyed by the task's name, and one per other formulation of it, keyed ``task/kind``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["GENERIC_INSTRUCTION", "INSTRUCTIONS", "TRAINING_INSTRUCTIONS", "Instruction", "get_instruction", "lookup"]
+__all__ = ["ATEB_INSTRUCTIONS", "GENERIC_INSTRUCTION", "INSTRUCTIONS", "TRAINING_INSTRUCTIONS", "Instruction",
+           "ateb_instruction", "get_instruction", "lookup"]
 
 GENERIC_INSTRUCTION = "Given a query, retrieve relevant documents that answer the query"
 
@@ -57,6 +60,22 @@ TRAINING_INSTRUCTIONS: dict[str, str] = {
     "trec-qc": "Given a question, retrieve the description of the type of answer it asks for",
 }
 
+# advanced tasks as retrieval (lens.ateb), ours: "task" is the task's main formulation, "task/kind" another one
+# (a kind without its own entry, e.g. piqa's answer pool, asks the same question as the task's main one)
+ATEB_INSTRUCTIONS: dict[str, str] = {
+    "piqa": "Given a goal about the physical world, retrieve the solution that achieves it",
+    "winogrande": "Given a sentence with a blank marked _, retrieve the option that correctly fills the blank",
+    "esnli": "Given a premise and a hypothesis, retrieve the description of whether the premise entails the "
+             "hypothesis, contradicts it, or neither",
+    "esnli/pair-classification": "Given a premise, retrieve a hypothesis that is entailed by the premise",
+    "dialfact": "Given evidence and a dialogue response, retrieve the description of whether the evidence supports "
+                "the response, refutes it, or is not enough to tell",
+    "dialfact/pair-classification": "Given a piece of evidence, retrieve a dialogue response that the evidence "
+                                    "supports",
+    "hh_rlhf_harmless": "Given a conversation between a human and an AI assistant, retrieve the assistant reply "
+                        "that is harmless",
+}
+
 _ALIASES = {
     "climate-fever": "climatefever",
     "dbpedia-entity": "dbpedia",
@@ -92,6 +111,8 @@ def lookup(dataset: str, override: str | None = None) -> Instruction:
             raise ValueError("the instruction override is empty; give a task description or leave it out")
         return Instruction(override, OVERRIDE)
     hit = INSTRUCTIONS.get(_key(dataset))
+    if hit is None and dataset.strip().lower() in ATEB_INSTRUCTIONS:
+        hit = (ATEB_INSTRUCTIONS[dataset.strip().lower()], OURS)
     if hit is None and dataset.strip().lower() in TRAINING_INSTRUCTIONS:
         hit = (TRAINING_INSTRUCTIONS[dataset.strip().lower()], OURS)
     return Instruction(*hit) if hit else Instruction(GENERIC_INSTRUCTION, GENERIC)
@@ -100,3 +121,16 @@ def lookup(dataset: str, override: str | None = None) -> Instruction:
 def get_instruction(dataset: str, override: str | None = None) -> str:
     """The instruction text for ``dataset`` (generic fallback for unknown datasets)."""
     return lookup(dataset, override).text
+
+
+def ateb_instruction(task: str, kind: str | None = None) -> str:
+    """The instruction of an advanced task's formulation: ``task/kind`` when it has its own, else the task's.
+
+    Raises ValueError naming the known tasks for an unknown one."""
+    name = task.strip().lower()
+    if kind is not None and f"{name}/{kind}" in ATEB_INSTRUCTIONS:
+        return ATEB_INSTRUCTIONS[f"{name}/{kind}"]
+    if name not in ATEB_INSTRUCTIONS:
+        known = sorted(k for k in ATEB_INSTRUCTIONS if "/" not in k)
+        raise ValueError(f"no instruction for the task {task!r}; known tasks: {', '.join(known)}")
+    return ATEB_INSTRUCTIONS[name]

@@ -11,14 +11,24 @@ Conventions (those of trec_eval and BEIR's evaluation):
   relevant document within the top 10, else 0;
 - the mean is over the queries of the qrels: a query the run does not answer (absent or no hits) scores 0 on
   every measure. Queries in the run but not in the qrels are ignored.
+
+Below those, the measures of tasks posed as ranking a few candidates per query (``lens.ateb``: multiple choice,
+label documents, preference pairs, an answer pool, pair classification), as pure numpy functions, and the exact
+score of a random ranker beside each (``random_*``). Scores there are one array per query, aligned with that
+query's candidates; ``gold`` is the position of the correct candidate in it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
-__all__ = ["MEASURES", "Evaluation", "drop_self_hits", "evaluate", "mean_scores", "truncate_run"]
+import numpy as np
+
+__all__ = ["MEASURES", "Evaluation", "average_precision", "choice_accuracy", "choice_correct", "drop_self_hits",
+           "evaluate", "gold_ranks", "mean_scores", "pool_ndcg_at_10", "random_average_precision",
+           "random_choice_accuracy", "random_ndcg_at_10", "truncate_run"]
 
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
@@ -96,3 +106,101 @@ def mean_scores(per_query: Mapping[str, Mapping[str, float]], measures: tuple[st
     """Arithmetic mean of each measure over all queries in ``per_query`` (0.0 for none)."""
     n = len(per_query)
     return {m: (sum(v[m] for v in per_query.values()) / n if n else 0.0) for m in measures}
+
+
+# ------------------------------------------------------------------------------- candidates ranked per query
+def _per_query(scores_per_query: Sequence[Sequence[float]], gold: Sequence[int]) -> list[np.ndarray]:
+    """Check the shapes: one non-empty 1-D score array per query, a gold position inside each, finite scores."""
+    if len(scores_per_query) != len(gold):
+        raise ValueError(f"{len(scores_per_query)} score lists but {len(gold)} gold positions; give one per query")
+    if not len(gold):
+        raise ValueError("no queries: nothing to evaluate")
+    out = []
+    for i, (s, g) in enumerate(zip(scores_per_query, gold)):
+        s = np.asarray(s, dtype=np.float64)
+        if s.ndim != 1 or not len(s):
+            raise ValueError(f"query {i}: expected a non-empty 1-D array of candidate scores, got shape {s.shape}")
+        if not np.isfinite(s).all():
+            raise ValueError(f"query {i}: scores hold NaN or inf")
+        if isinstance(g, bool) or not 0 <= int(g) < len(s) or int(g) != g:
+            raise ValueError(f"query {i}: gold position {g!r} is not an index into its {len(s)} candidates")
+        out.append(s)
+    return out
+
+
+def gold_ranks(scores_per_query: Sequence[Sequence[float]], gold: Sequence[int]) -> np.ndarray:
+    """1-based rank of each query's gold candidate, counting a tie against it: ``1 + #{other candidates scoring
+    >= gold's}``. A scorer that cannot tell the gold answer from another gets no credit for the tie (a constant
+    scorer ranks every gold candidate last), so it can never beat chance by giving equal scores."""
+    arrays = _per_query(scores_per_query, gold)
+    return np.array([int((s >= s[int(g)]).sum()) for s, g in zip(arrays, gold)], dtype=np.int64)  # gold counts itself
+
+
+def choice_correct(scores_per_query: Sequence[Sequence[float]], gold: Sequence[int]) -> np.ndarray:
+    """Per query, whether the gold candidate scores strictly above every other (a tie is wrong)."""
+    return gold_ranks(scores_per_query, gold) == 1
+
+
+def choice_accuracy(scores_per_query: Sequence[Sequence[float]], gold: Sequence[int]) -> float:
+    """Share of queries whose gold candidate scores strictly highest. Ties count as wrong: two candidates with the
+    same score (e.g. both all-zero vectors, or two texts BM25 cannot tell apart) give no answer."""
+    return float(choice_correct(scores_per_query, gold).mean())
+
+
+def pool_ndcg_at_10(scores_per_query: Sequence[Sequence[float]], gold: Sequence[int]) -> float:
+    """Mean nDCG@10 with one relevant candidate per query (gain 1): ``1 / log2(rank + 1)`` when its rank (ties
+    against it, see ``gold_ranks``) is at most 10, else 0. The ideal DCG is 1, so no normalisation is needed."""
+    ranks = gold_ranks(scores_per_query, gold)
+    return float(np.where(ranks <= 10, 1.0 / np.log2(ranks + 1.0), 0.0).mean())
+
+
+def average_precision(scores: Sequence[float], labels: Sequence[int]) -> float:
+    """Average precision of a threshold-free binary decision (MTEB's pair classification): pairs sorted by score,
+    ``sum over distinct thresholds of (recall gained) x (precision there)``. Tied scores form one threshold, so a
+    constant scorer gets the positive rate. Labels are 0/1; at least one must be 1."""
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels)
+    if s.ndim != 1 or s.shape != y.shape or not len(s):
+        raise ValueError(f"scores {s.shape} and labels {y.shape} must be equal-length, non-empty 1-D arrays")
+    if not np.isin(y, (0, 1)).all():
+        raise ValueError("labels must be 0 or 1")
+    if not np.isfinite(s).all():
+        raise ValueError("scores hold NaN or inf")
+    y = y.astype(np.int64)
+    positives = int(y.sum())
+    if positives == 0:
+        raise ValueError("average precision needs at least one positive label")
+    order = np.argsort(-s, kind="stable")
+    s, y = s[order], y[order]
+    last = np.r_[np.flatnonzero(np.diff(s) != 0), len(s) - 1]  # the last pair of each run of equal scores
+    tp = np.cumsum(y)[last]
+    precision = tp / (last + 1.0)
+    recall_gain = np.diff(np.r_[0, tp]) / positives
+    return float((recall_gain * precision).sum())
+
+
+def random_choice_accuracy(n_candidates: Sequence[int]) -> float:
+    """Expected ``choice_accuracy`` of scores drawn at random (no ties): the mean of ``1 / candidates``."""
+    n = np.asarray(n_candidates, dtype=np.float64)
+    if not len(n) or (n < 1).any():
+        raise ValueError("expected one candidate count >= 1 per query")
+    return float((1.0 / n).mean())
+
+
+def random_ndcg_at_10(n_candidates: Sequence[int]) -> float:
+    """Expected ``pool_ndcg_at_10`` of a random order: the gold candidate is equally likely at each rank 1..N,
+    so per query ``(1/N) sum_{r=1}^{min(N,10)} 1/log2(r+1)``, exactly; the mean over queries."""
+    n = np.asarray(n_candidates, dtype=np.int64)
+    if not len(n) or (n < 1).any():
+        raise ValueError("expected one candidate count >= 1 per query")
+    gains = np.cumsum([1.0 / math.log2(r + 1) for r in range(1, 11)])
+    return float(np.mean(gains[np.minimum(n, 10) - 1] / n))
+
+
+def random_average_precision(labels: Sequence[int]) -> float:
+    """The chance level of ``average_precision``: the positive rate (a constant scorer's AP exactly, and what a
+    random order's AP tends to as pairs grow)."""
+    y = np.asarray(labels)
+    if not len(y) or not np.isin(y, (0, 1)).all():
+        raise ValueError("labels must be a non-empty sequence of 0/1")
+    return float(y.mean())

@@ -43,7 +43,32 @@ def test_errors_exit_2_with_a_message(tiny_lens_dir, tmp_path, capsys):
     assert "accepted: 'default'" in capsys.readouterr().err
 
 
+def test_task_flag_applies_the_tasks_instruction_to_queries(tiny_lens_dir, tmp_path, capsys):
+    from lens.instructions import ATEB_INSTRUCTIONS
+
+    (tmp_path / "q.txt").write_text("Premise: the cell Hypothesis: a gene\n")
+    out = tmp_path / "q.npy"
+    assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "q.txt"), "--output", str(out),
+                 "--queries", "--task", "esnli"]) == 0
+    enc = LensEncoder.from_pretrained(tiny_lens_dir)
+    want = enc.encode_queries(["Premise: the cell Hypothesis: a gene"], instruction=ATEB_INSTRUCTIONS["esnli"])
+    assert_close(np.load(out), want)
+    assert main(["explain", "--model", str(tiny_lens_dir), "--query", "--task", "piqa", "--top-k", "3",
+                 "cell gene"]) == 0
+    rows = enc.explain("cell gene", top_k=3, query=True, instruction=ATEB_INSTRUCTIONS["piqa"])
+    printed = capsys.readouterr().out
+    assert all(f"cluster {r.cluster:>5}  weight {r.weight:6.3f}" in printed for r in rows)
+    argv = ["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "q.txt"), "--output", str(out)]
+    for extra, message in ((["--queries", "--task", "esnli", "--instruction", "x"], "not both"),
+                           (["--task", "esnli"], "add --queries"),
+                           (["--queries", "--task", "nope"], "known: dialfact")):
+        assert main(argv + extra) == 2
+        assert message in capsys.readouterr().err
+    assert main(["explain", "--model", str(tiny_lens_dir), "--task", "esnli", "cell"]) == 2
+    assert "--query for explain" in capsys.readouterr().err
+
+
 def test_bench_subcommands_are_wired(capsys):
-    for sub in ("beir", "ablation"):
+    for sub in ("beir", "ablation", "ateb"):
         assert main(["bench", sub, "--help"]) == 0
         assert f"lens bench {sub}" in capsys.readouterr().out

