@@ -46,8 +46,17 @@ def cmd_beir(args: argparse.Namespace) -> None:
 def cmd_weak(args: argparse.Namespace) -> None:
     from lens.train.data import weak_pairs
 
-    _write(args, weak_pairs(args.corpus, mode=args.mode, max_pairs=args.max_pairs, seed=args.seed,
-                            min_chars=args.min_chars))
+    corpus, name = args.corpus, None
+    if args.from_positives:  # a training file's distinct positives as the corpus (e.g. SQuAD's paragraphs)
+        from lens.corpus import Document
+        from lens.train.data import read_examples
+
+        examples = read_examples(args.corpus)
+        texts = list(dict.fromkeys(e.positive for e in examples))
+        corpus = [Document(id=str(i), text=t) for i, t in enumerate(texts)]
+        name = examples[0].task if examples else None
+    _write(args, weak_pairs(corpus, mode=args.mode, max_pairs=args.max_pairs, seed=args.seed,
+                            min_chars=args.min_chars, name=name))
 
 
 def cmd_sts(args: argparse.Namespace) -> None:
@@ -152,6 +161,9 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     w.add_argument("--max-pairs", type=int, default=None, help="keep a seeded random subset of this size")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--min-chars", type=int, default=20, help="skip pairs whose positive is shorter")
+    w.add_argument("--from-positives", action="store_true",
+                   help="CORPUS is a training JSONL (from `lens data`): its distinct positives are the documents "
+                        "(use --mode first-sentence), e.g. weak pairs from SQuAD's paragraphs")
     w.set_defaults(func=cmd_weak, command="data weak")
 
     s = sub.add_parser("sts", help="scored sentence pairs from an STS TSV (STS-B, SICK-R)")

@@ -233,6 +233,21 @@ def test_cli_shared_holdout_writes_both_parts(tmp_path):
     assert data_main(["data", "shared", str(d), "--holdout-out", str(held), "--out", str(out)]) == 2
 
 
+def test_cli_weak_pairs_from_a_training_files_positives(tmp_path):
+    paragraph = "Paris is the capital of France. It lies on the Seine and has two million inhabitants."
+    write_examples(tmp_path / "squad.jsonl", [
+        TrainExample("capital of France?", paragraph, task="squad"),
+        TrainExample("which river?", paragraph, task="squad"),  # the same paragraph once
+        TrainExample("tallest mountain?", "Everest is the tallest. It is in the Himalaya range of Asia.", task="squad")])
+    out = tmp_path / "weak.jsonl"
+    assert data_main(["data", "weak", str(tmp_path / "squad.jsonl"), "--from-positives", "--mode", "first-sentence",
+                      "--out", str(out)]) == 0
+    weak = read_examples(out)
+    assert [(e.query, e.positive, e.task) for e in weak] == [
+        ("Paris is the capital of France.", "It lies on the Seine and has two million inhabitants.", "weak-squad"),
+        ("Everest is the tallest.", "It is in the Himalaya range of Asia.", "weak-squad")]
+
+
 def test_task_batches_one_task_each_deterministic_and_complete():
     ex = [TrainExample(f"a{i % 7}", f"p{i}", task="a") for i in range(23)]  # repeated queries
     ex += [TrainExample(f"b{i}", f"p{i % 5}", task="b") for i in range(11)]  # repeated positives
