@@ -218,3 +218,46 @@ def test_kl_distillation_stage(tiny_lens_dir, tmp_path):
                 show_progress_bar=False)
     with pytest.raises(ValueError, match="teacher scores"):
         t.train_step()
+
+
+def test_a_step_is_the_plain_forward_and_backward_bit_for_bit(tiny_lens_dir, data_file, tmp_path):
+    """One process: the gradients of a step (two micro-batches) are exactly those of embedding each micro-batch's
+    queries and documents in one pass and backpropagating loss / 2, as the trainer always did."""
+    from lens.train.objectives import batch_layout
+
+    t = Trainer(_config(tiny_lens_dir, data_file, lora_layers=1, grad_accum=2, batch_size=4), tmp_path / "o",
+                show_progress_bar=False)
+    assert not t.dist.enabled and t.gradcache is None
+    examples = [t.data[0][i] for i in t.plan[0].batch]
+    params = [p for g in t.optimizer.param_groups for p in g["params"]]
+    t.decoder.train()
+    loss, _ = t.accumulate_gradients(examples, t.objectives[0], None)
+    got = [p.grad.clone() for p in params]
+    t.optimizer.zero_grad(set_to_none=True)
+    want_loss = 0.0
+    for idx in np.array_split(np.arange(len(examples)), 2):
+        batch = [examples[i] for i in idx]
+        layout = batch_layout(batch, lambda e: e.negatives)
+        q = t._forward([t._items[(t._query_prompt(t._instruction(e)), e.query)] for e in batch]).lexicon.float()
+        d = t._forward([t._items[("", x)] for x in layout.doc_texts]).lexicon.float()
+        value = t.objectives[0](q, d, layout, batch, t.bias)[0]
+        (value / 2).backward()
+        want_loss += float(value.detach()) / 2
+    assert loss == want_loss
+    for a, p in zip(got, params):
+        assert torch.equal(a, p.grad)
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    import lens.train
+
+    configs = Path(lens.train.__file__).parent / "configs"
+    paper = TrainConfig.load(configs / "paper-mistral-7b.json")
+    assert paper.cache_chunk == 32 and paper.bf16 and paper.gradient_checkpointing
+    assert [s.batch_size for s in paper.stages] == [512, 256] and paper.stages[0].max_negatives == 7
+    assert any("torchrun --nnodes 2 --nproc_per_node 8" in n for n in paper.notes)
+    TrainConfig.load(configs / "default-cpu.json")
+    with pytest.raises(ValueError, match="cache_chunk"):
+        TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)

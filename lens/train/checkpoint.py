@@ -2,6 +2,10 @@
 
 Written as safetensors + JSON (no pickles) into one directory, replaced atomically, so an interrupted save
 leaves the previous checkpoint whole.
+
+Nothing in it depends on the number of processes: the state is the same on every rank, the step is the global
+step of a plan every rank derives from the seed, so a run written by N ranks resumes on M. (The RNG state is rank
+0's; distributed runs reseed per rank and step instead, see ``lens.train.distributed.rank_seed``.)
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ STATE_JSON = "state.json"
 
 
 def save_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bias: Tensor,
-                    optimizer: torch.optim.Optimizer, step: int, plan_length: int) -> None:
-    """Write the state after ``step`` optimiser steps of a plan of ``plan_length`` steps to ``path``."""
+                    optimizer: torch.optim.Optimizer, step: int, plan_length: int, world_size: int = 1) -> None:
+    """Write the state after ``step`` optimiser steps of a plan of ``plan_length`` steps to ``path``
+    (``world_size``, the number of processes that ran them, is recorded for people; resuming ignores it)."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save
 
@@ -36,7 +41,8 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bi
     groups = [{k: v for k, v in g.items() if k != "params"} | {"params": g["params"]} for g in state["param_groups"]]
     with atomic_dir(path) as tmp:
         atomic_write_bytes(tmp / STATE_TENSORS, save(tensors))
-        write_json(tmp / STATE_JSON, {"step": step, "param_groups": groups, "plan_length": plan_length})
+        write_json(tmp / STATE_JSON, {"step": step, "param_groups": groups, "plan_length": plan_length,
+                                      "world_size": world_size})
 
 
 def load_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bias: Tensor,

@@ -21,7 +21,7 @@ class StageConfig:
     loss: str = "infonce"  # a name of lens.train.objectives.OBJECTIVES, or a weighted sum like "infonce+0.5*bce"
     steps: int | None = None
     epochs: float = 1.0
-    batch_size: int | None = None  # overrides TrainConfig.batch_size
+    batch_size: int | None = None  # overrides TrainConfig.batch_size (global, as it is)
     max_negatives: int | None = None  # hard negatives per query (None: all the data has)
     lr: float | None = None  # overrides TrainConfig.lr for this stage
     max_examples: int | None = None  # a seeded random subset of the stage's data
@@ -55,8 +55,11 @@ class TrainConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 0
     max_grad_norm: float = 1.0
-    batch_size: int = 16
+    batch_size: int = 16  # the global batch: under torchrun each rank encodes a slice of it
     grad_accum: int = 1  # micro-batches per step; each has its own in-batch negatives
+    # the cached contrastive loss (GradCache): texts per chunk (None: off). The whole batch's loss and gradients
+    # with the activations of one chunk; with torchrun the batch is split over the ranks first
+    cache_chunk: int | None = None
     temperature: float = 0.02
     bce_scale: float = 20.0
     graded_floor: float = 0.7
@@ -70,6 +73,7 @@ class TrainConfig:
     val_data: list[str] = field(default_factory=list)
     val_examples: int = 256
     instructions: dict[str, str] = field(default_factory=dict)  # task -> query instruction
+    notes: list[str] = field(default_factory=list)  # free text for people (how to launch it); the trainer ignores it
     # hardware
     device: str | None = None  # None: cuda when present, else cpu
     bf16: bool | None = None  # autocast to bfloat16 (None: on CUDA only)
@@ -93,6 +97,8 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "lora_r", "query_max_length", "doc_max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.cache_chunk is not None and self.cache_chunk < 1:
+            raise ValueError(f"cache_chunk must be >= 1 (or null for no cached loss), got {self.cache_chunk}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
 

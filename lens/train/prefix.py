@@ -5,6 +5,10 @@ hidden states entering the first trained layer are computed once (``no_grad``, l
 in float32 (SmolLM2's residual stream reaches ~6e3, where float16
 rounding moved outputs by up to 0.1) in memory and in safetensors shards on disk. A rerun or ``--resume`` reads the shards instead of
 recomputing them; the key covers the token ids, the split, the backbone and the attention mode.
+
+A shard's file name is a hash of the keys it holds, so processes sharing a directory (the ranks of a torchrun job,
+or two runs) never write the same name with different contents: each rank writes the shards of the sequences it
+computed, and a later run reads them all.
 """
 
 from __future__ import annotations
@@ -51,7 +55,10 @@ class PrefixCache:
         return len(self._states)
 
     def get(self, ids: list[int]) -> Tensor:
-        return self._states[self.key(ids)]
+        try:
+            return self._states[self.key(ids)]
+        except KeyError:
+            raise KeyError(f"a sequence of {len(ids)} tokens is not in the prefix cache; fill() it first") from None
 
     def _read_shards(self) -> None:
         from safetensors.torch import load_file
@@ -103,8 +110,8 @@ class PrefixCache:
         from safetensors.torch import save
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        n = len(list(self.directory.glob("shard-*.safetensors")))
-        atomic_write_bytes(self.directory / f"shard-{n:05d}.safetensors", save(fresh))
+        name = hashlib.sha1("\n".join(sorted(fresh)).encode()).hexdigest()[:20]
+        atomic_write_bytes(self.directory / f"shard-{name}.safetensors", save(fresh))
 
     def batch(self, items: list[Encoded], dtype: torch.dtype, device) -> tuple[Tensor, Tensor, Tensor]:
         """Right-padded (hidden (B, L, H), attention_mask (B, L), pool_mask (B, L)) for cached sequences."""

@@ -39,8 +39,9 @@ def machine_description() -> str:
 
 
 def model_card(cfg, *, backbone: str, num_clusters: int, max_length: int, steps: int, cache_seconds: float, stage_examples,
-               rows: list[dict], command: str | None = None) -> str:
-    """The model card's Markdown: the command, the settings of ``cfg`` (a ``TrainConfig``), the data per stage."""
+               rows: list[dict], command: str | None = None, world_size: int = 1) -> str:
+    """The model card's Markdown: the command, the settings of ``cfg`` (a ``TrainConfig``), the data per stage;
+    ``world_size`` is the number of data-parallel processes (torchrun), named when above one."""
     command = command or " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]])
     val = [r["val_loss"] for r in rows if isinstance(r.get("val_loss"), float) and not math.isnan(r["val_loss"])]
     lines = [
@@ -55,6 +56,10 @@ def model_card(cfg, *, backbone: str, num_clusters: int, max_length: int, steps:
         f"- Optimiser: AdamW, lr {cfg.lr}, warm-up {cfg.warmup_steps} steps then linear decay; temperature "
         f"{cfg.temperature}; query/document lengths {cfg.query_max_length}/{cfg.doc_max_length} tokens in training; "
         f"the model encodes up to {max_length} tokens.",
+        *([f"- Data parallel: {world_size} processes (torchrun), each encoding a slice of every global batch; "
+            "embeddings all-gathered, gradients averaged."] if world_size > 1 else []),
+        *([f"- Cached contrastive loss (GradCache), chunks of {cfg.cache_chunk} texts."]
+          if cfg.cache_chunk else []),
         f"- Steps: {steps}; prefix cache {cache_seconds:.0f} s (computed in this run), "
         f"training steps {sum(float(r['step_s']) for r in rows):.0f} s.",
         f"- Final batch loss {rows[-1]['loss']:.3f}" if rows else "- No step was taken.",

@@ -10,6 +10,12 @@ backward. With ``lora_layers=None`` every layer is trained and nothing is cached
 ``resume=True`` continues from it and takes exactly the step an uninterrupted run would), ``train_log.csv``,
 ``curves.png``, and finally the trained LENS model itself (``config.json`` naming ``adapter/``, the trained head
 in ``clusters.safetensors``, a model card), written atomically beside the run's other files.
+
+Under ``torchrun`` / ``accelerate launch`` the same loop runs in every process (``lens.train.distributed``): each
+rank encodes its slice of the planned global batch, the embeddings are all-gathered with gradients, every rank
+computes the global loss and the gradients are averaged, so a step equals one process's step on the global batch.
+Rank 0 alone writes the checkpoint, the log, the curves and the model. ``cache_chunk`` switches on the cached
+contrastive loss (``lens.train.gradcache``): a big batch with the activation memory of one chunk.
 """
 
 from __future__ import annotations
@@ -30,7 +36,12 @@ from lens.train import losses as L
 from lens.train.checkpoint import load_checkpoint, save_checkpoint
 from lens.train.config import TrainConfig
 from lens.train.data import TrainExample, plan_steps, read_examples, sample_examples, task_batches
-from lens.train.objectives import Objective, batch_layout
+from lens.train.distributed import (
+    DistributedContext, all_reduce_gradients, check_same, gather_pieces, init_from_env, rank_seed, shard_sizes,
+    shard_slice,
+)
+from lens.train.gradcache import GradCache
+from lens.train.objectives import BatchLayout, Objective, batch_layout
 from lens.train.prefix import PrefixCache
 from lens.train.report import CARD_NAME, CURVES_NAME, LOG_NAME, model_card, plot_curves, read_log, write_log
 
@@ -66,11 +77,12 @@ class Trainer:
     """Fine-tunes a LENS model directory according to a ``TrainConfig``; see the module docstring."""
 
     def __init__(self, config: TrainConfig, output_dir: str | os.PathLike, *, prefix_cache_dir=None,
-                 show_progress_bar: bool = True):
+                 show_progress_bar: bool = True, distributed: DistributedContext | None = None):
         self.config = config
         self.output_dir = Path(output_dir)
         self.prefix_cache_dir = Path(prefix_cache_dir) if prefix_cache_dir else None
-        self.show_progress_bar = show_progress_bar
+        self.dist = distributed if distributed is not None else init_from_env(config.device)
+        self.show_progress_bar = show_progress_bar and self.dist.is_main
         self.step = 0
         self.cache: PrefixCache | None = None
         self.cache_seconds = 0.0
@@ -86,8 +98,8 @@ class Trainer:
         cfg = self.config
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.device = torch.device(device)
+        self.device = self.dist.device
+        device = str(self.device)
         self.bf16 = cfg.bf16 if cfg.bf16 is not None else self.device.type == "cuda"
         self.checkpointing = (cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None
                               else self.device.type == "cuda")
@@ -127,10 +139,12 @@ class Trainer:
         for g in groups:
             g["base_lr"] = g["lr"]
         self.optimizer = torch.optim.AdamW(groups)
+        self.gradcache = GradCache(self._lexicon, cfg.cache_chunk) if cfg.cache_chunk else None
         trainable = sum(p.numel() for g in groups for p in g["params"])
-        logger.info("training %d parameters: LoRA r=%d on layers %d-%d of %d, head %s; %d steps",
+        logger.info("training %d parameters: LoRA r=%d on layers %d-%d of %d, head %s; %d steps%s%s",
                     trainable, cfg.lora_r, self.split, n - 1, n, "trained" if cfg.train_head else "frozen",
-                    len(self.plan))
+                    len(self.plan), f"; {self.dist.world_size} processes" if self.dist.enabled else "",
+                    f"; cached loss, chunks of {cfg.cache_chunk}" if cfg.cache_chunk else "")
 
     def _instruction(self, ex: TrainExample) -> str:
         return ex.instruction or self.config.instructions.get(ex.task) or self.encoder.config.default_instruction
@@ -165,10 +179,30 @@ class Trainer:
             self.cache = PrefixCache(self.decoder, self.split, namespace, cache_dir)
             had = len(self.cache)
             t = time.perf_counter()
-            done = self.cache.fill(list(self._items.values()), self.tokenizer.pad_token_id,
-                                   show_progress_bar=self.show_progress_bar)
+            needed = list(self._items.values()) if not self.dist.enabled else self._rank_items()
+            done = self.cache.fill(needed, self.tokenizer.pad_token_id, show_progress_bar=self.show_progress_bar)
             self.cache_seconds = time.perf_counter() - t
             logger.info("prefix cache: %d sequences computed in %.0f s (%d were cached)", done, self.cache_seconds, had)
+
+    def _rank_items(self) -> list[Encoded]:
+        """The sequences this rank encodes: its slices of every planned (micro-)batch and validation batch.
+
+        Distributed, each rank fills the prefix cache with these only (about 1/world of the texts) and writes
+        its own uniquely named shards; ``lens.train.prefix`` names them by content, so ranks never clash.
+        """
+        cfg = self.config
+        batches = []
+        for step in self.plan:
+            examples = [self.data[step.stage][i] for i in step.batch]
+            batches += [([examples[i] for i in idx], cfg.stages[step.stage].max_negatives)
+                        for idx in self._micro_batches(len(examples))]
+        batches += [([self.val[i] for i in b], None) for b in self._validation_batches()]
+        mine: dict[int, Encoded] = {}
+        for examples, max_negatives in batches:
+            _, q_items, d_items = self._batch_items(examples, max_negatives, layout=False)
+            for it in self._mine(q_items) + self._mine(d_items):
+                mine[id(it)] = it
+        return list(mine.values())
 
     def _negatives(self, ex: TrainExample, max_negatives: int | None = None) -> list[str]:
         """``ex``'s hard negatives that any stage uses (cut to ``max_negatives`` when given)."""
@@ -194,14 +228,84 @@ class Trainer:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             return self.model.forward_from_layer(hidden, att, pool, self.split, checkpoint=self.checkpointing)
 
+    def _lexicon(self, items: list[Encoded]) -> Tensor:
+        """(n, K) float32 lexicon vectors of ``items``; (0, K) for none (a rank whose slice is empty)."""
+        if not items:
+            return torch.zeros(0, self.model.num_clusters, device=self.device)
+        return self._forward(items).lexicon.float()
+
+    def _batch_items(self, examples: list[TrainExample], max_negatives: int | None,
+                     layout: bool = True) -> tuple[BatchLayout | None, list[Encoded], list[Encoded]]:
+        """A batch's layout (unless ``layout`` is False), its query items and its document items, in order."""
+        def negatives(e: TrainExample) -> list[str]:
+            return self._negatives(e, max_negatives)
+
+        q_items = [self._items[(self._query_prompt(self._instruction(e)), e.query)] for e in examples]
+        if layout:
+            lay = batch_layout(examples, negatives)
+            return lay, q_items, [self._items[("", t)] for t in lay.doc_texts]
+        # batch_layout's documents, without its (B, D) mask: each query's positive, then its negatives
+        return None, q_items, [self._items[("", t)] for e in examples for t in (e.positive, *negatives(e))]
+
+    def _mine(self, items: list[Encoded]) -> list[Encoded]:
+        """This rank's contiguous slice of a batch's items (all of them in one process)."""
+        if not self.dist.enabled:
+            return items
+        return items[shard_slice(len(items), self.dist.rank, self.dist.world_size)]
+
+    def _global(self, q: Tensor, d: Tensor, num_queries: int, num_docs: int) -> tuple[Tensor, Tensor]:
+        """The global batch's (queries, documents) from this rank's slices, gathered with gradients in one
+        collective (queries and documents stacked, so the backward's collectives cannot be reordered)."""
+        if not self.dist.enabled:
+            return q, d
+        nq, nd = shard_sizes(num_queries, self.dist.world_size), shard_sizes(num_docs, self.dist.world_size)
+        pieces = gather_pieces(torch.cat([q, d]), [a + b for a, b in zip(nq, nd)])
+        return torch.cat([p[:a] for p, a in zip(pieces, nq)]), torch.cat([p[a:] for p, a in zip(pieces, nq)])
+
     def batch_loss(self, examples: list[TrainExample], objective: Objective,
                    max_negatives: int | None) -> tuple[Tensor, dict[str, float]]:
-        """The objective's loss of one batch and each term's value."""
-        layout = batch_layout(examples, lambda e: self._negatives(e, max_negatives))
-        q_items = [self._items[(self._query_prompt(self._instruction(e)), e.query)] for e in examples]
-        q = self._forward(q_items).lexicon.float()
-        d = self._forward([self._items[("", t)] for t in layout.doc_texts]).lexicon.float()
-        return objective(q, d, layout, examples, self.bias)
+        """The objective's loss of one batch and each term's value (distributed: this rank encodes its slice and
+        the loss is the global batch's, the same on every rank)."""
+        layout, q_items, d_items = self._batch_items(examples, max_negatives)
+        q = self._lexicon(self._mine(q_items))
+        d = self._lexicon(self._mine(d_items))
+        return objective(*self._global(q, d, len(q_items), len(d_items)), layout, examples, self.bias)
+
+    def _backward(self, examples: list[TrainExample], objective: Objective, max_negatives: int | None,
+                  divide_by: int) -> tuple[Tensor, dict[str, float]]:
+        """Accumulate the gradients of one (micro-)batch's loss / ``divide_by``; returns the loss and its terms."""
+        if self.gradcache is None:
+            loss, terms = self.batch_loss(examples, objective, max_negatives)
+            (loss / divide_by).backward()
+            return loss, terms
+        layout, q_items, d_items = self._batch_items(examples, max_negatives)
+
+        def loss_of(q: Tensor, d: Tensor) -> tuple[Tensor, dict[str, float]]:
+            return objective(*self._global(q, d, len(q_items), len(d_items)), layout, examples, self.bias)
+
+        return self.gradcache.backward(self._mine(q_items), self._mine(d_items), loss_of, divide_by)
+
+    def _micro_batches(self, n: int) -> list[np.ndarray]:
+        """``grad_accum`` micro-batches of a batch of ``n`` (each at least 2 examples: in-batch negatives)."""
+        return np.array_split(np.arange(n), min(self.config.grad_accum, n // 2 or 1))
+
+    def _trainable(self) -> list[Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def accumulate_gradients(self, examples: list[TrainExample], objective: Objective,
+                             max_negatives: int | None) -> tuple[float, dict[str, float]]:
+        """Forward and backward of one batch: leaves in ``.grad`` the gradient one process gets on the whole batch
+        (averaged over the ranks when distributed; see ``lens.train.distributed``); returns the loss (the mean of
+        the micro-batches') and each term's value."""
+        micro = self._micro_batches(len(examples))
+        total, parts = 0.0, {}
+        for idx in micro:
+            loss, terms = self._backward([examples[i] for i in idx], objective, max_negatives, len(micro))
+            total += float(loss.detach()) / len(micro)
+            for n, v in terms.items():
+                parts[n] = parts.get(n, 0.0) + v / len(micro)
+        all_reduce_gradients(self._trainable(), self.dist)
+        return total, parts
 
     # ------------------------------------------------------------------------------------------------ training
     def _set_lr(self, step: int) -> float:
@@ -232,17 +336,11 @@ class Trainer:
         lr = self._set_lr(self.step)
         t = time.perf_counter()
         self.decoder.train()
+        if self.dist.enabled:  # dropout differs per rank, and depends on the step only (resumable on any ranks)
+            torch.manual_seed(rank_seed(cfg.seed, self.dist.rank, self.step))
         examples = [self.data[plan.stage][i] for i in plan.batch]
-        micro = np.array_split(np.arange(len(examples)), min(cfg.grad_accum, len(examples) // 2 or 1))
-        total, parts = 0.0, {}
-        for idx in micro:
-            loss, terms = self.batch_loss([examples[i] for i in idx], objective, stage.max_negatives)
-            (loss / len(micro)).backward()
-            total += float(loss.detach()) / len(micro)
-            for n, v in terms.items():
-                parts[n] = parts.get(n, 0.0) + v / len(micro)
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+        total, parts = self.accumulate_gradients(examples, objective, stage.max_negatives)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self._trainable(), cfg.max_grad_norm))
         bias = float(self.bias.detach())  # the value this step's loss used
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -280,25 +378,36 @@ class Trainer:
         if not self.val:
             return float("nan")
         self.decoder.eval()
-        batches = [b for b in task_batches(self.val, self.config.batch_size, seed=12345) if len(b) >= 2]
         values = [float(self.batch_loss([self.val[i] for i in b], self.validation_objective, None)[0])
-                  for b in batches]
+                  for b in self._validation_batches()]
         return float(np.mean(values))
 
+    def _validation_batches(self) -> list[list[int]]:
+        if not self.val:
+            return []
+        return [b for b in task_batches(self.val, self.config.batch_size, seed=12345) if len(b) >= 2]
+
     def train(self, resume: bool = False) -> Path:
-        """Run the plan (from the checkpoint when ``resume``), then save the trained model; returns its path."""
+        """Run the plan (from the checkpoint when ``resume``), then save the trained model; returns its path.
+
+        Distributed, every rank runs this; rank 0 alone writes, and every rank reads the checkpoint to resume
+        (so the output directory must be on a filesystem they all see).
+        """
         from tqdm.auto import tqdm
 
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        self.config.save(self.output_dir / TRAIN_CONFIG_NAME)
+        main = self.dist.is_main
+        if main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self.config.save(self.output_dir / TRAIN_CONFIG_NAME)
         log_path = self.output_dir / LOG_NAME
         rows: list[dict] = []
         if resume and (self.output_dir / CHECKPOINT_DIR).is_dir():
             self.load_checkpoint(self.output_dir / CHECKPOINT_DIR)
-            rows = [r for r in read_log(log_path) if int(r["step"]) <= self.step]
+            rows = [r for r in read_log(log_path) if int(r["step"]) <= self.step] if main else []
             logger.info("resumed at step %d of %d", self.step, len(self.plan))
         elif resume:
             logger.warning("no checkpoint in %s; starting from step 0", self.output_dir)
+        check_same(self.step, self.dist, f"the step to start from (does every rank see {self.output_dir}?)")
         bar = tqdm(total=len(self.plan), initial=self.step, desc="Training", unit="step",
                    disable=not self.show_progress_bar)
         while self.step < len(self.plan):
@@ -309,18 +418,28 @@ class Trainer:
             bar.set_postfix(loss=f"{row['loss']:.3f}", stage=row["stage"])
             bar.update(1)
             if self.step % self.config.checkpoint_every == 0 or self.step == len(self.plan):
-                write_log(log_path, rows)
+                if main:
+                    write_log(log_path, rows)
                 self.save_checkpoint(self.output_dir / CHECKPOINT_DIR)
         bar.close()
-        write_log(log_path, rows)
-        plot_curves(rows, self.output_dir / CURVES_NAME)
+        if main:
+            write_log(log_path, rows)
+            plot_curves(rows, self.output_dir / CURVES_NAME)
         self.save_model(self.output_dir, rows)
         return self.output_dir
 
+    def close(self) -> None:
+        """Leave the process group this trainer joined (``lens train`` calls it at the end)."""
+        self.dist.close()
+
     # ------------------------------------------------------------------------------------------------ state
     def save_checkpoint(self, path: Path) -> None:
-        save_checkpoint(path, peft_model=self.peft_model, head=self.model.head.weight, bias=self.bias,
-                        optimizer=self.optimizer, step=self.step, plan_length=len(self.plan))
+        """Rank 0 writes the checkpoint (the state is the same on every rank); the others wait for it."""
+        if self.dist.is_main:
+            save_checkpoint(path, peft_model=self.peft_model, head=self.model.head.weight, bias=self.bias,
+                            optimizer=self.optimizer, step=self.step, plan_length=len(self.plan),
+                            world_size=self.dist.world_size)
+        self.dist.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         self.step = load_checkpoint(path, peft_model=self.peft_model, head=self.model.head.weight, bias=self.bias,
@@ -328,7 +447,15 @@ class Trainer:
 
     def save_model(self, path: Path, rows: list[dict]) -> None:
         """The trained LENS directory (config naming the adapter, trained head, clusters.tsv, PEFT adapter, card),
-        written atomically by ``lens.model_dir`` while the run's checkpoint and logs stay beside it."""
+        written atomically by ``lens.model_dir`` while the run's checkpoint and logs stay beside it. Distributed,
+        rank 0 writes it and the others wait."""
+        if not self.dist.is_main:
+            self.dist.barrier()
+            return
+        self._write_model(path, rows)
+        self.dist.barrier()
+
+    def _write_model(self, path: Path, rows: list[dict]) -> None:
         from lens.config import LensConfig
         from lens.model_dir import write_model_dir
 
@@ -343,7 +470,7 @@ class Trainer:
         })
         card = model_card(self.config, backbone=self.encoder.config.backbone, num_clusters=config.num_clusters,
                           max_length=config.max_length, steps=self.step, cache_seconds=self.cache_seconds,
-                          stage_examples=self.data, rows=rows)
+                          stage_examples=self.data, rows=rows, world_size=self.dist.world_size)
         write_model_dir(path, config, self.encoder.assignment, self.model.head.weight.detach().float().cpu().numpy(),
                         self.tokenizer, centroids_dtype=np.float16 if self.config.train_head else np.float32,
                         adapter=lambda dest: self.peft_model.save_pretrained(dest),
