@@ -264,3 +264,33 @@ def test_validation_errors():
         kl_distillation(s, torch.zeros(3, 2))
     with pytest.raises(ValueError, match="teacher_temperature"):
         kl_distillation(s, s, teacher_temperature=0)
+
+
+def test_flops_matches_naive_and_is_scale_free():
+    from lens.train.losses import flops
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.rand(5, 7, generator=g)
+    unit = [[v / math.sqrt(sum(x * x for x in row)) for v in row] for row in w.tolist()]
+    naive = sum((sum(unit[i][j] for i in range(5)) / 5) ** 2 for j in range(7))
+    assert float(flops(w)) == pytest.approx(naive, rel=1e-6)
+    assert float(flops(3.0 * w)) == pytest.approx(naive, rel=1e-6)  # a cosine loss cannot dodge it by scaling
+    assert float(flops(torch.eye(4))) == pytest.approx(1 / 4)  # one-hot on distinct dimensions: the minimum 1/N
+    assert float(flops(torch.ones(4, 9))) == pytest.approx(1.0)  # every row even over every dimension: the maximum
+    with pytest.raises(ValueError, match="2-D"):
+        flops(torch.ones(3))
+
+
+def test_flops_objective_trains_towards_sparse_vectors():
+    from lens.train.objectives import Objective, batch_layout
+    from lens.train.data import TrainExample
+
+    examples = [TrainExample(f"q{i}", f"p{i}") for i in range(3)]
+    layout = batch_layout(examples, lambda e: [])
+    q = torch.rand(3, 6, requires_grad=True)
+    d = torch.rand(3, 6, requires_grad=True)
+    loss, terms = Objective("infonce+0.5*flops", temperature=0.05, bce_scale=20.0, graded_floor=0.7)(
+        q, d, layout, examples, torch.zeros(()))
+    assert set(terms) == {"infonce", "flops"} and float(loss) == pytest.approx(terms["infonce"] + 0.5 * terms["flops"])
+    loss.backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    "binary_targets", "cosine_scores", "graded_targets", "improved_info_nce", "info_nce", "initial_bias",
+    "binary_targets", "cosine_scores", "flops", "graded_targets", "improved_info_nce", "info_nce", "initial_bias",
     "kl_distillation", "pairwise_bce",
 ]
 
@@ -202,3 +202,17 @@ def kl_distillation(student_scores: Tensor, teacher_scores: Tensor, temperature:
     p = F.softmax(teacher.masked_fill(~keep, float("-inf")), dim=1)
     log_q = log_q.masked_fill(~keep, 0.0)  # p is 0 there: avoids 0 * -inf
     return F.kl_div(log_q, p.to(log_q.dtype), reduction="sum", log_target=False) / student.shape[0]
+
+
+def flops(vectors: Tensor, eps: float = 1e-12) -> Tensor:
+    """SPLADE's FLOPS regulariser, ``sum_j (mean_i |w_ij|)^2``, on L2-normalised rows (N, K).
+
+    SPLADE penalises the raw weights; under a cosine loss that would only shrink every vector's norm, which the
+    cosine ignores. On unit rows it is scale-free: 1 when every row spreads evenly over all K dimensions, 1/N when
+    the N rows are one-hot on distinct dimensions, so it pushes each vector onto few dimensions that other vectors
+    do not share (the dimensions common to every text carry no signal for ranking or similarity).
+    """
+    _check_matrix(vectors, "vectors")
+    w = F.normalize(_float(vectors).abs(), dim=1, eps=eps)
+    return (w.mean(dim=0) ** 2).sum()
+

@@ -90,6 +90,10 @@ def _kl(x: LossInputs) -> Tensor:
     return L.kl_distillation(x.scores, teacher, x.temperature, valid=own)
 
 
+def _flops(x: LossInputs) -> Tensor:
+    return L.flops(x.q) + L.flops(x.d)
+
+
 # name -> loss from LossInputs. Every name here is accepted in a loss expression.
 OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
     "infonce": _infonce,  # cosine / temperature over the positive, hard and in-batch negatives
@@ -97,6 +101,7 @@ OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
     "bce": _bce,  # SigLIP-style pointwise sigmoid loss with a learned bias
     "bce-graded": lambda x: _bce(x, graded=True),  # BiXSE: targets from graded labels
     "kl": _kl,  # distillation from teacher scores
+    "flops": _flops,  # sparsity: SPLADE's FLOPS regulariser on the unit query and document vectors (add it: infonce+0.5*flops)
 }
 USES_BIAS = ("bce", "bce-graded")
 
