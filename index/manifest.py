@@ -4,16 +4,21 @@ A saved index is a directory holding ``index.faiss`` (``faiss.write_index``), ``
 :mod:`index.metadata`) and ``manifest.json``, which records the format version, dimensions, weights,
 index type and options, document count, the encoder fingerprint, a free-form ``info`` dict, and the
 sha256 and size of both data files. Checksums are verified before either file is parsed, so FAISS never reads a damaged file.
+
+``open_index`` is the one way to read a saved index: the manifest and both data files are opened together from
+one version of the directory (``lens.atomic.open_generation``), so a load racing a save never mixes versions and
+never reports a healthy index as damaged.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Mapping
 
-from lens.atomic import read_json
+from lens.atomic import Generation, open_generation, parse_json
 
 __all__ = [
     "DOCS_FILE",
@@ -24,9 +29,11 @@ __all__ = [
     "check_fingerprint",
     "file_record",
     "normalize_fingerprint",
+    "open_index",
     "read_manifest",
     "validate_manifest",
     "verify_file",
+    "verify_stream",
 ]
 
 FORMAT_VERSION = 1
@@ -41,13 +48,19 @@ class FingerprintMismatchError(ValueError):
     """The saved index was built with different encoders than the caller expects."""
 
 
+def _sha256_stream(f: BinaryIO, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    f.seek(0)
+    while block := f.read(chunk):
+        h.update(block)
+    f.seek(0)
+    return h.hexdigest()
+
+
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     """Hex sha256 of a file, read in chunks (constant memory)."""
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return _sha256_stream(f, chunk)
 
 
 def file_record(path: Path) -> dict[str, Any]:
@@ -55,22 +68,31 @@ def file_record(path: Path) -> dict[str, Any]:
     return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
 
 
-def verify_file(path: Path, record: Mapping[str, Any]) -> None:
-    """Raise unless ``path`` exists with the recorded size and sha256 (size first: it is free)."""
-    if not path.is_file():
+def verify_stream(f: BinaryIO | None, path: Path, record: Mapping[str, Any]) -> None:
+    """Raise unless the open file ``f`` (read from ``path``; None: missing) has the recorded size and sha256
+    (size first: it is free). Leaves ``f`` at its start."""
+    if f is None:
         raise FileNotFoundError(f"index file missing: {path}; the saved index is incomplete, rebuild it")
-    size = path.stat().st_size
+    size = os.fstat(f.fileno()).st_size
     if size != record["bytes"]:
         raise ValueError(
             f"index file {path} is damaged: {size} bytes, manifest says {record['bytes']} (truncated or "
             "overwritten?); restore it from a backup or rebuild the index"
         )
-    digest = sha256_file(path)
+    digest = _sha256_stream(f)
     if digest != record["sha256"]:
         raise ValueError(
             f"index file {path} is damaged: sha256 {digest} does not match the manifest's "
             f"{record['sha256']}; restore it from a backup or rebuild the index"
         )
+
+
+def verify_file(path: Path, record: Mapping[str, Any]) -> None:
+    """Raise unless ``path`` exists with the recorded size and sha256."""
+    if not path.is_file():
+        verify_stream(None, path, record)
+    with open(path, "rb") as f:
+        verify_stream(f, path, record)
 
 
 def normalize_fingerprint(fingerprint: Mapping[str, Any] | None, what: str = "fingerprint") -> dict[str, Any] | None:
@@ -154,10 +176,33 @@ def validate_manifest(m: Any, path: Path) -> dict[str, Any]:
     return m
 
 
+def open_index(directory: str | Path) -> tuple[dict[str, Any], Generation]:
+    """The validated manifest of the saved index in ``directory`` and its files, all from one version.
+
+    ``files`` of the returned generation holds ``manifest.json``, ``index.faiss`` and ``docs.sqlite`` (None when
+    missing); close it (``with``) when done. An interrupted save is recovered first (``lens.atomic``).
+    """
+    directory = Path(directory)
+    try:
+        gen = open_generation(directory, (MANIFEST_FILE, INDEX_FILE, DOCS_FILE), what="index")
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"no saved index at {directory}: not found (build one with `lens index build`)") from None
+    except NotADirectoryError:
+        raise FileNotFoundError(f"no saved index at {directory}: it is a file, not an index directory") from None
+    try:
+        path = directory / MANIFEST_FILE
+        f = gen.files[MANIFEST_FILE]
+        if f is None:
+            raise FileNotFoundError(f"index manifest not found: {path}")
+        return validate_manifest(parse_json(f.read(), path, "index manifest"), path), gen
+    except BaseException:
+        gen.close()
+        raise
+
+
 def read_manifest(directory: str | Path) -> dict[str, Any]:
     """The validated manifest of the saved index in ``directory`` (the one reader of ``manifest.json``)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"no saved index at {directory}: not found (build one with `lens index build`)")
-    path = directory / MANIFEST_FILE
-    return validate_manifest(read_json(path, "index manifest"), path)
+    manifest, gen = open_index(directory)
+    gen.close()
+    return manifest

@@ -18,7 +18,7 @@ import logging
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -155,14 +155,24 @@ class DocTable:
     # ---- persistence ------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> None:
-        """Write a consistent snapshot to a new SQLite file at ``path`` (backup API)."""
+        """Write a consistent snapshot to a new SQLite file at ``path``.
+
+        The image is taken under the table's lock and written by Python, so a full disk raises an ``OSError``
+        with its errno (SQLite's own writer would only say "disk I/O error").
+        """
         path = Path(path)
-        dst = sqlite3.connect(str(path))
-        try:
-            with self._lock:
-                self._conn.backup(dst)
-        finally:
-            dst.close()
+        with self._lock:
+            data = self._conn.serialize() if hasattr(self._conn, "serialize") else None
+        if data is None:  # SQLite without serialize: the online backup API
+            dst = sqlite3.connect(str(path))
+            try:
+                with self._lock:
+                    self._conn.backup(dst)
+            finally:
+                dst.close()
+            return
+        with open(path, "wb") as f:
+            f.write(data)
 
     @classmethod
     def load(cls, path: str | Path) -> "DocTable":
@@ -170,13 +180,25 @@ class DocTable:
         path = Path(path).resolve()
         if not path.is_file():
             raise FileNotFoundError(f"document table not found: {path}")
+        with open(path, "rb") as f:
+            return cls.read(f, path)
+
+    @classmethod
+    def read(cls, f: BinaryIO, path: str | Path) -> "DocTable":
+        """Copy the SQLite file open as ``f`` (read from ``path``, named in errors) into memory and check it."""
+        path = Path(path).resolve()
         mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         try:
-            src = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-            try:
-                src.backup(mem)
-            finally:
-                src.close()
+            f.seek(0)
+            data = f.read()
+            if hasattr(mem, "deserialize"):
+                mem.deserialize(data)
+            else:  # pragma: no cover - SQLite without deserialize: back up from the path
+                src = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+                try:
+                    src.backup(mem)
+                finally:
+                    src.close()
             check = mem.execute("PRAGMA integrity_check").fetchone()[0]
             if check != "ok":
                 raise ValueError(f"integrity check failed: {check}")

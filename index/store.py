@@ -27,11 +27,16 @@ documents then move to the trained index. :meth:`HybridIndex.train` trains expli
 For ivf with ``nlist=None``, ``n`` is what is available at that moment, so add the bulk of the
 corpus in the first call (or pass ``nlist``) rather than many small calls.
 
-Not thread-safe for concurrent writes (add/remove/save); concurrent searches are fine.
+Not thread-safe for concurrent writes (add/remove); concurrent searches are fine. Saving takes the index
+directory's writer lock (``lens.atomic.DirectoryLock``): a second process saving to the same directory fails at
+once with ``LockedError``. Loading reads one consistent version even while another process saves, and repairs a
+save that was killed half-way (``lens.atomic.recover``). A full disk, a missing permission or a read-only file
+system make ``save`` raise ``lens.atomic.StorageError`` (one line: path, cause, what to do) and change nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -52,13 +57,13 @@ from .manifest import (
     check_fingerprint,
     file_record,
     normalize_fingerprint,
-    read_manifest,
-    verify_file,
+    open_index,
+    verify_stream,
 )
 from .metadata import DocTable, encode_metadata
 from .vectors import as_matrix, check_dim, check_finite, document_vectors, query_vectors, weight_pair
 
-__all__ = ["HybridIndex", "SearchResult"]
+__all__ = ["HybridIndex", "SearchResult", "check_save_target"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +101,55 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.nd
     id_map = faiss.rev_swig_ptr(index.id_map.data(), index.ntotal)
     labels = np.where(pos >= 0, id_map[np.maximum(pos, 0)], -1)
     return scores, labels
+
+
+_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, ".DS_Store"))  # .DS_Store: macOS Finder's junk
+
+
+def check_save_target(directory: str | os.PathLike) -> Path:
+    """Refuse to save an index over something that is not one: a file, or a directory holding other files.
+
+    Saving replaces the whole directory, so ``--output ~/Documents`` must never be taken for an index.
+    """
+    directory = Path(directory)
+    if directory.is_symlink() and not directory.exists():
+        raise FileExistsError(f"{directory} is a broken symbolic link; remove it or choose another directory")
+    if directory.exists() and not directory.is_dir():
+        raise FileExistsError(f"{directory} exists and is a file, not an index directory; choose another path")
+    if directory.is_dir():
+        other = sorted(n for n in os.listdir(directory) if n not in _INDEX_ENTRIES)
+        if other:
+            shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+            raise FileExistsError(
+                f"{directory} exists and is not a LENS index (it holds {shown}); saving would replace it: "
+                "choose a new or empty directory")
+    return directory
+
+
+_FAISS_ERRNO = {os.strerror(code): code for code in
+                (errno.ENOSPC, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO,
+                 getattr(errno, "EDQUOT", errno.ENOSPC))}
+
+
+def _write_faiss(index: faiss.Index, path: Path) -> None:
+    """``faiss.write_index``, its write errors turned into an ``OSError`` with the errno whose text they quote."""
+    try:
+        faiss.write_index(index, str(path))
+    except RuntimeError as e:
+        text = str(e)
+        if "write error" not in text and "could not open" not in text:
+            raise
+        code = next((c for message, c in _FAISS_ERRNO.items() if message in text), errno.EIO)
+        raise OSError(code, f"FAISS could not write the index ({text.splitlines()[-1]})", str(path)) from e
+
+
+def _read_faiss(f, path: Path) -> faiss.Index:
+    """Parse an index file already open as ``f`` (checksummed by the caller)."""
+    f.seek(0)
+    try:
+        return faiss.read_index(faiss.PyCallbackIOReader(f.read))
+    except RuntimeError as e:
+        raise ValueError(f"index file {path} could not be read by FAISS ({e}); rebuild the index") from e
 
 
 def _fsync(path: Path) -> None:
@@ -527,11 +581,14 @@ class HybridIndex:
         """Save to ``directory`` atomically: it ends up holding either the old index or the new one.
 
         Writes ``index.faiss``, ``docs.sqlite`` and ``manifest.json`` (format version, dims, weights,
-        index type and options, count, fingerprint, sha256 and size of both data files).
+        index type and options, count, fingerprint, sha256 and size of both data files). Refuses a directory
+        that is not an index (``FileExistsError``); raises ``LockedError`` if another process is saving there
+        and ``StorageError`` on a full disk or a missing permission (nothing changed either way).
         """
-        with atomic_dir(directory) as tmp:
+        check_save_target(directory)
+        with atomic_dir(directory, what="index") as tmp:
             index_path, docs_path = tmp / INDEX_FILE, tmp / DOCS_FILE
-            faiss.write_index(self.faiss_index, str(index_path))
+            _write_faiss(self.faiss_index, index_path)
             _fsync(index_path)
             self._docs.save(docs_path)
             _fsync(docs_path)
@@ -570,8 +627,15 @@ class HybridIndex:
         anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones.
         """
         directory = Path(directory)
+        m, gen = open_index(directory)
+        with gen:
+            return cls._from_files(directory, m, gen.files, expected_fingerprint, search_options)
+
+    @classmethod
+    def _from_files(cls, directory: Path, m: dict[str, Any], files: Mapping[str, Any],
+                    expected_fingerprint: Mapping[str, Any] | None, search_options: dict[str, Any]) -> "HybridIndex":
+        """Verify and parse one version's open files (``index.manifest.open_index``)."""
         mpath = directory / MANIFEST_FILE
-        m = read_manifest(directory)
         check_fingerprint(expected_fingerprint, m["fingerprint"], directory)
         try:
             itype = get_index_type(m["index_type"])
@@ -579,18 +643,15 @@ class HybridIndex:
             raise ValueError(f"index manifest {mpath}: {e}") from e
         itype.check_search_options(search_options)
         index_path, docs_path = directory / INDEX_FILE, directory / DOCS_FILE
-        verify_file(index_path, m["files"][INDEX_FILE])
-        verify_file(docs_path, m["files"][DOCS_FILE])
+        verify_stream(files[INDEX_FILE], index_path, m["files"][INDEX_FILE])
+        verify_stream(files[DOCS_FILE], docs_path, m["files"][DOCS_FILE])
 
         obj = cls(
             m["lexicon_dim"], m["dense_dim"], m["index_type"], m["weights"], m["fingerprint"], m.get("info"),
             **m["index_options"],
         )
-        try:
-            raw = faiss.read_index(str(index_path))
-        except RuntimeError as e:
-            raise ValueError(f"index file {index_path} could not be read by FAISS ({e}); rebuild the index") from e
-        docs = DocTable.load(docs_path)
+        raw = _read_faiss(files[INDEX_FILE], index_path)
+        docs = DocTable.read(files[DOCS_FILE], docs_path)
         problems = []
         if raw.d != obj.dim:
             problems.append(f"{INDEX_FILE} has width {raw.d}, manifest dims give {obj.dim}")

@@ -130,6 +130,9 @@ def weight_pair(weights: Any, what: str = "weights") -> tuple[float, float]:
         w = tuple(float(x) for x in parts)
     except (TypeError, ValueError):
         w = ()
+    if len(w) == 2 and all(math.isfinite(x) for x in w) and min(w) < 0:
+        raise ValueError(f"{what}: negative weights are not supported (got {weights!r}); each weight is >= 0 and "
+                         "0 turns that part off, e.g. 1,0 for the lexicon alone")
     if len(w) != 2 or not all(math.isfinite(x) and x >= 0 for x in w) or w == (0.0, 0.0):
         raise ValueError(f"{what} must be two numbers LEX,DENSE (finite, >= 0, not both 0) such as 0.5,0.5; "
                          f"got {weights!r}")

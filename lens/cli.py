@@ -50,11 +50,15 @@ def _loss_expression(value: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- cluster-vocab
 def cmd_cluster_vocab(args: argparse.Namespace) -> None:
+    from lens.atomic import DirectoryLock
+    from lens.model_dir import check_model_target
     from lens.vocab import cluster_vocab
 
-    r = cluster_vocab(args.out, args.model, args.clusters, iterations=args.iterations, seed=args.seed,
-                      backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
-                      show_progress_bar=True)
+    check_model_target(args.out)  # before the clustering: never over a folder that is not a model
+    with DirectoryLock(args.out, "model directory"):  # a second writer of --out fails now, not after KMeans
+        r = cluster_vocab(args.out, args.model, args.clusters, iterations=args.iterations, seed=args.seed,
+                          backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
+                          show_progress_bar=True)
     s = r.sizes
     print(
         f"wrote {args.out}: k={r.num_clusters} from {r.backbone} ({r.num_excluded} tokens excluded) in "
@@ -70,10 +74,15 @@ def read_texts(path: Path) -> list[str]:
     An object's text is ``lens.corpus.document_text(title, text)``, as everywhere else."""
     from lens.corpus import document_text, iter_json_lines
 
+    from lens.corpus import decode_error_message, invalid_unicode
+
     if not path.is_file():
         raise FileNotFoundError(f"input file not found: {path}")
     if path.suffix == ".txt":
-        return path.read_text(encoding="utf-8").splitlines()
+        try:
+            return path.read_bytes().decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError as e:
+            raise ValueError(decode_error_message(path, e)) from None
     if path.suffix != ".jsonl":
         raise ValueError(f"input must be a .txt (one text per line) or .jsonl file, got {path.name}")
     texts = []
@@ -85,6 +94,9 @@ def read_texts(path: Path) -> list[str]:
             texts.append(document_text(title if isinstance(title, str) else "", obj["text"]))
         else:
             raise ValueError(f'{path}:{n}: expected a string or an object with a "text" string')
+        problem = invalid_unicode(texts[-1])
+        if problem is not None:
+            raise ValueError(f"{path}:{n}: the text holds {problem}; fix that line")
     return texts
 
 
@@ -114,9 +126,10 @@ def task_instruction(args: argparse.Namespace, query: bool) -> str | None:
 def cmd_encode(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from lens.atomic import atomic_write_bytes
+    from lens.atomic import atomic_write_bytes, check_output_file
     from lens.encoder import LensEncoder
 
+    check_output_file(args.output, "--output")  # before any work: a directory or an unwritable place fails now
     instruction = task_instruction(args, args.queries)  # before the model loads
     texts = read_texts(Path(args.input))
     if not texts:
@@ -155,24 +168,44 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     from lens.indexing import build_index
     from lens.search import model_reference
 
+    from index.store import check_save_target
+    from lens.atomic import DirectoryLock
+
     start = time.perf_counter()
-    docs = load_corpus(args.corpus)
-    encoder = HybridEncoder.from_pretrained(args.model, args.dense)
-    info = {"lens_model": model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
-    index = build_index(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
-                        batch_size=args.batch_size, resume=args.resume, info=info)
+    check_save_target(args.output)  # before any work: never build over a folder that is not an index
+    with DirectoryLock(args.output, "index"):  # a second build of the same output fails now, not after loading
+        docs = load_corpus(args.corpus)
+        encoder = HybridEncoder.from_pretrained(args.model, args.dense)
+        info = {"lens_model": model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
+        try:
+            index = build_index(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
+                                batch_size=args.batch_size, resume=args.resume, info=info)
+        except KeyboardInterrupt:
+            work = args.output.parent / f".{args.output.name}.partial"
+            if any(work.glob("chunk-*.npz")):
+                raise KeyboardInterrupt(f"the chunks encoded so far are kept in {work}; run the same command with "
+                                        "--resume to continue") from None
+            raise
     print(f"indexed {len(index)} documents into {args.output} ({index.mode}, {args.index}) "
           f"in {time.perf_counter() - start:.1f}s")
 
 
 def cmd_index_info(args: argparse.Namespace) -> None:
-    from index.manifest import read_manifest
+    import os
 
-    m = read_manifest(args.dir)
-    size = sum(f.stat().st_size for f in Path(args.dir).iterdir() if f.is_file())
+    from index.manifest import DOCS_FILE, INDEX_FILE, open_index, verify_stream
+
+    m, gen = open_index(args.dir)
+    with gen:
+        if not args.no_verify:  # damage is an error (exit 2), printed before any summary
+            for name in (INDEX_FILE, DOCS_FILE):
+                verify_stream(gen.files[name], args.dir / name, m["files"][name])
+        size = sum(os.fstat(f.fileno()).st_size for f in gen.files.values() if f is not None)
     print(f"{args.dir}: {m['count']} documents, {m.get('mode', 'hybrid')} ({m['index_type']}), "
           f"dims lexicon={m['lexicon_dim']} dense={m['dense_dim']}, weights={m['weights']}, "
           f"{size / 1e6:.1f} MB on disk")
+    print("  checked: sizes and sha256 of index.faiss and docs.sqlite match the manifest" if not args.no_verify
+          else "  NOT checked (--no-verify): sizes and sha256 of the data files")
     for key, value in sorted((m.get("info") or {}).items()):
         print(f"  {key}: {value}")
     for key, value in sorted((m.get("fingerprint") or {}).items()):
@@ -184,8 +217,8 @@ def _weights(value: str) -> tuple[float, float]:
 
     try:
         return weight_pair(value, "--weights")
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    except ValueError as e:  # argparse puts "argument --weights: " in front already
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--weights: ").removeprefix("--weights ")) from None
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -233,7 +266,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     else:
         raise ValueError("give --config FILE or --data FILE [FILE ...]")
     for flag, key in (("model", "model"), ("lora_layers", "lora_layers"), ("batch_size", "batch_size"),
-                      ("lr", "lr"), ("seed", "seed"), ("threads", "threads"), ("device", "device")):
+                      ("lr", "lr"), ("seed", "seed"), ("threads", "threads"), ("device", "device"),
+                      ("cache_chunk", "cache_chunk")):
         if getattr(args, flag) is not None:
             raw[key] = getattr(args, flag)
     config = TrainConfig.from_dict(raw, source=str(args.config or "command line"))
@@ -244,19 +278,27 @@ def cmd_train(args: argparse.Namespace) -> None:
             stage.epochs = args.epochs if args.epochs is not None else stage.epochs
             StageConfig.loss_weights(stage)
     start = time.perf_counter()
-    trainer = Trainer(config, args.out, prefix_cache_dir=args.prefix_cache)
-    out = trainer.train(resume=args.resume)
-    print(f"trained {trainer.step} steps in {time.perf_counter() - start:.0f} s; model in {out} "
-          f"(LensEncoder.from_pretrained({str(out)!r}))")
+    trainer = Trainer(config, args.out, prefix_cache_dir=args.prefix_cache)  # joins torchrun's process group
+    try:
+        out = trainer.train(resume=args.resume)
+    finally:
+        trainer.close()
+    if trainer.dist.is_main:
+        print(f"trained {trainer.step} steps in {time.perf_counter() - start:.0f} s; model in {out} "
+              f"(LensEncoder.from_pretrained({str(out)!r}))")
 
 
 def cmd_merge(args: argparse.Namespace) -> None:
+    from lens.atomic import DirectoryLock
     from lens.encoder import LensEncoder
+    from lens.model_dir import check_model_target
 
-    enc = LensEncoder.from_pretrained(args.model)
-    if enc.config.adapter is None:
-        raise ValueError(f"{args.model} has no adapter to merge; it is already standalone")
-    enc.save_pretrained(args.out)
+    check_model_target(args.out)
+    with DirectoryLock(args.out, "model directory"):
+        enc = LensEncoder.from_pretrained(args.model)
+        if enc.config.adapter is None:
+            raise ValueError(f"{args.model} has no adapter to merge; it is already standalone")
+        enc.save_pretrained(args.out)
     print(f"wrote {args.out}: merged backbone in {args.out / 'backbone'}; load it with "
           f"LensEncoder.from_pretrained({str(args.out)!r})")
 
@@ -283,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("encode", help="encode texts to a .npy matrix (rows in input order)")
     e.add_argument("--model", default="default", help="a LENS directory (from cluster-vocab) or 'default'")
     e.add_argument("--input", required=True, type=Path, help=".txt (one text per line) or .jsonl")
-    e.add_argument("--output", required=True, type=Path, help="the .npy file to write")
+    e.add_argument("--output", required=True, type=Path, help="the .npy file to write (checked before encoding)")
     e.add_argument("--queries", action="store_true", help="encode as queries, behind the instruction")
     e.add_argument("--instruction", default=None, help="task instruction for --queries")
     e.add_argument("--task", default=None, metavar="NAME",
@@ -319,8 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--chunk-size", type=int, default=64, help="documents per saved chunk (the unit of --resume)")
     b.add_argument("--batch-size", type=int, default=16)
     b.set_defaults(func=cmd_index_build, command="index build")
-    i = ix.add_parser("info", help="describe a saved index")
+    i = ix.add_parser("info", help="describe a saved index after checking its files (exit 2 if damaged)")
     i.add_argument("dir", type=Path)
+    i.add_argument("--no-verify", action="store_true",
+                   help="skip reading the data files to check their sizes and sha256 (faster on a large index)")
     i.set_defaults(func=cmd_index_info, command="index info")
 
     s = sub.add_parser("search", help="search a hybrid index")
@@ -328,7 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("query", nargs="+", help="one or more queries")
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--weights", type=_weights, default=None,
-                   help="LEX,DENSE query weights, each >= 0 (default: the index's, 0.5,0.5)")
+                   help="LEX,DENSE query weights, each >= 0; negative weights are not supported (default: the "
+                        "index's, 0.5,0.5). A value starting with '-' must be written --weights=VALUE")
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
@@ -346,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     _lazy_arguments(ba, "lens.eval.ablations")
     ba.set_defaults(func=_lazy_run("lens.eval.ablations"), command="bench ablation")
 
-    t = sub.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs")
+    t = sub.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs; runs unchanged "
+                                     "under torchrun / accelerate launch (data parallel)")
     t.add_argument("--config", type=Path, default=None,
                    help="a training config JSON (stages, LoRA, optimiser); the flags below override it")
     t.add_argument("--out", required=True, type=Path, help="output directory: the trained LENS model + logs")
@@ -362,7 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--seed", type=int, default=None)
     t.add_argument("--threads", type=int, default=None)
-    t.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    t.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present; under torchrun "
+                                                   "each process takes cuda:LOCAL_RANK)")
+    t.add_argument("--cache-chunk", type=int, default=None, metavar="N",
+                   help="cached contrastive loss (GradCache): embed N texts at a time, so a big batch needs the "
+                        "activation memory of N texts only")
     t.add_argument("--prefix-cache", type=Path, default=None,
                    help="where to keep the frozen layers' outputs (default: OUT/prefix-cache); share it between runs")
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
@@ -396,20 +446,52 @@ def _lazy_run(module: str):
     return func
 
 
+# options whose value may start with '-' (argparse would take "-1,2" for an option): "--opt -1,2" -> "--opt=-1,2"
+_DASH_VALUE_OPTIONS = ("--weights",)
+
+
+def _join_dash_values(argv: list[str]) -> list[str]:
+    import re
+
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in _DASH_VALUE_OPTIONS and i + 1 < len(argv) and re.match(r"-[\d.]", argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def _storage_oserror(e: OSError) -> bool:
+    from lens.atomic import STORAGE_ERRNOS
+
+    return e.errno in STORAGE_ERRNOS
+
+
 def main(argv: list[str] | None = None) -> int:
+    from lens.atomic import StorageError, storage_error
     from lens.extras import MissingExtraError
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(_join_dash_values(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:  # argparse printed the usage error (or --help); its code is ours
         return e.code if isinstance(e.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
-    except (FileNotFoundError, ValueError, TypeError, NotImplementedError, MissingExtraError) as e:
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, StorageError, ValueError,
+            TypeError, NotImplementedError, MissingExtraError) as e:
         print(f"lens {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except OSError as e:  # a full disk or a permission met outside the library's writers: still one line
+        if not _storage_oserror(e):
+            raise
+        print(f"lens {args.command}: error: {storage_error(e.filename or '(unknown path)', e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        print(f"lens {args.command}: interrupted" + (f": {e}" if str(e) else ""), file=sys.stderr)
         return 130
     return 0
 

@@ -1,7 +1,9 @@
 """The one reader of each data format: BEIR corpora / queries / qrels, plain JSONL, STS pairs, and a built-in
 corpus from the stdlib; and the one rule for what text of a document gets encoded (``document_text``).
 
-Files may be plain or gzipped and may have CRLF line endings. Every error names the file and line.
+Files may be plain or gzipped and may have CRLF line endings. Every error names the file and line; a file that is
+not UTF-8 gets one that says how to convert it (``decode_error_message``), and text that is not valid Unicode (a
+lone surrogate, e.g. from a JSON ``"\\ud800"`` escape without its pair) is described by ``invalid_unicode``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,46 @@ def document_text(title: str | None, text: str) -> str:
     return f"{title or ''} {text}".strip()
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def invalid_unicode(text: str) -> str | None:
+    """None if ``text`` can be encoded as UTF-8, else what is wrong with it (a lone surrogate and where)."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    return (f"a lone surrogate U+{ord(found.group()):04X} at character {found.start()}, which is not valid Unicode "
+            "(often a JSON \\ud83d-style escape without its pair, or bytes decoded with errors='surrogateescape')")
+
+
+def decode_error_message(path: str | os.PathLike, error: UnicodeDecodeError) -> str:
+    """A one-line explanation of a file that is not UTF-8: where the first bad byte is, and how to convert the file."""
+    path = Path(path)
+    line, column, byte = _first_bad_byte(path)
+    where = f"line {line}, byte {column}: 0x{byte:02x}" if line else f"{error.reason}, byte 0x{error.object[error.start]:02x}"
+    if path.suffix == ".gz":
+        convert = f"`zcat {path.name} | iconv -f latin1 -t utf-8 | gzip > utf8-{path.name}`"
+    else:
+        convert = f"`iconv -f latin1 -t utf-8 {path.name} > utf8-{path.name}`"
+    return (f"{path} is not UTF-8 text ({where}); LENS reads UTF-8 only: convert it, e.g. {convert} "
+            "(if it is Latin-1 / Windows-1252), or re-save it as UTF-8 in your editor")
+
+
+def _first_bad_byte(path: Path) -> tuple[int, int, int]:
+    """(line, byte column, byte) of the first byte that is not UTF-8, or (0, 0, 0) if it cannot be found."""
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    return n, e.start + 1, raw[e.start]
+    except (OSError, EOFError):
+        pass
+    return 0, 0, 0
+
+
 def _open_text(path: Path):
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8", newline=None)
@@ -68,7 +110,9 @@ def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
                     yield n, json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-    except (OSError, EOFError, UnicodeDecodeError) as e:  # truncated gzip, bad encoding
+    except UnicodeDecodeError as e:
+        raise ValueError(decode_error_message(path, e)) from None
+    except (OSError, EOFError) as e:  # truncated gzip
         raise ValueError(f"{path} cannot be read ({e}); the file is damaged") from e
 
 
@@ -228,7 +272,9 @@ def read_sts(path: str | os.PathLike, split: str) -> StsPairs:
     try:
         with _open_text(p) as f:
             rows = list(csv.reader(f, delimiter="\t"))
-    except (OSError, EOFError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
+        raise ValueError(decode_error_message(p, e)) from None
+    except (OSError, EOFError) as e:
         raise ValueError(f"{p} cannot be read ({e}); the file is damaged") from e
     if not rows or tuple(rows[0][:4]) != STS_COLUMNS:
         raise ValueError(f"{p}:1: expected the header {', '.join(STS_COLUMNS)}")

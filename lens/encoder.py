@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
+from collections.abc import Mapping, Set as AbstractSet
 from typing import Callable, Literal, NamedTuple, Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from index.vectors import l2_normalize
 from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha256, resolve_backbone
 from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
+from lens.corpus import invalid_unicode
 from lens.inputs import Encoded, encode_texts, length_sorted_batches, pad_batch
 from lens.model import LensModel, LensOutput, decoder_of
 from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
@@ -71,19 +73,37 @@ def encode_items(
     return lexicon, dense
 
 
-def _check_texts(texts) -> list[str]:
+def check_texts(texts, what: str = "texts") -> list[str]:
+    """``texts`` as a list of strings (a string is one text), refusing what would be encoded wrongly or silently.
+
+    A mapping would give its keys and a set an arbitrary order (rows no longer match what the caller holds), so
+    both are refused; so are bytes, non-strings and text that is not valid Unicode (named by index).
+    """
     if texts is None:
-        raise TypeError("texts is None; pass a string or a list of strings")
+        raise TypeError(f"{what} is None; pass a string or a list of strings")
     if isinstance(texts, str):
-        return [texts]
-    if not isinstance(texts, Sequence) and not hasattr(texts, "__iter__"):
-        raise TypeError(f"texts must be a string or a list of strings, got {type(texts).__name__}")
+        texts = [texts]
+    elif isinstance(texts, (bytes, bytearray)):
+        raise TypeError(f"{what} is {type(texts).__name__}; decode it first (e.g. data.decode('utf-8')) and pass a "
+                        "string or a list of strings")
+    elif isinstance(texts, Mapping):
+        raise TypeError(f"{what} is a {type(texts).__name__}: pass a list of strings, e.g. list(d.values()) for its "
+                        "values (a mapping would encode its keys)")
+    elif isinstance(texts, AbstractSet):
+        raise TypeError(f"{what} is a {type(texts).__name__}, which has no order: pass a list (e.g. sorted(s)) so "
+                        "that row i of the result is the i-th text")
+    elif not isinstance(texts, Sequence) and not hasattr(texts, "__iter__"):
+        raise TypeError(f"{what} must be a string or a list of strings, got {type(texts).__name__}")
     texts = list(texts)
     if not texts:
-        raise ValueError("texts is an empty list; pass at least one string")
+        raise ValueError(f"{what} is an empty list; pass at least one string")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise TypeError(f"texts[{i}] is a {type(t).__name__}, not a string")
+            raise TypeError(f"{what}[{i}] is a {type(t).__name__}, not a string")
+        problem = invalid_unicode(t)
+        if problem is not None:
+            raise ValueError(f"{what}[{i}] holds {problem}; clean it first, e.g. "
+                             "text.encode('utf-8', 'replace').decode('utf-8')")
     return texts
 
 
@@ -201,7 +221,7 @@ class LensEncoder:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         single = isinstance(texts, str)
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO
 
@@ -237,6 +257,10 @@ class LensEncoder:
 
     def encode_queries(self, texts: str | list[str], instruction: str | None = None, **kwargs):
         """Encode queries behind the instruction template (the paper's ``<instruct>{task}\\n<query>``)."""
+        if instruction is not None and not isinstance(instruction, str):
+            raise TypeError(f"instruction must be a string or None, got {type(instruction).__name__}")
+        if instruction is not None and invalid_unicode(instruction):
+            raise ValueError(f"instruction holds {invalid_unicode(instruction)}")
         instruction = self.config.default_instruction if instruction is None else instruction
         prompt = self.config.query_template.format(instruction=instruction)
         return self.encode(texts, prompt=prompt, **kwargs)
@@ -293,7 +317,13 @@ def _load_adapter(decoder, adapter_dir: Path, merge: bool) -> str:
             f"{adapter_dir} is not a PEFT adapter (needs adapter_config.json and adapter_model.safetensors); "
             "the model directory is incomplete: re-run `lens train` or copy the adapter back"
         )
-    peft_model = PeftModel.from_pretrained(decoder, str(adapter_dir))
+    try:
+        peft_model = PeftModel.from_pretrained(decoder, str(adapter_dir))
+    except Exception as e:  # safetensors, JSON and PEFT each raise their own types for a damaged file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"the LoRA adapter in {adapter_dir} cannot be loaded ({type(e).__name__}: {first[:200]}); "
+                         "it is damaged or was trained on another backbone: re-run `lens train`, or copy the "
+                         "adapter back from a backup") from e
     if merge:
         peft_model.merge_and_unload()  # LoRA folded into the decoder's own weights: no inference overhead
     return hashlib.sha256(weights.read_bytes()).hexdigest()

@@ -28,6 +28,13 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"unknown dense kind {kind!r}; valid: {', '.join(DENSE_KINDS)}")
 
 
+def _texts(texts: Sequence[str]) -> list[str]:
+    """The texts as a list, checked once for both encoders (``lens.encoder.check_texts``: no dicts or sets)."""
+    from lens.encoder import check_texts
+
+    return check_texts(texts)
+
+
 class HybridEncoder:
     """A LENS encoder plus the dense encoder of ``dense_kind``; encodes both sides of a hybrid index."""
 
@@ -70,8 +77,8 @@ class HybridEncoder:
 
     def encode_documents(self, texts: Sequence[str], batch_size: int = 16,
                          show_progress_bar: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        """Unit (lexicon, dense or None) of documents."""
-        return self._encode(self.lens.encode_documents, list(texts), batch_size, show_progress_bar)
+        """Unit (lexicon, dense or None) of documents (a string is one document)."""
+        return self._encode(self.lens.encode_documents, _texts(texts), batch_size, show_progress_bar)
 
     def encode_queries(self, texts: Sequence[str], instruction: str | None = None, batch_size: int = 16,
                        show_progress_bar: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
@@ -81,7 +88,7 @@ class HybridEncoder:
         def lens_side(batch, **kw):
             return self.lens.encode_queries(batch, instruction=instruction, **kw)
 
-        return self._encode(lens_side, list(texts), batch_size, show_progress_bar)
+        return self._encode(lens_side, _texts(texts), batch_size, show_progress_bar)
 
     def _encode(self, lens_side, texts: list[str], batch_size: int, show_progress_bar: bool):
         kw = dict(batch_size=batch_size, show_progress_bar=show_progress_bar)

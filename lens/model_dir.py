@@ -1,7 +1,9 @@
 """The one owner of a LENS model directory: where ``"default"`` lives, reading and checking the files, writing them.
 
 ``lens cluster-vocab`` (``lens.vocab``), ``LensEncoder.save_pretrained`` and ``lens train`` all write through
-``write_model_dir``, atomically; ``LensEncoder.from_pretrained`` reads through ``read_model_dir``.
+``write_model_dir``, atomically and under the directory's writer lock (``lens.atomic.atomic_dir``: a second writer
+fails at once, a full disk is a one-line ``StorageError``); ``LensEncoder.from_pretrained`` reads through
+``read_model_dir``, which first restores a directory left missing by a killed save.
 
 =========================== =====================================================================================
 ``config.json``             ``LensConfig`` (versioned)
@@ -23,12 +25,12 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from lens.atomic import atomic_dir, atomic_write_bytes
+from lens.atomic import atomic_dir, atomic_write_bytes, ensure_present
 from lens.clustering import clusters_tsv
 from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
 
-__all__ = ["BACKBONE_DIR", "DEFAULT_MODEL_DIR", "ModelFiles", "read_model_dir", "resolve_model_dir",
-           "write_model_dir"]
+__all__ = ["BACKBONE_DIR", "DEFAULT_MODEL_DIR", "ModelFiles", "check_model_target", "read_model_dir",
+           "resolve_model_dir", "write_model_dir"]
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 BACKBONE_DIR = "backbone"
@@ -39,6 +41,8 @@ def resolve_model_dir(path: str | os.PathLike) -> Path:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"model path must be a string or path, got {type(path).__name__}")
     directory = DEFAULT_MODEL_DIR if os.fspath(path) == "default" else Path(path).expanduser()
+    if not directory.exists():
+        ensure_present(directory, "model directory")  # a save killed between its renames: put it back
     if not (directory / CONFIG_NAME).is_file():
         if os.fspath(path) == "default":
             raise FileNotFoundError(
@@ -101,6 +105,18 @@ def read_model_dir(path: str | os.PathLike) -> ModelFiles:
     return ModelFiles(directory, config, assignment, centroids)
 
 
+def check_model_target(path: str | os.PathLike) -> Path:
+    """Refuse to write a model over something that is not one: a file, or a non-empty directory without a
+    ``config.json`` (writing replaces the whole directory, so a user's folder must never be taken for a model)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} exists and is a file, not a model directory; choose another path")
+    if path.is_dir() and not (path / CONFIG_NAME).is_file() and any(path.iterdir()):
+        raise FileExistsError(f"{path} exists, is not empty and is not a LENS model directory (no {CONFIG_NAME}); "
+                              "writing would replace it: choose a new or empty directory")
+    return path
+
+
 def write_model_dir(
     path: str | os.PathLike,
     config: LensConfig,
@@ -125,10 +141,12 @@ def write_model_dir(
 
     if (adapter is None) != (config.adapter is None):
         raise ValueError("config.adapter must name the adapter directory exactly when an adapter is written")
+    if not keep_existing:
+        check_model_target(path)
     tensors = {"assignment": np.ascontiguousarray(assignment, dtype=np.int32)}
     if centroids is not None:
         tensors["centroids"] = np.ascontiguousarray(np.asarray(centroids, dtype=np.float32).astype(centroids_dtype))
-    with atomic_dir(path, keep_existing=keep_existing) as tmp:
+    with atomic_dir(path, keep_existing=keep_existing, what="model directory") as tmp:
         if backbone is not None:
             backbone(tmp / config.backbone)
         if isinstance(adapter, (str, os.PathLike)):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from index import HybridIndex, SearchResult
-from index.manifest import read_manifest
+from index.manifest import check_fingerprint
 from lens.hybrid import HybridEncoder
 
 __all__ = ["Searcher", "check_queries", "model_reference"]
@@ -23,8 +23,11 @@ def model_reference(model: str | os.PathLike) -> str:
 
 
 def check_queries(queries: Sequence[str]) -> list[str]:
-    """The queries as a list; a blank one is an error (before any model is loaded, when called first)."""
-    queries = list(queries)
+    """The queries as a list (a string is one query); a blank one, a dict, a set or invalid Unicode is an error
+    (before any model is loaded, when called first)."""
+    from lens.encoder import check_texts
+
+    queries = check_texts(queries, "queries")
     for q in queries:
         if not isinstance(q, str) or not q.strip():
             raise ValueError("a query is empty: give some words to search for")
@@ -39,10 +42,15 @@ class Searcher:
 
     @classmethod
     def open(cls, directory: str | os.PathLike, model: str | os.PathLike | None = None) -> "Searcher":
-        """Load the index at ``directory`` with its LENS model (or ``model``), refusing one built by other encoders."""
-        info = read_manifest(directory).get("info") or {}
+        """Load the index at ``directory`` with its LENS model (or ``model``), refusing one built by other encoders.
+
+        The index is loaded first, so the encoders named in its manifest and its vectors come from one version
+        even if another process saves over it meanwhile."""
+        index = HybridIndex.load(directory)
+        info = index.info or {}
         encoder = HybridEncoder.from_pretrained(model or info.get("lens_model", "default"), info.get("dense", "none"))
-        return cls(HybridIndex.load(directory, expected_fingerprint=encoder.fingerprint()), encoder)
+        check_fingerprint(encoder.fingerprint(), index.fingerprint, Path(directory))
+        return cls(index, encoder)
 
     def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,
                instruction: str | None = None) -> list[SearchResult]:

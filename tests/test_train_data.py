@@ -397,3 +397,15 @@ def test_real_label_sets_give_unique_ids_per_label():
         ids = {doc.rsplit("[", 1)[1] for doc in docs}
         assert len(ids) == len(docs) and all(i.startswith(f"{name}:") for i in ids)
         assert all(len(e.negatives) == 3 for e in ex)
+
+
+def test_plan_refuses_a_stage_without_a_usable_batch():
+    from types import SimpleNamespace
+
+    from lens.train.data import plan_steps
+
+    same = [TrainExample("one query", f"doc {i}", task="t") for i in range(5)]
+    config = SimpleNamespace(stages=[SimpleNamespace(name="s", batch_size=None, steps=3, epochs=1.0)], batch_size=4,
+                             seed=0)
+    with pytest.raises(ValueError, match="share their query or positive"):
+        plan_steps(config, [same])

@@ -610,7 +610,13 @@ def plan_steps(config, data: list[list[TrainExample]]) -> list[Step]:
         batches: list[list[int]] = []
         epoch = 0
         while len(batches) < total:
-            batches += [b for b in task_batches(examples, bs, config.seed + 1000 * si + epoch) if len(b) >= 2]
+            usable = [b for b in task_batches(examples, bs, config.seed + 1000 * si + epoch) if len(b) >= 2]
+            if not usable:
+                raise ValueError(
+                    f"stage {stage.name!r}: no batch of 2 or more examples can be formed, because its examples "
+                    "share their query or positive text (a batch never holds two of the same, they would be false "
+                    "negatives); give the stage examples with distinct queries and positives")
+            batches += usable
             epoch += 1
         plan += [Step(si, b) for b in batches[:total]]
     return plan
