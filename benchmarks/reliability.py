@@ -119,8 +119,15 @@ def python(code: str, *args: str, limit: int | None = None, timeout: float = 300
     return Run(p.returncode, p.stdout, p.stderr, time.perf_counter() - t0)
 
 
+def _default_sigint() -> None:
+    # a shell starts background jobs with SIGINT ignored, and children inherit that: restore the default so the
+    # Ctrl-C rows test LENS, not how this script was launched
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def popen(argv: list[str], **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), text=True, **kw)
+    return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=_env(), text=True, preexec_fn=_default_sigint,
+                            **kw)
 
 
 def in_process(*args: str) -> Run:
@@ -726,11 +733,16 @@ def one_query_training(env: Env, row: Row) -> None:
         for i in range(8):
             f.write(json.dumps({"query": "cell gene", "positive": f"cancer drug {i}", "negatives": ["brain risk"]})
                     + "\n")
-    trained, ok = _train(env, d / "train.jsonl", d / "t", 60)
-    row.happened = f"`lens train`: {trained}"
-    row.need(ok, "hangs in lens/train/data.py `_fill_batches` (batches avoid repeated queries and never fill); "
-                 "lens/train is outside this change")
-    row.kept = "-"
+    try:
+        run = lens("train", "--data", d / "train.jsonl", "--model", env.model, "--steps", 1, "--lora-layers", 1,
+                   "--batch-size", 2, "--out", d / "t", timeout=60)
+    except subprocess.TimeoutExpired:
+        row.happened = "`lens train`: still running after 60 s (stopped)"
+        row.need(False, "hangs")
+        return
+    row.happened = f"`lens train`: exit {run.rc} after {run.seconds:.0f} s: `{run.line[:300]}`"
+    row.need(run.rc == 2 and "share their query" in run.line and "Traceback" not in run.err, "no clear error")
+    row.kept = "nothing written" if not (d / "t" / "adapter").exists() else "a model was written"
 
 
 # ---- damaged files ---------------------------------------------------------------------------------------------
@@ -882,8 +894,6 @@ def markdown(rows: list[Row], seconds: float, command: str) -> str:
         "tried on a local file system.",
         "- Power loss: data files, the manifest and the parent directory after a swap are fsync'd, but the merged "
         "backbone that transformers' `save_pretrained` writes is not; a power cut cannot be simulated here.",
-        "- `lens train` hanging on a file whose examples share one query is in `lens/train` (outside this change); "
-        "reported, not fixed.",
         "",
     ]
     return "\n".join(lines)
