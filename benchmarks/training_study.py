@@ -51,7 +51,8 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "lr-1e-3": ("learning rate 1e-3 (head 2e-3)", {"lr": 1e-3, "head_lr": 2e-3}),
     "k2000": ("2000 clusters", {"clusters": 2000}),
     "k8000": ("8000 clusters", {"clusters": 8000}),
-    "flops": ("InfoNCE + 2 x FLOPS on the unit vectors (sparsity)", {"loss": "infonce+2*flops"}),
+    "flops-2": ("InfoNCE + 2 x FLOPS on the unit vectors (sparsity)", {"loss": "infonce+2*flops"}),
+    "flops-0.2": ("InfoNCE + 0.2 x FLOPS on the unit vectors (sparsity)", {"loss": "infonce+0.2*flops"}),
     "bce": ("InfoNCE + 0.5 x pointwise BCE (learned bias)", {"loss": "infonce+0.5*bce"}),
     "negatives-3": ("3 hard negatives where the data has them", {"max_negatives": 3}),
     "docs-256": ("documents cut at 256 tokens in training", {"doc_max_length": 256}),
@@ -155,7 +156,7 @@ def run_variant(name: str, settings: dict, args, rerank, sts, val_file: Path, st
     if steps:
         trainer.train(resume=True)
     train_s = time.perf_counter() - t1
-    row = {"variant": name, "steps": steps, "setup_s": setup_s, "train_s": train_s,
+    row = {"variant": name, "steps": steps, "threads": args.threads, "setup_s": setup_s, "train_s": train_s,
            "step_s": train_s / steps if steps else None, "cache_s": trainer.cache_seconds, **judge(trainer, rerank, sts)}
     del trainer
     gc.collect()
@@ -175,8 +176,8 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
         f"(BM25's own order of the same pools: {results.get('_meta', {}).get('bm25_ndcg', float('nan')):.4f});",
         "- **STS-B dev**: Spearman x 100 of the lexicon cosine;",
         "- **val loss**: InfoNCE over fixed batches of each new set's held-out 2% (lower is better).", "",
-        "| variant | changes | SciFact held-out nDCG@10 | STS-B dev | val loss | nonzero dims / doc | s/step | "
-        "prefix cache s |",
+        "| variant | changes | SciFact held-out nDCG@10 | STS-B dev | val loss | nonzero dims / doc | s/step "
+        "(threads) | prefix cache s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
@@ -184,12 +185,15 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
             continue
         what = VARIANTS[name][0] if name in VARIANTS else "the clustered backbone before any training (k 4000)"
         delta = "" if base is None or name == "base" else f" ({r['scifact_ndcg'] - base['scifact_ndcg']:+.4f})"
-        step = f"{r['step_s']:.2f}" if r.get("step_s") else "-"
+        step = f"{r['step_s']:.2f} ({r.get('threads') or '-'})" if r.get("step_s") else "-"
         nonzero = f"{r['doc_nonzero']:.0f} of {r['doc_dims']}" if "doc_nonzero" in r else "-"
         lines.append(f"| {name} | {what} | {r['scifact_ndcg']:.4f}{delta} | {r['stsb_dev']:.1f} | "
                      f"{r['val_loss']:.3f} | {nonzero} | {step} | {r['cache_s']:.0f} |")
     lines += ["", "Hardware: this machine's CPU (2 cores, AVX2), float32. One seed per variant: differences within "
-              "about 0.01 nDCG are within run-to-run noise at this budget."]
+              "about 0.01 nDCG are within run-to-run noise at this budget. s/step is wall time and depends on what "
+              "else ran on the machine (a 2-thread run sharing the cores slows several-fold): compare quality, not "
+              "times, across rows. The results file keeps every row; rows come from earlier invocations of the same "
+              "script with other --variants/--threads (see the threads column)."]
     path.write_text("\n".join(lines) + "\n")
 
 
