@@ -273,8 +273,8 @@ def test_cached_loss_equals_the_plain_loss(tiny_lens_dir, data_file, tmp_path, l
     plain = _gradients(Trainer(_config(tiny_lens_dir, data_file, **kw), tmp_path / "p", show_progress_bar=False))
     cached = _gradients(Trainer(_config(tiny_lens_dir, data_file, cache_chunk=chunk, **kw), tmp_path / "c",
                                 show_progress_bar=False))
-    assert cached[0] == pytest.approx(plain[0], rel=1e-6)
-    assert cached[1] == pytest.approx(plain[1], rel=1e-6)
+    assert cached[0] == pytest.approx(plain[0], rel=1e-5)
+    assert cached[1] == pytest.approx(plain[1], rel=1e-5)
     _assert_same_gradients(cached[2], plain[2])
 
 
@@ -286,7 +286,7 @@ def test_cached_loss_with_micro_batches(tiny_lens_dir, data_file, tmp_path):
     plain = _gradients(Trainer(_config(tiny_lens_dir, data_file, **kw), tmp_path / "p", show_progress_bar=False))
     cached = _gradients(Trainer(_config(tiny_lens_dir, data_file, cache_chunk=2, **kw), tmp_path / "c",
                                 show_progress_bar=False))
-    assert cached[0] == pytest.approx(plain[0], rel=1e-6)
+    assert cached[0] == pytest.approx(plain[0], rel=1e-5)
     _assert_same_gradients(cached[2], plain[2])
 
 
