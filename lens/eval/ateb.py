@@ -404,9 +404,7 @@ def results_markdown(results: Mapping, info: Mapping) -> str:
 
 def plot_scores(results: Mapping, path: str | os.PathLike) -> None:
     """One panel per formulation: each system's main measure as a bar, chance as a dashed line (Agg backend)."""
-    import io
-
-    from lens.atomic import atomic_write_bytes
+    from lens.eval.report import save_figure
     from lens.extras import require
 
     matplotlib = require("matplotlib", "eval", what="the ATEB plot (or pass --no-plot)")
@@ -429,24 +427,16 @@ def plot_scores(results: Mapping, path: str | os.PathLike) -> None:
         ax.legend(fontsize=7, loc="upper right")
     fig.suptitle(f"{results['task']}, LENS model {results['model']}", fontsize=9)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    save_figure(fig, path, dpi=110)
 
 
 def write_task_results(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
                        plot: bool = True) -> Path:
     """Write results.json, per_query.json, run_info.json, results.md and scores.png into ``directory``."""
-    from lens.atomic import atomic_write_bytes, write_json
+    from lens.eval.report import write_result_files
 
     check_results(results)
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    write_json(d / "results.json", results)
-    write_json(d / "per_query.json", per_query)
-    write_json(d / "run_info.json", info)
-    atomic_write_bytes(d / "results.md", results_markdown(results, info).encode("utf-8"))
+    d = write_result_files(directory, results, per_query, info, results_markdown(results, info))
     if plot:
         plot_scores(results, d / "scores.png")
     return d

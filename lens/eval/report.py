@@ -128,22 +128,36 @@ def plot_ndcg(results: Mapping, path: str | os.PathLike) -> None:
     ax.set_ylim(0, max(1.0, max(values) * 1.15) if values else 1.0)
     ax.set_title(f"{results['dataset']} ({results['split']}), LENS model {results['model']}", fontsize=9)
     fig.tight_layout()
+    save_figure(fig, path, dpi=120)
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> None:
+    """Write a matplotlib figure as PNG atomically and close it."""
+    import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
+    fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def write_result_files(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
+                       markdown: str) -> Path:
+    """The files every harness writes per run: results.json, per_query.json, run_info.json and results.md."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    write_json(d / "results.json", results)
+    write_json(d / "per_query.json", per_query)
+    write_json(d / "run_info.json", info)
+    atomic_write_bytes(d / "results.md", markdown.encode("utf-8"))
+    return d
 
 
 def write_dataset_results(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
                           plot: bool = True) -> Path:
     """Write results.json, per_query.json, run_info.json, results.md and ndcg.png into ``directory``."""
     check_results(results)
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    write_json(d / "results.json", results)
-    write_json(d / "per_query.json", per_query)
-    write_json(d / "run_info.json", info)
-    atomic_write_bytes(d / "results.md", results_markdown(results, info).encode("utf-8"))
+    d = write_result_files(directory, results, per_query, info, results_markdown(results, info))
     if plot:
         plot_ndcg(results, d / "ndcg.png")
     return d

@@ -281,6 +281,14 @@ def _split_first_sentence(text: str) -> tuple[str, str]:
     return (parts[0].strip(), parts[1].strip()) if len(parts) == 2 else (text.strip(), "")
 
 
+def _subset(items: list, max_items: int | None, seed: int) -> list:
+    """A seeded random subset of at most ``max_items``, in the original order (``--max-pairs``)."""
+    if max_items is None or len(items) <= max_items:
+        return items
+    keep = np.sort(np.random.default_rng(seed).choice(len(items), max_items, replace=False))
+    return [items[i] for i in keep]
+
+
 def weak_pairs(corpus_or_dir: str | os.PathLike | Sequence[Document], mode: str = "title",
                max_pairs: int | None = None, seed: int = 0, min_chars: int = 20,
                name: str | None = None) -> list[TrainExample]:
@@ -308,10 +316,7 @@ def weak_pairs(corpus_or_dir: str | os.PathLike | Sequence[Document], mode: str 
             query, positive = _split_first_sentence(d.text)
         if query and len(positive) >= min_chars and query != positive:
             pairs.append((query, positive))
-    if max_pairs is not None and len(pairs) > max_pairs:
-        keep = np.sort(np.random.default_rng(seed).choice(len(pairs), max_pairs, replace=False))
-        pairs = [pairs[i] for i in keep]
-    return [TrainExample(q, p, task=f"weak-{name}") for q, p in pairs]
+    return [TrainExample(q, p, task=f"weak-{name}") for q, p in _subset(pairs, max_pairs, seed)]
 
 
 # ------------------------------------------------------------------------------------------------ STS, shared
@@ -347,14 +352,7 @@ def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max
     same query and positive merge (their negatives pooled); a negative that is a positive of the same query is
     dropped. WikiQA's several positives per question stay separate examples; ``task_batches`` keeps them apart.
     """
-    p = Path(path)
-    if p.is_dir():
-        files = [p / n for n in ("pairs.jsonl.gz", "pairs.jsonl", "train.jsonl.gz", "train.jsonl") if (p / n).is_file()]
-        if not files:
-            raise FileNotFoundError(f"{p} has no pairs.jsonl[.gz] or train.jsonl[.gz]")
-        p = files[0]
-    if _stem(p) == "test":
-        raise ValueError(f"{p}: refusing a test split: never train on a test split")
+    p = pairs_file(path)
     task = p.resolve().parent.name
     merged: dict[tuple[str, str], list[str]] = {}
     positives: dict[str, set[str]] = {}
@@ -373,9 +371,7 @@ def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max
     held = None
     if holdout:
         out, held = split_holdout(out, holdout)
-    if max_pairs is not None and len(out) > max_pairs:
-        keep = np.sort(np.random.default_rng(seed).choice(len(out), max_pairs, replace=False))
-        out = [out[i] for i in keep]
+    out = _subset(out, max_pairs, seed)
     return out if held is None else (out, held)
 
 
