@@ -171,3 +171,25 @@ def query_vectors(
         out[:, col : col + width] *= _weights(w, n, name).astype(np.float32)[:, None]
         col += width
     return out
+
+
+def prune_top_m(x: np.ndarray, m: int) -> np.ndarray:
+    """Keep the ``m`` largest entries of each row of ``x`` (N, D) and zero the rest (top-m pruning).
+
+    Meant for non-negative lexicon vectors: a sparse store then holds at most ``m`` (index, weight) pairs per
+    document. Ties at the m-th value are broken by position (``argpartition``), so exactly ``min(m, D)`` entries
+    survive per row (fewer where a row has fewer non-zeros). Returns a new float32 array; ``x`` is untouched.
+    """
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"prune_top_m takes a 2-D (N, D) matrix, got shape {x.shape}")
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"m must be a positive integer (entries kept per row), got {m!r}")
+    out = np.zeros(x.shape, dtype=np.float32)
+    if m >= x.shape[1]:
+        out[:] = x
+        return out
+    keep = np.argpartition(-x, m - 1, axis=1)[:, :m]
+    rows = np.arange(x.shape[0])[:, None]
+    out[rows, keep] = x[rows, keep]
+    return out

@@ -123,3 +123,27 @@ def test_as_matrix_shapes_dtypes_and_torch():
     arr = as_matrix(t, "lexicon")
     assert isinstance(arr, np.ndarray) and arr.dtype == np.float32
     np.testing.assert_array_equal(arr, [[1, 2], [3, 4]])
+
+
+def test_prune_top_m_matches_a_naive_sort():
+    from index.vectors import prune_top_m
+
+    rng = np.random.default_rng(0)
+    x = np.maximum(rng.normal(size=(7, 50)), 0).astype(np.float32)
+    for m in (1, 3, 10, 50, 80):
+        got = prune_top_m(x, m)
+        for row, out in zip(x, got):
+            order = sorted(range(len(row)), key=lambda j: -row[j])[: min(m, len(row))]
+            want = np.zeros_like(row)
+            want[order] = row[order]
+            np.testing.assert_array_equal(out, want)
+    assert not np.shares_memory(prune_top_m(x, 50), x)
+
+
+def test_prune_top_m_rejects_bad_m():
+    from index.vectors import prune_top_m
+
+    with pytest.raises(ValueError, match="positive integer"):
+        prune_top_m(np.ones((2, 3)), 0)
+    with pytest.raises(ValueError, match="2-D"):
+        prune_top_m(np.ones(3), 1)
