@@ -9,6 +9,11 @@ Types that need training (``ivf``, ``sq8``) have their options resolved in two s
 (validation, defaults) and at training time, when the number of available vectors is known (``ivf``
 with ``nlist=None`` picks ``nlist`` from it). See :meth:`IndexType.training_plan`.
 
+``ivf-ondisk`` is ``ivf`` whose saved inverted lists live in their own file (``index.ivfdata``, FAISS
+``OnDiskInvertedLists``) that a load memory-maps instead of reading, so an index larger than memory can be searched
+(the pages of the probed lists are read on demand). In memory, before it is saved, it is an ordinary ``ivf``
+index; :mod:`index.ondisk` writes and maps the file.
+
 ``sq8`` learns a per-dimension [min, max] range from its training sample (FAISS RS_minmax); values
 outside it are clipped when encoding. A lexicon dimension that is zero in every sampled document gets
 an empty range and is then stored as 0, so the sample must be representative (hence the default of
@@ -73,6 +78,7 @@ class IndexType:
     tune: Callable[[faiss.Index, dict[str, Any]], None] | None = None
     needs_training: bool = False
     supports_remove: bool = True
+    on_disk: bool = False  # saved lists are memory-mapped at load (index.ondisk); a loaded index is read-only
     plan: Callable[[dict[str, Any], int], TrainingPlan] | None = field(default=None, repr=False)
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -207,6 +213,19 @@ INDEX_TYPES: dict[str, IndexType] = {
             "half-precision storage (IndexScalarQuantizer QT_fp16); 2x smaller, no training",
             {},
             _make_sq(faiss.ScalarQuantizer.QT_fp16),
+        ),
+        IndexType(
+            "ivf-ondisk",
+            "ivf whose inverted lists are saved to index.ivfdata and memory-mapped at load (OnDiskInvertedLists); "
+            "for indexes larger than memory, read-only once saved",
+            {"nlist": None, "nprobe": 16, "min_train": None, "train_size": None},
+            _make_ivf,
+            nullable=frozenset({"nlist", "min_train", "train_size"}),
+            search_options=frozenset({"nprobe"}),
+            tune=_tune_ivf,
+            needs_training=True,
+            on_disk=True,
+            plan=_plan_ivf,
         ),
     )
 }

@@ -5,9 +5,18 @@ A saved index is a directory holding ``index.faiss`` (``faiss.write_index``), ``
 index type and options, document count, the encoder fingerprint, a free-form ``info`` dict, and the
 sha256 and size of both data files. Checksums are verified before either file is parsed, so FAISS never reads a damaged file.
 
-``open_index`` is the one way to read a saved index: the manifest and both data files are opened together from
-one version of the directory (``lens.atomic.open_generation``), so a load racing a save never mixes versions and
-never reports a healthy index as damaged.
+``open_index`` is the one way to read a saved index: the manifest and every data file it records are opened
+together from one version of the directory (``lens.atomic.open_generation``), so a load racing a save never mixes
+versions and never reports a healthy index as damaged.
+
+Optional fields (format 1 still; a reader that predates them refuses a sharded index as incomplete):
+
+* ``top_m``: the documents' lexicon vectors kept only their ``top_m`` heaviest weights (``index.vectors.prune_top_m``)
+  before normalisation; null when not pruned.
+* an ``ivf-ondisk`` index records a third data file, ``index.ivfdata`` (its memory-mapped inverted lists).
+* ``"layout": "sharded"``: the directory holds ``shard-00000/``, ``shard-00001/``, ... each a complete saved index
+  with its own manifest; ``shards`` lists them (``dir``, ``count``) and ``files`` records the checksum of every
+  shard's manifest and data files (``shard-00000/index.faiss``, ...). See :mod:`index.shards`.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, BinaryIO, Mapping
 
@@ -24,9 +34,11 @@ __all__ = [
     "DOCS_FILE",
     "FORMAT_VERSION",
     "INDEX_FILE",
+    "LAYOUTS",
     "MANIFEST_FILE",
     "FingerprintMismatchError",
     "check_fingerprint",
+    "data_files",
     "file_record",
     "normalize_fingerprint",
     "open_index",
@@ -40,6 +52,9 @@ FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 DOCS_FILE = "docs.sqlite"
+LAYOUTS = ("single", "sharded")  # one FAISS index; or shard directories searched together (index.shards)
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)?")  # a file, or a file in a shard directory
+_OPEN_ATTEMPTS = 100
 
 _MISSING = "<missing>"
 
@@ -163,9 +178,18 @@ def validate_manifest(m: Any, path: Path) -> dict[str, Any]:
     _need(m, "fingerprint", (dict, type(None)), path)
     if "info" in m:
         _need(m, "info", (dict, type(None)), path)
+    top_m = m.get("top_m")
+    if top_m is not None and (isinstance(top_m, bool) or not isinstance(top_m, int) or top_m < 1):
+        raise ValueError(f"index manifest {path} is damaged: 'top_m' should be a positive integer or null, "
+                         f"got {top_m!r}")
+    layout = m.get("layout", "single")
+    if layout not in LAYOUTS:
+        raise ValueError(f"index manifest {path}: unknown layout {layout!r} (this LENS reads {', '.join(LAYOUTS)}); "
+                         "use the LENS version that wrote it")
     files = _need(m, "files", (dict,), path)
-    for name in (INDEX_FILE, DOCS_FILE):
-        rec = files.get(name)
+    for name, rec in files.items():
+        if not (isinstance(name, str) and _SAFE_NAME.fullmatch(name) and ".." not in name.split("/")):
+            raise ValueError(f"index manifest {path} is damaged: {name!r} is not a file name of an index")
         if not (
             isinstance(rec, dict)
             and isinstance(rec.get("sha256"), str)
@@ -173,32 +197,72 @@ def validate_manifest(m: Any, path: Path) -> dict[str, Any]:
             and not isinstance(rec.get("bytes"), bool)
         ):
             raise ValueError(f"index manifest {path} is damaged: no valid checksum record for {name}")
+    for name in _required_files(m, path):
+        if name not in files:
+            raise ValueError(f"index manifest {path} is damaged: no valid checksum record for {name}")
     return m
+
+
+def _required_files(m: Mapping[str, Any], path: Path) -> list[str]:
+    """The data files a manifest must record: both files, or each shard's manifest and both files."""
+    if m.get("layout", "single") == "single":
+        return [INDEX_FILE, DOCS_FILE]
+    shards = m.get("shards")
+    if not isinstance(shards, list) or not shards:
+        raise ValueError(f"index manifest {path} is damaged: a sharded index needs a non-empty 'shards' list")
+    names = []
+    for shard in shards:
+        name = shard.get("dir") if isinstance(shard, dict) else None
+        count = shard.get("count") if isinstance(shard, dict) else None
+        if not (isinstance(name, str) and _SAFE_NAME.fullmatch(name) and "/" not in name and name != "..") or not (
+                isinstance(count, int) and not isinstance(count, bool) and count >= 0):
+            raise ValueError(f"index manifest {path} is damaged: bad shard entry {shard!r}")
+        names += [f"{name}/{MANIFEST_FILE}", f"{name}/{INDEX_FILE}", f"{name}/{DOCS_FILE}"]
+    return names
+
+
+def data_files(m: Mapping[str, Any]) -> list[str]:
+    """Every file a validated manifest records (relative to the index directory), in a stable order."""
+    return sorted(m["files"])
 
 
 def open_index(directory: str | Path) -> tuple[dict[str, Any], Generation]:
     """The validated manifest of the saved index in ``directory`` and its files, all from one version.
 
-    ``files`` of the returned generation holds ``manifest.json``, ``index.faiss`` and ``docs.sqlite`` (None when
-    missing); close it (``with``) when done. An interrupted save is recovered first (``lens.atomic``).
+    ``files`` of the returned generation holds ``manifest.json`` and every data file the manifest records (None
+    when missing); close it (``with``) when done. An interrupted save is recovered first (``lens.atomic``). A
+    manifest naming files not opened yet (an on-disk or sharded index) is opened again with them, until the
+    manifest read names only files opened with it.
     """
     directory = Path(directory)
+    names = [MANIFEST_FILE, INDEX_FILE, DOCS_FILE]
+    for _ in range(_OPEN_ATTEMPTS):
+        gen = _open(directory, names)
+        try:
+            path = directory / MANIFEST_FILE
+            f = gen.files[MANIFEST_FILE]
+            if f is None:
+                raise FileNotFoundError(f"index manifest not found: {path}")
+            m = validate_manifest(parse_json(f.read(), path, "index manifest"), path)
+        except BaseException:
+            gen.close()
+            raise
+        wanted = [MANIFEST_FILE, *data_files(m)]
+        if set(wanted) <= set(names):
+            return m, gen
+        gen.close()  # the manifest names more files: open them with it, from one version
+        names = wanted
+    raise ValueError(f"index {directory} kept changing while it was being opened; try again")
+
+
+def _open(directory: Path, names: list[str]) -> Generation:
     try:
-        gen = open_generation(directory, (MANIFEST_FILE, INDEX_FILE, DOCS_FILE), what="index")
+        return open_generation(directory, names, what="index")
     except FileNotFoundError:
         raise FileNotFoundError(
             f"no saved index at {directory}: not found (build one with `lens index build`)") from None
     except NotADirectoryError:
         raise FileNotFoundError(f"no saved index at {directory}: it is a file, not an index directory") from None
-    try:
-        path = directory / MANIFEST_FILE
-        f = gen.files[MANIFEST_FILE]
-        if f is None:
-            raise FileNotFoundError(f"index manifest not found: {path}")
-        return validate_manifest(parse_json(f.read(), path, "index manifest"), path), gen
-    except BaseException:
-        gen.close()
-        raise
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:

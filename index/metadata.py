@@ -115,6 +115,19 @@ class DocTable:
             rows = self._conn.execute("SELECT int_id FROM ids ORDER BY int_id").fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)
 
+    def iter_doc_ids(self, batch: int = 10_000) -> Iterator[list[str]]:
+        """Every document id in int-id order, ``batch`` at a time (constant memory on a large table)."""
+        last = -1
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    "SELECT int_id, doc_id FROM ids WHERE int_id > ? ORDER BY int_id LIMIT ?", (last, batch)
+                ).fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [r[1] for r in rows]
+
     def max_int_id(self) -> int:
         """Largest int id in use, or -1 when empty."""
         with self._lock:

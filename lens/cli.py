@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import sys
 import time
+import warnings
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 logger = logging.getLogger("lens")
@@ -123,28 +124,78 @@ def task_instruction(args: argparse.Namespace, query: bool) -> str | None:
     return found.text
 
 
-def cmd_encode(args: argparse.Namespace) -> None:
-    import numpy as np
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
 
-    from lens.atomic import atomic_write_bytes, check_output_file
+
+def export_options(args: argparse.Namespace):
+    """The ``--format`` of ``lens encode`` and its options, checked before the model loads (``lens.export``)."""
+    from lens.export import FORMATS, ExportOptions, check_format
+
+    fmt = check_format(args.format, args.output)
+    given = {name: getattr(args, name) for name in ("scale", "field") if getattr(args, name) is not None}
+    for name in given:
+        if name not in fmt.options:
+            takers = ", ".join(n for n, f in FORMATS.items() if name in f.options)
+            raise ValueError(f"--{name} applies to --format {takers}, not to --format {args.format}")
+    if args.kind != "lexicon" and (fmt.sparse or args.top_m is not None):
+        what = f"--format {args.format}" if fmt.sparse else "--top-m"
+        raise ValueError(f"{what} works on lexicon vectors (one weight per cluster); drop --kind {args.kind}")
+    return fmt, ExportOptions(**given)
+
+
+def read_records(path: Path, with_ids: bool) -> tuple[list[str] | None, list[str]]:
+    """(ids, texts) of ``lens encode``'s input; ids only ``with_ids`` (the sparse formats).
+
+    A .jsonl's ids are its records' ``_id`` / ``id`` (``lens.corpus.load_corpus``, which refuses duplicates); a
+    .txt's are its 0-based line numbers."""
+    if with_ids and path.suffix == ".jsonl" and path.is_file():
+        from lens.corpus import load_corpus
+
+        docs = load_corpus(path)
+        return [d.id for d in docs], [d.full_text for d in docs]
+    texts = read_texts(path)
+    return ([str(i) for i in range(len(texts))] if with_ids else None), texts
+
+
+def cmd_encode(args: argparse.Namespace) -> None:
+    from lens.atomic import check_output_file
     from lens.encoder import LensEncoder
+    from lens.export import LABEL_TOKENS, cluster_labels, write_export
 
     check_output_file(args.output, "--output")  # before any work: a directory or an unwritable place fails now
+    fmt, options = export_options(args)  # so is a wrong --format, --scale or --field
     instruction = task_instruction(args, args.queries)  # before the model loads
-    texts = read_texts(Path(args.input))
+    ids, texts = read_records(Path(args.input), fmt.sparse)
     if not texts:
         raise ValueError(f"{args.input} holds no texts")
     encoder = LensEncoder.from_pretrained(args.model)
     kwargs = dict(batch_size=args.batch_size, show_progress_bar=True, normalize=not args.no_normalize,
                   output=args.kind)
-    if args.queries:
-        vectors = encoder.encode_queries(texts, instruction=instruction, **kwargs)
+    from lens.sharding import encode_texts
+
+    vectors = encode_texts(encoder, texts, queries=args.queries, instruction=instruction, workers=args.workers,
+                           **kwargs)
+    if args.top_m is not None:
+        from index.vectors import prune_top_m
+
+        vectors = prune_top_m(vectors, args.top_m)
+    labels = None
+    if fmt.sparse:  # the labels of the model's clusters: the same for its queries and documents
+        labels = cluster_labels([encoder.cluster_tokens(c, LABEL_TOKENS) for c in range(encoder.num_clusters)])
+    write_export(args.output, args.format, vectors, ids, labels, texts, options)
+    if fmt.sparse:
+        kept = float((vectors > 0).sum(axis=1).mean())
+        print(f"wrote {args.output}: {vectors.shape[0]} {args.format} records; on average {kept:.1f} of "
+              f"{vectors.shape[1]} cluster weights per vector are non-zero")
     else:
-        vectors = encoder.encode_documents(texts, **kwargs)
-    buf = io.BytesIO()
-    np.save(buf, vectors)
-    atomic_write_bytes(args.output, buf.getvalue())
-    print(f"wrote {args.output}: {vectors.shape[0]} x {vectors.shape[1]} float32 ({args.kind})")
+        print(f"wrote {args.output}: {vectors.shape[0]} x {vectors.shape[1]} float32 ({args.kind})")
 
 
 # ---------------------------------------------------------------------------------------------- explain
@@ -163,53 +214,90 @@ def cmd_explain(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------------------------------- index / search
 def cmd_index_build(args: argparse.Namespace) -> None:
+    import contextlib
+
     from lens.corpus import load_corpus
-    from lens.hybrid import HybridEncoder
-    from lens.indexing import build_index
+    from lens.indexing import build_saved, check_build_options
     from lens.search import model_reference
+    from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
     from index.store import check_save_target
     from lens.atomic import DirectoryLock
 
     start = time.perf_counter()
-    check_save_target(args.output)  # before any work: never build over a folder that is not an index
-    with DirectoryLock(args.output, "index"):  # a second build of the same output fails now, not after loading
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
+    check_build_options(args.workers, args.shards, args.top_m)
+    if devices:
+        worker_devices(args.workers, devices)  # a wrong device fails now, not after the corpus loads
+    ranked = torchrun_rank()  # under torchrun every rank runs this; rank 0 alone writes the output
+    first = ranked is None or ranked[0] == 0
+    if first:
+        check_save_target(args.output)  # before any work: never build over a folder that is not an index
+    # a second build of the same output fails now, not after loading
+    with DirectoryLock(args.output, "index") if first else contextlib.nullcontext():
         docs = load_corpus(args.corpus)
-        encoder = HybridEncoder.from_pretrained(args.model, args.dense)
+        check_build_options(args.workers, args.shards, args.top_m, len(docs))  # before the model loads
+        if ranked is not None or args.workers > 1 or devices:
+            encoder = EncoderSpec(str(args.model), args.dense)  # each worker (rank) loads its own, on its device
+        else:
+            from lens.hybrid import HybridEncoder
+
+            encoder = HybridEncoder.from_pretrained(args.model, args.dense)
         info = {"lens_model": model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
         try:
-            index = build_index(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
-                                batch_size=args.batch_size, resume=args.resume, info=info)
+            manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
+                                   batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
+                                   devices=devices, shards=args.shards, top_m=args.top_m)
         except KeyboardInterrupt:
             work = args.output.parent / f".{args.output.name}.partial"
             if any(work.glob("chunk-*.npz")):
                 raise KeyboardInterrupt(f"the chunks encoded so far are kept in {work}; run the same command with "
                                         "--resume to continue") from None
             raise
-    print(f"indexed {len(index)} documents into {args.output} ({index.mode}, {args.index}) "
+    if manifest is None:  # a torchrun rank other than 0: rank 0 wrote the index and reports it
+        return
+    shards = f", {len(manifest['shards'])} shards" if manifest.get("layout") == "sharded" else ""
+    print(f"indexed {manifest['count']} documents into {args.output} ({manifest['mode']}, {args.index}{shards}) "
           f"in {time.perf_counter() - start:.1f}s")
 
 
 def cmd_index_info(args: argparse.Namespace) -> None:
     import os
 
-    from index.manifest import DOCS_FILE, INDEX_FILE, open_index, verify_stream
+    from index.manifest import data_files, open_index, verify_stream
+    from index.ondisk import DATA_FILE
 
     m, gen = open_index(args.dir)
     with gen:
         if not args.no_verify:  # damage is an error (exit 2), printed before any summary
-            for name in (INDEX_FILE, DOCS_FILE):
-                verify_stream(gen.files[name], args.dir / name, m["files"][name])
+            for name in data_files(m):
+                verify_stream(gen.files.get(name), args.dir / name, m["files"][name])
         size = sum(os.fstat(f.fileno()).st_size for f in gen.files.values() if f is not None)
     print(f"{args.dir}: {m['count']} documents, {m.get('mode', 'hybrid')} ({m['index_type']}), "
           f"dims lexicon={m['lexicon_dim']} dense={m['dense_dim']}, weights={m['weights']}, "
           f"{size / 1e6:.1f} MB on disk")
-    print("  checked: sizes and sha256 of index.faiss and docs.sqlite match the manifest" if not args.no_verify
+    names = ", ".join(data_files(m)) if len(m["files"]) <= 3 else f"all {len(m['files'])} files"
+    print(f"  checked: sizes and sha256 of {names} match the manifest" if not args.no_verify
           else "  NOT checked (--no-verify): sizes and sha256 of the data files")
+    if m.get("layout") == "sharded":
+        counts = ", ".join(f"{s['dir']}: {s['count']}" for s in m["shards"])
+        print(f"  shards: {len(m['shards'])} searched together ({counts})")
+    if any(name.split("/")[-1] == DATA_FILE for name in m["files"]):
+        print(f"  inverted lists: {DATA_FILE}, memory-mapped when loaded (read-only)")
+    if m.get("top_m") is not None:
+        print(f"  top-m: each document keeps its {m['top_m']} heaviest lexicon weights (queries are not pruned)")
     for key, value in sorted((m.get("info") or {}).items()):
         print(f"  {key}: {value}")
     for key, value in sorted((m.get("fingerprint") or {}).items()):
         print(f"  fingerprint.{key}: {value}")
+
+
+def cmd_index_merge(args: argparse.Namespace) -> None:
+    from index.shards import merge_indexes
+
+    manifest = merge_indexes(args.out, args.inputs)
+    print(f"merged {len(args.inputs)} indexes into {args.out}: {manifest['count']} documents in "
+          f"{len(manifest['shards'])} shards ({manifest['mode']}, {manifest['index_type']})")
 
 
 def _weights(value: str) -> tuple[float, float]:
@@ -305,7 +393,11 @@ def cmd_merge(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lens", description="Lexicon-based text embeddings from causal LLMs.")
-    p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    talk = p.add_mutually_exclusive_group()
+    talk.add_argument("-v", "--verbose", action="count", default=0, dest="verbosity",
+                      help="log progress details (-vv: debug), and show what transformers says while loading models")
+    talk.add_argument("-q", "--quiet", action="store_true",
+                      help="no progress bars and no info logs; warnings and errors still print")
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("cluster-vocab", help="cluster the LM head's rows into k lexicon dimensions")
@@ -322,10 +414,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, type=Path, help="directory to write (LensEncoder.from_pretrained loads it)")
     c.set_defaults(func=cmd_cluster_vocab)
 
-    e = sub.add_parser("encode", help="encode texts to a .npy matrix (rows in input order)")
+    e = sub.add_parser("encode", help="encode texts to a .npy matrix (rows in input order) or a sparse export")
     e.add_argument("--model", default="default", help="a LENS directory (from cluster-vocab) or 'default'")
-    e.add_argument("--input", required=True, type=Path, help=".txt (one text per line) or .jsonl")
-    e.add_argument("--output", required=True, type=Path, help="the .npy file to write (checked before encoding)")
+    e.add_argument("--input", required=True, type=Path,
+                   help=".txt (one text per line; ids are 0-based line numbers) or .jsonl (ids from '_id' / 'id')")
+    e.add_argument("--output", required=True, type=Path,
+                   help="the file to write: .npy, or .jsonl for the sparse formats (checked before encoding)")
+    e.add_argument("--format", choices=LazyChoices("lens.export:FORMATS"), default="npy", metavar="NAME",
+                   help="%(choices)s (default %(default)s): pyserini = JsonVectorCollection with integer impacts, "
+                        "qdrant = {id, indices, values} (also Milvus), rank-features = Elasticsearch/OpenSearch "
+                        "rank_features; the sparse ones take lexicon vectors, and --queries writes queries in the "
+                        "same shape")
+    e.add_argument("--top-m", type=_positive_int, default=None, metavar="M",
+                   help="keep only the M heaviest clusters of each vector (after normalising; not renormalised)")
+    e.add_argument("--scale", type=float, default=None,
+                   help="--format pyserini: impact = round(weight * SCALE), entries rounding to 0 dropped "
+                        "(default 100)")
+    e.add_argument("--field", default=None,
+                   help="--format rank-features: the rank_features field's name (default 'features')")
     e.add_argument("--queries", action="store_true", help="encode as queries, behind the instruction")
     e.add_argument("--instruction", default=None, help="task instruction for --queries")
     e.add_argument("--task", default=None, metavar="NAME",
@@ -333,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--kind", choices=["lexicon", "dense"], default="lexicon")
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--no-normalize", action="store_true", help="keep raw (not unit-length) vectors")
+    e.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                   help="encode in N processes, each a contiguous share of the texts (CPU threads split between them)")
     e.set_defaults(func=cmd_encode)
 
     x = sub.add_parser("explain", help="print the heaviest clusters of texts' lexicon vectors")
@@ -360,12 +468,29 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")
     b.add_argument("--chunk-size", type=int, default=64, help="documents per saved chunk (the unit of --resume)")
     b.add_argument("--batch-size", type=int, default=16)
+    b.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                   help="encode in N processes, each on a contiguous shard of the corpus (CPU threads are split "
+                        "between them); under torchrun each rank is one worker")
+    b.add_argument("--devices", default=None, metavar="LIST",
+                   help="comma-separated devices, one worker on each, e.g. cuda:0,cuda:1 (under torchrun: the "
+                        "device of each LOCAL_RANK)")
+    b.add_argument("--shards", type=_positive_int, default=1, metavar="S",
+                   help="write S shard indexes, built one at a time and searched together (ivf-ondisk: S parts "
+                        "merged into one on-disk file); bounds the build's memory to one shard")
+    b.add_argument("--top-m", type=_positive_int, default=None, metavar="M",
+                   help="keep the M heaviest lexicon weights of each document (before normalising); recorded in "
+                        "the index, queries are not pruned")
     b.set_defaults(func=cmd_index_build, command="index build")
     i = ix.add_parser("info", help="describe a saved index after checking its files (exit 2 if damaged)")
     i.add_argument("dir", type=Path)
     i.add_argument("--no-verify", action="store_true",
                    help="skip reading the data files to check their sizes and sha256 (faster on a large index)")
     i.set_defaults(func=cmd_index_info, command="index info")
+    mg = ix.add_parser("merge", help="merge saved indexes (same encoders, type and --top-m; no shared ids) into a "
+                                     "new sharded index, without re-encoding")
+    mg.add_argument("out", type=Path, help="index directory to write (new or an index; replaced atomically)")
+    mg.add_argument("inputs", nargs="+", type=Path, help="two or more saved index directories")
+    mg.set_defaults(func=cmd_index_merge, command="index merge")
 
     s = sub.add_parser("search", help="search a hybrid index")
     s.add_argument("dir", type=Path, help="index directory (from lens index build)")
@@ -465,6 +590,76 @@ def _join_dash_values(argv: list[str]) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- output
+OWN_LOGGERS = ("lens", "index")  # -v shows their INFO records, -vv their DEBUG ones; other libraries' stay hidden
+
+
+def _verbosity(args: argparse.Namespace) -> int:
+    """-1 with --quiet, 0 normally, 1 with -v (or a subcommand's own -v), 2 with -vv."""
+    if args.quiet:
+        return -1
+    return max(args.verbosity, int(bool(getattr(args, "verbose", False))))
+
+
+@contextmanager
+def command_output(verbosity: int):
+    """What a command prints on stderr besides its result, restored on exit (tests run ``main`` many times).
+
+    Normally: our warnings and errors, and the progress bars the command asks for; transformers' and PEFT's
+    load chatter is hidden (``lens.backbone.quiet_loading`` at each load, and their own warnings for the whole
+    command). ``-v``: our INFO logs, and transformers' output back; ``-vv``: our DEBUG logs, other libraries'
+    INFO logs. ``-q``: no progress bar at all.
+    """
+    from lens.backbone import hide_library_warnings
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    level = logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity == 1 else logging.WARNING
+    loggers = [logging.getLogger(name) for name in OWN_LOGGERS] + [logging.getLogger()]
+    saved = [lg.level for lg in loggers]
+    for lg in loggers[:-1]:
+        lg.setLevel(level)
+    if verbosity >= 2:
+        loggers[-1].setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings():
+            if verbosity <= 0:
+                hide_library_warnings()
+            with no_progress_bars() if verbosity < 0 else logs_above_bars():
+                yield
+    finally:
+        for lg, lvl in zip(loggers, saved):
+            lg.setLevel(lvl)
+
+
+def logs_above_bars():
+    """Log lines printed above a running progress bar instead of through it (``tqdm.write``), when the root
+    logger prints to the console (under pytest it does not, and nothing changes)."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    console = any(isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)
+                  for h in logging.getLogger().handlers)
+    return logging_redirect_tqdm() if console else nullcontext()
+
+
+@contextmanager
+def no_progress_bars():
+    """Every tqdm bar disabled, whatever its caller asked for (ours, transformers', bm25s'), restored on exit."""
+    from tqdm import std
+
+    original = std.tqdm.__dict__["__init__"]
+    init = std.tqdm.__init__
+
+    def disabled(self, *args, **kwargs):
+        kwargs["disable"] = True
+        init(self, *args, **kwargs)
+
+    std.tqdm.__init__ = disabled
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = original
+
+
 def _storage_oserror(e: OSError) -> bool:
     from lens.atomic import STORAGE_ERRNOS
 
@@ -478,9 +673,9 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(_join_dash_values(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:  # argparse printed the usage error (or --help); its code is ours
         return e.code if isinstance(e.code, int) else 2
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        args.func(args)
+        with command_output(_verbosity(args)):
+            args.func(args)
     except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, StorageError, ValueError,
             TypeError, NotImplementedError, MissingExtraError) as e:
         print(f"lens {args.command}: error: {e}", file=sys.stderr)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from index.vectors import l2_normalize
+from lens.backbone import quiet_loading
 from lens.inputs import length_sorted_batches
 from lens.pooling import mean_pool
 
@@ -65,8 +66,9 @@ class DenseEncoder:
         if st_config.is_file():
             max_len = int(json.loads(st_config.read_text()).get("max_seq_length", max_len))
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model = AutoModel.from_pretrained(directory, local_files_only=True).to(device)
-        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        with quiet_loading():
+            model = AutoModel.from_pretrained(directory, local_files_only=True).to(device)
+            tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         name = "sentence-transformers/all-MiniLM-L6-v2" if os.fspath(path) == MINILM else str(directory.resolve())
         return cls(model, tokenizer, name, max_len)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["MissingExtraError", "MissingPackageError", "require", "require_installed"]
+__all__ = ["EXTRAS", "MissingExtraError", "MissingPackageError", "install_command", "require", "require_installed"]
 
-DISTRIBUTION = "lens-embed"
+DISTRIBUTION = "lexlens"  # the distribution ("lens" and "lens-embed" on PyPI are other projects)
 
 
 class MissingExtraError(ImportError):
@@ -19,14 +19,31 @@ class MissingPackageError(MissingExtraError):
     the make target and the pip command that install it."""
 
 
+# extra -> what it enables; pyproject.toml's [project.optional-dependencies] lists the packages (a test checks both
+# name the same extras)
+EXTRAS = {
+    "eval": "lens bench, and the BM25 negatives of lens data beir",
+    "st": "sentence-transformers",
+    "mteb": "MTEB",
+    "peers": "nothing: the benchmark peers need pip install --no-deps, which `make peers` runs",
+    "test": "the test suite",
+}
+
+
+def install_command(extra: str) -> str:
+    """The pip command that installs ``extra``: from the package index, or from a checkout."""
+    if extra not in EXTRAS:
+        raise ValueError(f"unknown extra {extra!r}; known: {', '.join(EXTRAS)}")
+    return f"pip install '{DISTRIBUTION}[{extra}]' (in a checkout: pip install -e '.[{extra}]')"
+
+
 def require(module: str, extra: str, *, what: str, package: str | None = None) -> ModuleType:
     """Import ``module`` or raise ``MissingExtraError`` saying that ``what`` needs the ``extra``."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
         raise MissingExtraError(
-            f"{what} needs the optional package {package or module!r} (extra {extra!r}): "
-            f"pip install '{DISTRIBUTION}[{extra}]'"
+            f"{what} needs the optional package {package or module!r} (extra {extra!r}): {install_command(extra)}"
         ) from e
 
 

@@ -1,33 +1,49 @@
-"""Build a hybrid index from a corpus, chunk by chunk, resumable after an interruption.
+"""Build a hybrid index from a corpus, chunk by chunk, resumable after an interruption; in several processes and
+into several shard indexes when asked.
 
-Encoded chunks are written to a work directory beside the output (``.<name>.partial``); an interrupted build
-run again with ``resume=True`` encodes only the chunks that are not there yet. The finished index is saved
-atomically and the work directory removed.
+Encoding. Chunk ``i`` holds documents ``i * chunk_size`` to ``(i + 1) * chunk_size`` and is saved in a work
+directory beside the output (``.<name>.partial/chunk-<i>.npz``) with the sha256 of its document ids and of the
+encoder's fingerprint, so a chunk is never attached to documents, or mixed with vectors, it was not encoded from;
+a damaged one is encoded again. ``workers`` processes (``devices``: one per GPU), or the ranks of ``torchrun``, each
+encode a contiguous range of chunks (``lens.sharding``) and record it in ``encode-<rank>-of-<world>.json`` (the
+range, every chunk file with its sha256, the fingerprint and dims). Chunks are the same whatever the number of
+workers, so the index is the one a single process builds, and ``resume=True`` encodes only the chunks not there yet
+(also with another worker count).
+
+Assembly (one process: the caller, or rank 0). Chunk files are checked against their recorded sha256 before they
+are read. Types that need training are trained once, on a seeded sample of the whole corpus. ``shards=S`` writes S
+shard indexes of contiguous documents, one at a time (``index.shards``), so only one shard is in memory; for
+``ivf-ondisk`` the S parts' inverted lists are spilled to the work directory and merged into one memory-mapped file
+instead. ``top_m`` keeps each document's ``top_m`` heaviest lexicon weights (``HybridIndex(top_m=...)``).
 
 The whole build holds the output's writer lock (``lens.atomic.DirectoryLock``, the one ``HybridIndex.save`` takes),
-so a second build or save to the same output fails at once instead of deleting this one's work directory. Each
-chunk records the sha256 of its document ids, so a chunk is never attached to documents it was not encoded from; a
-damaged chunk is encoded again. A full disk raises ``lens.atomic.StorageError`` saying that the chunks written so
-far are kept for ``--resume``.
+so a second build or save to the same output fails at once instead of deleting this one's work directory. A full
+disk raises ``lens.atomic.StorageError`` saying that the chunks written so far are kept for ``--resume``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from lens.atomic import DirectoryLock, StorageError, atomic_write_bytes, read_json, write_json
 from lens.corpus import Document, invalid_unicode
+from lens.sharding import EncoderSpec, RankGroup, load_encoder, run_in_processes, torchrun_rank, worker_devices
 
 logger = logging.getLogger(__name__)
 
 SNIPPET_CHARS = 300
+STATE_VERSION = 2  # chunks carry the encoder fingerprint's sha256; shard records
+_SAMPLE_SEED = 0
 
 
 def corpus_hash(docs: Sequence[Document]) -> str:
@@ -41,7 +57,7 @@ def corpus_hash(docs: Sequence[Document]) -> str:
 
 def ids_hash(docs: Sequence[Document]) -> str:
     """sha256 of a chunk's document ids: what ties a saved chunk to its documents."""
-    return hashlib.sha256("\x00".join(d.id for d in docs).encode("utf-8")).hexdigest()
+    return _ids_sha([d.id for d in docs])
 
 
 def check_documents(docs: Sequence[Document]) -> None:
@@ -53,82 +69,180 @@ def check_documents(docs: Sequence[Document]) -> None:
                 raise ValueError(f"document {d.id!r}: its {field} holds {problem}; fix the corpus record")
 
 
+def check_build_options(workers: int, shards: int, top_m: int | None, n_docs: int | None = None) -> None:
+    """Refuse bad ``workers`` / ``shards`` / ``top_m`` before any work: positive integers, and no more shards than
+    documents."""
+    for name, value in (("workers", workers), ("shards", shards), ("top_m", top_m)):
+        if value is None and name == "top_m":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            flag = name.replace("_", "-")
+            raise ValueError(f"--{flag} must be a positive integer, got {value!r}")
+    if n_docs is not None and shards > max(n_docs, 1):
+        raise ValueError(f"--shards {shards} is more than the {n_docs} documents of the corpus; every shard needs a "
+                         "document: give fewer shards")
+
+
 def encode_chunk(encoder, texts: list[str], batch_size: int):
     """(lexicon, dense or None) of documents, both unit-normalised (``HybridEncoder.encode_documents``)."""
     return encoder.encode_documents(texts, batch_size=batch_size)
 
 
-def _chunk_path(work: Path, i: int) -> Path:
-    return work / f"chunk-{i:06d}.npz"
+# ---------------------------------------------------------------------------------------------- building
+def build_index(docs: Sequence[Document], output: str | Path, encoder, **options: Any):
+    """Encode ``docs`` (their ``full_text``) with ``encoder`` and save an index to ``output``; returns the index
+    (a ``HybridIndex``; a sharded build's ``index.shards.ShardedIndex``), or None on a torchrun rank other than 0.
 
-
-def _load_chunk(path: Path, chunk: Sequence[Document], dim: int, dense_dim: int | None):
-    """(lexicon, dense or None) of a saved chunk if it is whole and belongs to ``chunk``'s documents, else None."""
-    try:
-        with np.load(path) as z:
-            if "ids_sha256" not in z or str(z["ids_sha256"]) != ids_hash(chunk):
-                return None
-            lex = z["lexicon"]
-            dense = z["dense"] if "dense" in z else None
-    except Exception:  # truncated or overwritten: numpy and zipfile raise several types
-        return None
-    if lex.shape != (len(chunk), dim) or (dense_dim is not None) != (dense is not None):
-        return None
-    if dense is not None and dense.shape != (len(chunk), dense_dim):
-        return None
-    return lex, dense
-
-
-def build_index(
-    docs: Sequence[Document],
-    output: str | Path,
-    encoder,
-    *,
-    index_type: str = "flat",
-    chunk_size: int = 64,
-    batch_size: int = 16,
-    resume: bool = False,
-    info: dict | None = None,
-    show_progress_bar: bool = True,
-):
-    """Encode ``docs`` (their ``full_text``) with ``encoder`` (a ``lens.hybrid.HybridEncoder``) and save a
-    :class:`index.HybridIndex` to ``output``; returns the index.
-
-    Raises ``lens.atomic.LockedError`` at once if another process is writing ``output``, ``FileExistsError`` if
-    ``output`` is something other than an index, and ``StorageError`` on a full disk (chunks so far are kept).
+    ``encoder``: a ``lens.hybrid.HybridEncoder``, or a ``lens.sharding.EncoderSpec`` that each worker loads. Options
+    are those of :func:`build_saved`. Raises ``lens.atomic.LockedError`` at once if another process is writing
+    ``output``, ``FileExistsError`` if ``output`` is something other than an index, and ``StorageError`` on a full
+    disk (chunks so far are kept).
     """
     from index import HybridIndex
+
+    manifest, index = _build(docs, Path(output), encoder, **options)
+    if manifest is None:
+        return None
+    return index if index is not None else HybridIndex.load(output)
+
+
+def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_type: str = "flat",
+                chunk_size: int = 64, batch_size: int = 16, resume: bool = False, info: dict | None = None,
+                show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
+                shards: int = 1, top_m: int | None = None) -> dict | None:
+    """:func:`build_index` without loading the result: returns the saved manifest (None on a torchrun rank > 0).
+
+    ``workers``: encoding processes (CPU; ``devices`` such as ``["cuda:0", "cuda:1"]`` puts one on each; under
+    torchrun each rank is one worker). ``shards``: shard indexes to write (``ivf-ondisk``: parts merged into one
+    on-disk file). ``top_m``: lexicon weights kept per document (None: all).
+    """
+    manifest, _ = _build(docs, Path(output), encoder, index_type=index_type, chunk_size=chunk_size,
+                         batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar,
+                         workers=workers, devices=devices, shards=shards, top_m=top_m)
+    return manifest
+
+
+def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, batch_size=16, resume=False, info=None,
+           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None):
+    """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
+    from index.factory import get_index_type
     from index.store import check_save_target
 
-    output = Path(output)
-    check_save_target(output)
+    check_build_options(workers, shards, top_m, len(docs))
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"--chunk-size must be a positive integer, got {chunk_size!r}")
+    get_index_type(index_type)
+    launch = torchrun_rank()
+    if launch is not None and workers != 1:
+        raise ValueError(f"under torchrun each of the {launch[1]} ranks is one worker: leave --workers out (set the "
+                         "number of processes with torchrun --nproc_per_node)")
+    if launch is None or launch[0] == 0:
+        check_save_target(output)
     check_documents(docs)
     work = output.parent / f".{output.name}.partial"
-    with DirectoryLock(output, "index"):
+    state = {"version": STATE_VERSION, "corpus_sha256": corpus_hash(docs), "chunk_size": chunk_size}
+    settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info)
+    if launch is not None:
+        return _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_size, batch_size, resume,
+                             show_progress_bar, settings)
+    devices = worker_devices(workers, devices)
+    with DirectoryLock(output, "index"), _kept_on_storage_error(work):
+        _prepare(work, state, resume)
+        if len(devices) == 1 and devices[0] == "cpu" and not isinstance(encoder, EncoderSpec):
+            records = [_encode_range(encoder, docs, work, 0, 1, chunk_size, batch_size, show_progress_bar)]
+        elif len(devices) == 1:
+            enc = (encoder if isinstance(encoder, EncoderSpec) else EncoderSpec.of(encoder)).load(devices[0])
+            records = [_encode_range(enc, docs, work, 0, 1, chunk_size, batch_size, show_progress_bar)]
+        else:
+            spec = encoder if isinstance(encoder, EncoderSpec) else EncoderSpec.of(encoder)
+            tasks = [_task(spec, dev, docs, work, r, len(devices), chunk_size, batch_size, show_progress_bar)
+                     for r, dev in enumerate(devices)]
+            tasks = [t for t in tasks if t.ids] or tasks[:1]  # more workers than chunks: the rest have nothing to do
+            logger.info("encoding %d documents in %d worker processes (%s)", len(docs), len(tasks), ", ".join(devices))
+            records = run_in_processes(_encode_task, tasks)
+        result = _assemble(docs, output, work, records, chunk_size, **settings)
+        shutil.rmtree(work)
+    return result
+
+
+def _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_size, batch_size, resume,
+                  show_progress_bar, settings):
+    """The build under torchrun: rank 0 prepares, every rank encodes its shard, rank 0 assembles."""
+    rank, world, local = launch
+    group = RankGroup()
+    lock = DirectoryLock(output, "index")
+    try:
+        if rank == 0:
+            try:
+                lock.acquire()
+                _prepare(work, state, resume)
+            except BaseException as e:
+                group.share(f"{type(e).__name__}: {e}")
+                raise
+        group.share(None)
+        error = None
         try:
-            return _build(docs, output, work, encoder, HybridIndex, index_type=index_type, chunk_size=chunk_size,
-                          batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar)
-        except StorageError as e:
-            kept = sorted(work.glob("chunk-*.npz")) if work.is_dir() else []
-            if kept:
-                e.note = (f"{len(kept)} encoded chunks are kept in {work}: run the same command with --resume to "
-                          "continue")
-            raise
+            if not isinstance(encoder, EncoderSpec):
+                enc = encoder  # each rank loaded its own
+            else:
+                enc = load_encoder(encoder, _rank_device(local, devices))
+            with _kept_on_storage_error(work):
+                _encode_range(enc, docs, work, rank, world, chunk_size, batch_size, show_progress_bar)
+        except Exception as e:  # noqa: BLE001 - every rank must reach the gather below
+            error = e
+        failed = group.gather(None if error is None else f"{type(error).__name__}: {error}")
+        if error is not None:
+            raise error
+        if failed:
+            raise ValueError("; ".join(f"rank {r} failed: {e}" for r, e in failed) +
+                             " (the chunks encoded so far are kept: run the same command with --resume)")
+        if rank != 0:
+            return None, None
+        with _kept_on_storage_error(work):
+            records = [_read_record(work, r, world) for r in range(world)]
+            result = _assemble(docs, output, work, records, chunk_size, **settings)
+        shutil.rmtree(work)
+        return result
+    finally:
+        if rank == 0:
+            lock.release()
+        group.close()
 
 
-def _build(docs, output: Path, work: Path, encoder, index_cls, *, index_type, chunk_size, batch_size, resume, info,
-           show_progress_bar):
-    from tqdm.auto import tqdm
+def _rank_device(local_rank: int, devices: Sequence[str] | None) -> str:
+    if devices:
+        from lens.sharding import check_devices
 
-    fingerprint = encoder.fingerprint()
-    state = {"corpus_sha256": corpus_hash(docs), "fingerprint": fingerprint, "chunk_size": chunk_size}
+        devices = check_devices(devices)
+        if local_rank >= len(devices):
+            raise ValueError(f"LOCAL_RANK={local_rank} but only {len(devices)} devices were given "
+                             f"({', '.join(devices)}); give one per process on each machine")
+        return devices[local_rank]
+    import torch
+
+    return f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+
+
+@contextlib.contextmanager
+def _kept_on_storage_error(work: Path) -> Iterator[None]:
+    try:
+        yield
+    except StorageError as e:
+        kept = sorted(work.glob("chunk-*.npz")) if work.is_dir() else []
+        if kept:
+            e.note = f"{len(kept)} encoded chunks are kept in {work}: run the same command with --resume to continue"
+        raise
+
+
+def _prepare(work: Path, state: dict, resume: bool) -> None:
+    """Continue the unfinished build in ``work`` (``resume``, same corpus and chunk size) or start a fresh one."""
     if work.exists():
         old = _read_state(work)
         if resume and old == state:
             logger.info("resuming the build in %s", work)
         elif resume:
             raise ValueError(
-                f"the unfinished build in {work} was for another corpus, encoder or chunk size; "
+                f"the unfinished build in {work} was for another corpus or chunk size (or an older LENS); "
                 "run without --resume to start over"
             )
         else:
@@ -137,47 +251,262 @@ def _build(docs, output: Path, work: Path, encoder, index_cls, *, index_type, ch
     work.mkdir(parents=True, exist_ok=True)
     write_json(work / "state.json", state)
 
-    starts = range(0, len(docs), chunk_size)
-    lex_dim, dense_dim = encoder.lexicon_dim, encoder.dense_dim
-    done = set()
-    for i, s in enumerate(starts):
-        path = _chunk_path(work, i)
-        if path.is_file():
-            if _load_chunk(path, docs[s : s + chunk_size], lex_dim, dense_dim) is not None:
-                done.add(i)
-            else:
-                logger.warning("chunk %s is damaged or belongs to other documents; encoding it again", path.name)
-    bar = tqdm(total=len(docs), initial=sum(len(docs[s : s + chunk_size]) for i, s in enumerate(starts) if i in done),
-               desc="Encoding", unit="doc", disable=not show_progress_bar)
-    try:  # closed on Ctrl-C too, so the message that follows starts on its own line
-        for i, s in enumerate(starts):
-            if i in done:
-                continue
-            chunk = docs[s : s + chunk_size]
-            lex, dense = encode_chunk(encoder, [d.full_text for d in chunk], batch_size)
-            buf = io.BytesIO()
-            np.savez(buf, lexicon=lex, ids_sha256=np.array(ids_hash(chunk)),
-                     **({"dense": dense} if dense is not None else {}))
-            atomic_write_bytes(_chunk_path(work, i), buf.getvalue())
-            bar.update(len(chunk))
-    finally:
-        bar.close()
-
-    index = index_cls(lex_dim, dense_dim, index_type=index_type, fingerprint=fingerprint, info=info)
-    for i, s in enumerate(starts):
-        chunk = docs[s : s + chunk_size]
-        loaded = _load_chunk(_chunk_path(work, i), chunk, lex_dim, dense_dim)
-        if loaded is None:  # changed under us although we hold the lock: never attach wrong vectors
-            raise ValueError(f"chunk {_chunk_path(work, i)} changed during the build; run the build again")
-        meta = [{"title": d.title, "snippet": d.text[:SNIPPET_CHARS], **d.extra} for d in chunk]
-        index.add([d.id for d in chunk], loaded[0], loaded[1], metadata=meta)
-    index.save(output)
-    shutil.rmtree(work)
-    return index
-
 
 def _read_state(work: Path) -> dict | None:
     try:
         return read_json(work / "state.json", "build state")
     except (FileNotFoundError, ValueError):
         return None
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+@dataclass(frozen=True)
+class _Task:
+    """What a worker process needs to encode one shard (sent by pickle: texts, not Document objects)."""
+
+    spec: EncoderSpec
+    device: str
+    ids: list[str]
+    texts: list[str]
+    work: str
+    first_chunk: int
+    chunk_size: int
+    batch_size: int
+    rank: int
+    world: int
+    show_progress_bar: bool
+
+
+def _shard_chunks(n_docs: int, chunk_size: int, rank: int, world: int) -> range:
+    """The chunks of ``rank``'s contiguous shard of ``world`` (``shard_slice`` over the chunks)."""
+    from lens.train.distributed import shard_slice
+
+    n_chunks = -(-n_docs // chunk_size)
+    return range(n_chunks)[shard_slice(n_chunks, rank, world)]
+
+
+def _task(spec, device, docs, work, rank, world, chunk_size, batch_size, show_progress_bar) -> _Task:
+    chunks = _shard_chunks(len(docs), chunk_size, rank, world)
+    part = docs[chunks.start * chunk_size : chunks.stop * chunk_size]
+    return _Task(spec, device, [d.id for d in part], [d.full_text for d in part], str(work), chunks.start, chunk_size,
+                 batch_size, rank, world, show_progress_bar)
+
+
+def _encode_task(task: _Task) -> dict:
+    """A worker process's job: load the encoder (once per process) and encode its shard."""
+    encoder = load_encoder(task.spec, task.device)
+    return encode_shard(encoder, task.ids, task.texts, Path(task.work), first_chunk=task.first_chunk,
+                        chunk_size=task.chunk_size, batch_size=task.batch_size, rank=task.rank, world=task.world,
+                        show_progress_bar=task.show_progress_bar)
+
+
+def _encode_range(encoder, docs, work, rank, world, chunk_size, batch_size, show_progress_bar) -> dict:
+    chunks = _shard_chunks(len(docs), chunk_size, rank, world)
+    part = docs[chunks.start * chunk_size : chunks.stop * chunk_size]
+    return encode_shard(encoder, [d.id for d in part], [d.full_text for d in part], work, first_chunk=chunks.start,
+                        chunk_size=chunk_size, batch_size=batch_size, rank=rank, world=world,
+                        show_progress_bar=show_progress_bar)
+
+
+def encode_shard(encoder, ids: Sequence[str], texts: Sequence[str], work: Path, *, first_chunk: int, chunk_size: int,
+                 batch_size: int, rank: int = 0, world: int = 1, show_progress_bar: bool = True) -> dict:
+    """Encode one shard's documents into chunk files ``first_chunk, first_chunk + 1, ...`` of ``work`` (skipping
+    the chunks already there and whole) and write its record ``encode-<rank>-of-<world>.json``; returns it."""
+    from tqdm.auto import tqdm
+
+    fingerprint = encoder.fingerprint()
+    fp_sha = _fingerprint_sha(fingerprint)
+    dims = (encoder.lexicon_dim, encoder.dense_dim)
+    chunks = []
+    desc = "Encoding" if world == 1 else f"Encoding {rank + 1}/{world}"
+    bar = tqdm(total=len(ids), desc=desc, unit="doc", position=rank if world > 1 else None,
+               disable=not show_progress_bar)
+    try:  # closed on Ctrl-C too, so the message that follows starts on its own line
+        for j, start in enumerate(range(0, len(ids), chunk_size)):
+            path = _chunk_path(work, first_chunk + j)
+            chunk_ids = list(ids[start : start + chunk_size])
+            ids_sha = _ids_sha(chunk_ids)
+            data = _read_bytes(path)
+            if data is not None and _parse_chunk(data, ids_sha, fp_sha, dims) is None:
+                logger.warning("chunk %s is damaged or belongs to other documents or another encoder; encoding it "
+                               "again", path.name)
+                data = None
+            if data is None:
+                lex, dense = encode_chunk(encoder, list(texts[start : start + chunk_size]), batch_size)
+                data = _chunk_bytes(lex, dense, ids_sha, fp_sha)
+                atomic_write_bytes(path, data)
+            chunks.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "rows": len(chunk_ids)})
+            bar.update(len(chunk_ids))
+    finally:
+        bar.close()
+    record = {"version": 1, "rank": rank, "world": world, "first_chunk": first_chunk, "documents": len(ids),
+              "fingerprint": fingerprint, "lexicon_dim": dims[0], "dense_dim": dims[1], "chunks": chunks}
+    write_json(work / _record_name(rank, world), record)
+    return record
+
+
+def _record_name(rank: int, world: int) -> str:
+    return f"encode-{rank:05d}-of-{world:05d}.json"
+
+
+def _read_record(work: Path, rank: int, world: int) -> dict:
+    return read_json(work / _record_name(rank, world), "shard record")
+
+
+def _chunk_path(work: Path, i: int) -> Path:
+    return work / f"chunk-{i:06d}.npz"
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
+def _chunk_bytes(lex, dense, ids_sha: str, fp_sha: str) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, lexicon=lex, ids_sha256=np.array(ids_sha), fingerprint_sha256=np.array(fp_sha),
+             **({"dense": dense} if dense is not None else {}))
+    return buf.getvalue()
+
+
+def _parse_chunk(data: bytes, ids_sha: str, fp_sha: str, dims: tuple[int, int | None]):
+    """(lexicon, dense or None) of a chunk file's bytes if it is whole, of these documents and of this encoder."""
+    rows = None
+    try:
+        with np.load(io.BytesIO(data)) as z:
+            for key, expected in (("ids_sha256", ids_sha), ("fingerprint_sha256", fp_sha)):
+                if key not in z or str(z[key]) != expected:
+                    return None
+            lex = z["lexicon"]
+            dense = z["dense"] if "dense" in z else None
+            rows = lex.shape[0]
+    except Exception:  # truncated or overwritten: numpy and zipfile raise several types
+        return None
+    lex_dim, dense_dim = dims
+    if lex.shape != (rows, lex_dim) or (dense_dim is not None) != (dense is not None):
+        return None
+    if dense is not None and dense.shape != (rows, dense_dim):
+        return None
+    return lex, dense
+
+
+def _ids_sha(ids: Sequence[str]) -> str:
+    return hashlib.sha256("\x00".join(ids).encode("utf-8")).hexdigest()
+
+
+def _fingerprint_sha(fingerprint: dict) -> str:
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- assembly
+class _Chunks:
+    """The encoded chunks of a build, read one at a time and checked against the shard records."""
+
+    def __init__(self, docs: Sequence[Document], work: Path, records: Sequence[dict], chunk_size: int) -> None:
+        records = sorted(records, key=lambda r: r["first_chunk"])
+        first = records[0]
+        for r in records[1:]:
+            if r["fingerprint"] != first["fingerprint"] or (r["lexicon_dim"], r["dense_dim"]) != (
+                    first["lexicon_dim"], first["dense_dim"]):
+                raise ValueError(
+                    f"worker {r['rank']} encoded with another encoder than worker {first['rank']} (fingerprint "
+                    f"{_fingerprint_sha(r['fingerprint'])[:12]} vs {_fingerprint_sha(first['fingerprint'])[:12]}): "
+                    "load the same model on every device (a GPU loads bfloat16 weights, a CPU float32)")
+        self.fingerprint = first["fingerprint"]
+        self.dims = (first["lexicon_dim"], first["dense_dim"])
+        self._fp_sha = _fingerprint_sha(self.fingerprint)
+        self.docs, self.work = docs, work
+        self.entries = [c for r in records for c in r["chunks"]]
+        expected = -(-len(docs) // chunk_size)
+        bounds = [(i * chunk_size, min((i + 1) * chunk_size, len(docs))) for i in range(expected)]
+        if len(self.entries) != expected or any(c["rows"] != b - a for c, (a, b) in zip(self.entries, bounds)):
+            raise ValueError(f"the shard records in {work} do not cover the corpus's {len(docs)} documents in "
+                             "order; run the build again without --resume")
+        self.bounds = bounds
+
+    def load(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        entry, (start, stop) = self.entries[i], self.bounds[i]
+        path = self.work / entry["file"]
+        data = _read_bytes(path)
+        if data is None or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise ValueError(f"chunk {path} is missing or changed since it was encoded (its sha256 is not the "
+                             "recorded one); run the same command with --resume to encode it again")
+        parsed = _parse_chunk(data, _ids_sha([d.id for d in self.docs[start:stop]]), self._fp_sha, self.dims)
+        if parsed is None:
+            raise ValueError(f"chunk {path} does not hold the vectors of documents {start}..{stop - 1}; run the build "
+                             "again without --resume")
+        return parsed
+
+    def overlapping(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """``(chunk, first row, end row)`` of the chunks holding documents ``start`` to ``stop``, rows within."""
+        for i, (a, b) in enumerate(self.bounds):
+            if b > start and a < stop:
+                yield i, max(start, a) - a, min(stop, b) - a
+
+
+def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index_type: str, shards: int,
+              top_m: int | None, info: dict | None):
+    """Train (once), fill and save the index from the encoded chunks; returns (manifest, in-memory index or None)."""
+    from index import HybridIndex
+    from index.factory import get_index_type
+    from index.manifest import read_manifest
+    from index.shards import ShardWriter
+    from lens.atomic import atomic_dir
+    from lens.train.distributed import shard_slice
+
+    chunks = _Chunks(docs, work, records, chunk_size)
+    itype = get_index_type(index_type)
+    options, train_size = {}, 0
+    if itype.needs_training:
+        plan = itype.training_plan(itype.resolve_options({}), len(docs))
+        if len(docs) >= plan.min_train:  # else the documents stay in exact staging, as HybridIndex.add does
+            options, train_size = plan.options, plan.train_size
+    template = HybridIndex(*chunks.dims, index_type, fingerprint=chunks.fingerprint, info=info, top_m=top_m,
+                           **options)
+    if train_size:
+        template.train(*_sample(chunks, len(docs), train_size))
+    parts = [shard_slice(len(docs), s, shards) for s in range(shards)]
+    if shards == 1 or itype.on_disk:
+        spilled = False
+        for s, part in enumerate(parts):
+            _fill(template, chunks, docs, part)
+            if s + 1 < len(parts) and template.is_trained:
+                template.spill(work / f"lists-{s:05d}.faiss")
+                spilled = True
+        template.save(output)
+        return read_manifest(output), (None if spilled else template)
+    with atomic_dir(output, what="index") as tmp:
+        writer = ShardWriter(tmp)
+        for part in parts:
+            shard = template.clone_empty()
+            _fill(shard, chunks, docs, part)
+            writer.add(shard)
+            del shard  # one shard in memory at a time
+        manifest = writer.finish(info)
+    return manifest, None
+
+
+def _fill(index, chunks: _Chunks, docs, part: slice) -> None:
+    for i, a, b in chunks.overlapping(part.start, part.stop):
+        lex, dense = chunks.load(i)
+        rows = docs[chunks.bounds[i][0] + a : chunks.bounds[i][0] + b]
+        meta = [{"title": d.title, "snippet": d.text[:SNIPPET_CHARS], **d.extra} for d in rows]
+        index.add([d.id for d in rows], lex[a:b], None if dense is None else dense[a:b], metadata=meta)
+
+
+def _sample(chunks: _Chunks, n: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """A seeded random sample of ``size`` documents' (lexicon, dense) from the whole corpus, in corpus order."""
+    rng = np.random.default_rng(_SAMPLE_SEED)
+    pick = np.arange(n) if size >= n else np.sort(rng.choice(n, size=size, replace=False))
+    lex, dense = [], []
+    for i, (a, b) in enumerate(chunks.bounds):
+        lo, hi = np.searchsorted(pick, [a, b])
+        if lo == hi:
+            continue
+        chunk_lex, chunk_dense = chunks.load(i)
+        lex.append(chunk_lex[pick[lo:hi] - a])
+        if chunk_dense is not None:
+            dense.append(chunk_dense[pick[lo:hi] - a])
+    return np.concatenate(lex), (np.concatenate(dense) if dense else None)

@@ -6,6 +6,9 @@ and ADI are not in the paper: their instructions are ours, written in the same s
 model is trained with the kind of instruction it is evaluated with. ``ATEB_INSTRUCTIONS`` gives the advanced tasks
 posed as retrieval (``lens.ateb``, the ATEB / RAR-b development sets) theirs, also ours in the same style: one per
 task, keyed by the task's name, and one per other formulation of it, keyed ``task/kind``.
+``MTEB_INSTRUCTIONS`` gives the paper's other MTEB tasks (classification, clustering, pair classification,
+reranking, STS, summarization) theirs, also Table 8; ``mteb_instruction`` picks a task's instruction for
+``lens.integrations.mteb``, with ``TASK_TYPE_INSTRUCTIONS`` (ours) for a task found nowhere.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["ATEB_INSTRUCTIONS", "GENERIC_INSTRUCTION", "INSTRUCTIONS", "TRAINING_INSTRUCTIONS", "Instruction",
-           "ateb_instruction", "get_instruction", "lookup"]
+__all__ = ["ATEB_INSTRUCTIONS", "GENERIC_INSTRUCTION", "INSTRUCTIONS", "MTEB_INSTRUCTIONS", "TASK_TYPE_INSTRUCTIONS",
+           "TRAINING_INSTRUCTIONS", "Instruction", "ateb_instruction", "get_instruction", "lookup", "mteb_instruction"]
 
 GENERIC_INSTRUCTION = "Given a query, retrieve relevant documents that answer the query"
 
 PAPER, OURS, GENERIC, OVERRIDE = "paper (Table 8)", "ours (not in the paper)", "generic fallback", "override"
+TASK_PROMPT = "the task's own prompt (MTEB metadata)"
 
 # keyed by the lowercase dataset name (MTEB's names); _ALIASES maps BEIR directory names onto them
 INSTRUCTIONS: dict[str, tuple[str, str]] = {
@@ -74,6 +78,68 @@ ATEB_INSTRUCTIONS: dict[str, str] = {
                                     "supports",
     "hh_rlhf_harmless": "Given a conversation between a human and an AI assistant, retrieve the assistant reply "
                         "that is harmless",
+}
+
+# the paper's other MTEB tasks (Table 8: E5-mistral's instructions), keyed by MTEB's task name in lowercase; the
+# BEIR retrieval tasks are in INSTRUCTIONS. A symmetric task (STS, clustering, ...) puts it before every text.
+_STS = "Retrieve semantically similar text"
+MTEB_INSTRUCTIONS: dict[str, str] = {
+    # classification
+    "amazoncounterfactualclassification": "Classify a given Amazon customer review text as either counterfactual or "
+                                          "not-counterfactual",
+    "amazonpolarityclassification": "Classify Amazon reviews into positive or negative sentiment",
+    "amazonreviewsclassification": "Classify the given Amazon review into its appropriate rating category",
+    "banking77classification": "Given a online banking query, find the corresponding intents",
+    "emotionclassification": "Classify the emotion expressed in the given Twitter message into one of the six "
+                             "emotions: anger, fear, joy, love, sadness, and surprise",
+    "imdbclassification": "Classify the sentiment expressed in the given movie review text from the IMDB dataset",
+    "massiveintentclassification": "Given a user utterance as query, find the user intents",
+    "massivescenarioclassification": "Given a user utterance as query, find the user scenarios",
+    "mtopdomainclassification": "Classify the intent domain of the given utterance in task-oriented conversation",
+    "mtopintentclassification": "Classify the intent of the given utterance in task-oriented conversation",
+    "toxicconversationsclassification": "Classify the given comments as either toxic or not toxic",
+    "tweetsentimentextractionclassification": "Classify the sentiment of a given tweet as either positive, negative, "
+                                              "or neutral",
+    # clustering
+    "arxivclusteringp2p": "Identify the main and secondary category of Arxiv papers based on the titles and abstracts",
+    "arxivclusterings2s": "Identify the main and secondary category of Arxiv papers based on the titles",
+    "biorxivclusteringp2p": "Identify the main category of Biorxiv papers based on the titles and abstracts",
+    "biorxivclusterings2s": "Identify the main category of Biorxiv papers based on the titles",
+    "medrxivclusteringp2p": "Identify the main category of Medrxiv papers based on the titles and abstracts",
+    "medrxivclusterings2s": "Identify the main category of Medrxiv papers based on the titles",
+    "redditclustering": "Identify the topic or theme of Reddit posts based on the titles",
+    "redditclusteringp2p": "Identify the topic or theme of Reddit posts based on the titles and posts",
+    "stackexchangeclustering": "Identify the topic or theme of StackExchange posts based on the titles",
+    "stackexchangeclusteringp2p": "Identify the topic or theme of StackExchange posts based on the given paragraphs",
+    "twentynewsgroupsclustering": "Identify the topic or theme of the given news articles",
+    # pair classification
+    "sprintduplicatequestions": "Retrieve duplicate questions from Sprint forum",
+    "twittersemeval2015": "Retrieve tweets that are semantically similar to the given tweet",
+    "twitterurlcorpus": "Retrieve tweets that are semantically similar to the given tweet",
+    # reranking
+    "askubuntudupquestions": "Retrieve duplicate questions from AskUbuntu forum",
+    "mindsmallreranking": "Retrieve relevant news articles based on user browsing history",
+    "scidocsrr": "Given a title of a scientific paper, retrieve the titles of other relevant papers",
+    "stackoverflowdupquestions": "Retrieve duplicate questions from StackOverflow forum",
+    # STS
+    **{name: _STS for name in ("sts12", "sts13", "sts14", "sts15", "sts16", "sts17", "sts22", "stsbenchmark",
+                               "biosses", "sick-r")},
+    # summarization
+    "summeval": "Given a news summary, retrieve other semantically similar summaries",
+}
+
+# ours: per MTEB task type, for a task with no instruction above and none of its own
+TASK_TYPE_INSTRUCTIONS: dict[str, str] = {
+    "Retrieval": GENERIC_INSTRUCTION,
+    "Reranking": GENERIC_INSTRUCTION,
+    "InstructionRetrieval": GENERIC_INSTRUCTION,
+    "STS": _STS,
+    "PairClassification": "Retrieve text that is semantically similar to the given text",
+    "Classification": "Classify the given text into its category",
+    "MultilabelClassification": "Classify the given text into its categories",
+    "Clustering": "Identify the topic or theme of the given text",
+    "Summarization": "Given a summary, retrieve other semantically similar summaries",
+    "BitextMining": "Retrieve parallel sentences",
 }
 
 _ALIASES = {
@@ -134,3 +200,25 @@ def ateb_instruction(task: str, kind: str | None = None) -> str:
         known = sorted(k for k in ATEB_INSTRUCTIONS if "/" not in k)
         raise ValueError(f"no instruction for the task {task!r}; known tasks: {', '.join(known)}")
     return ATEB_INSTRUCTIONS[name]
+
+
+def mteb_instruction(task: str, task_type: str | None = None, task_prompt: str | None = None,
+                     override: str | None = None) -> Instruction:
+    """The instruction of the MTEB task ``task`` (of type ``task_type``, e.g. "STS") and where it comes from.
+
+    In order: ``override``; the paper's (``MTEB_INSTRUCTIONS``, then ``lookup``'s BEIR names); ``task_prompt``,
+    the task's own (mteb's metadata); ``TASK_TYPE_INSTRUCTIONS[task_type]``; the generic retrieval one.
+    """
+    if override is not None:
+        return lookup(task, override)
+    hit = MTEB_INSTRUCTIONS.get(task.strip().lower())
+    if hit is not None:
+        return Instruction(hit, PAPER)
+    found = lookup(task)
+    if found.source != GENERIC:
+        return found
+    if task_prompt is not None and task_prompt.strip():
+        return Instruction(task_prompt, TASK_PROMPT)
+    if task_type in TASK_TYPE_INSTRUCTIONS:
+        return Instruction(TASK_TYPE_INSTRUCTIONS[task_type], GENERIC)
+    return Instruction(GENERIC_INSTRUCTION, GENERIC)

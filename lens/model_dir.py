@@ -12,11 +12,17 @@ fails at once, a full disk is a one-line ``StorageError``); ``LensEncoder.from_p
 ``clusters.tsv``            cluster, size, member tokens: for people to read
 ``adapter/``                a trained model's PEFT LoRA adapter (``config.adapter`` names it)
 ``backbone/``               a standalone (merged) model's backbone in transformers' format (``config.backbone``)
+``modules.json``,           what lets sentence-transformers load the directory as a ``SparseEncoder``: the LENS
+``config_sentence_``        module's import path, the default instruction as the ``query`` prompt, cosine
+``transformers.json``       similarity (``sentence_transformers_files``; LENS itself never reads them)
 =========================== =====================================================================================
+
+Directories written before those two files existed get them from ``add_sentence_transformers_files``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -25,15 +31,21 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from lens.atomic import atomic_dir, atomic_write_bytes, ensure_present
+from lens.atomic import atomic_dir, atomic_write_bytes, ensure_present, read_json
 from lens.clustering import clusters_tsv
 from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
 
-__all__ = ["BACKBONE_DIR", "DEFAULT_MODEL_DIR", "ModelFiles", "check_model_target", "read_model_dir",
-           "resolve_model_dir", "write_model_dir"]
+__all__ = ["BACKBONE_DIR", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
+           "add_sentence_transformers_files", "check_model_target", "read_model_dir",
+           "read_sentence_transformers_config", "resolve_model_dir", "sentence_transformers_config",
+           "sentence_transformers_files", "write_model_dir"]
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 BACKBONE_DIR = "backbone"
+# sentence-transformers' files; the module is named by its import path only (this layer never imports it)
+ST_MODULES_NAME = "modules.json"
+ST_CONFIG_NAME = "config_sentence_transformers.json"
+ST_MODULE = "lens.integrations.sentence_transformers.LensSparseModule"
 
 
 def resolve_model_dir(path: str | os.PathLike) -> Path:
@@ -155,8 +167,54 @@ def write_model_dir(
             adapter(tmp / config.adapter)
         atomic_write_bytes(tmp / CLUSTERS_NAME, save(tensors))
         atomic_write_bytes(tmp / CLUSTERS_TSV, clusters_tsv(assignment, config.num_clusters, tokenizer).encode("utf-8"))
-        for name, data in (files or {}).items():
+        for name, data in {**sentence_transformers_files(config), **(files or {})}.items():
             atomic_write_bytes(tmp / name, data)
         config.save(tmp)
     return Path(path)
+
+
+def sentence_transformers_config(config: LensConfig) -> dict:
+    """``config_sentence_transformers.json`` of a directory: a ``SparseEncoder`` whose ``query`` prompt is the
+    default instruction (the LENS module puts it in ``config.query_template`` and never pools it), documents with
+    no prompt, and cosine similarity (LENS vectors are compared by cosine). No versions or dates: the same
+    model gives the same bytes."""
+    return {
+        "model_type": "SparseEncoder",
+        "prompts": {"query": config.default_instruction, "document": ""},
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+    }
+
+
+def sentence_transformers_files(config: LensConfig) -> dict[str, bytes]:
+    """``modules.json`` and ``config_sentence_transformers.json``: ``SparseEncoder(path)`` loads the directory
+    through the one LENS module (saved in the root, so its files are the directory's own)."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": ST_MODULE}]
+
+    def dump(obj) -> bytes:
+        return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+    return {ST_MODULES_NAME: dump(modules), ST_CONFIG_NAME: dump(sentence_transformers_config(config))}
+
+
+def read_sentence_transformers_config(path: str | os.PathLike) -> dict:
+    """The directory's ``config_sentence_transformers.json`` (a ``SparseEncoder`` save keeps the user's prompts
+    and ``max_active_dims`` there), or what ``write_model_dir`` would write when it has none."""
+    directory = resolve_model_dir(path)
+    if (directory / ST_CONFIG_NAME).is_file():
+        return read_json(directory / ST_CONFIG_NAME, "sentence-transformers config")
+    return sentence_transformers_config(LensConfig.load(directory))
+
+
+def add_sentence_transformers_files(path: str | os.PathLike) -> Path:
+    """Give a model directory written before ``write_model_dir`` wrote them the sentence-transformers files it
+    lacks (existing ones are kept); atomically, under the directory's writer lock. Returns the directory."""
+    files = read_model_dir(path)
+    missing = {name: data for name, data in sentence_transformers_files(files.config).items()
+               if not (files.directory / name).is_file()}
+    if missing:
+        with atomic_dir(files.directory, keep_existing=True, what="model directory") as tmp:
+            for name, data in missing.items():
+                atomic_write_bytes(tmp / name, data)
+    return files.directory
 

@@ -286,8 +286,11 @@ class SpladeEncoder:
                 raise ValueError(f"{directory}: prompts or a non-dot similarity in {st_config.name}; "
                                  "SpladeEncoder encodes queries and documents alike and scores by dot product")
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model = AutoModelForMaskedLM.from_pretrained(directory, local_files_only=True).to(device)
-        tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        from lens.backbone import quiet_loading
+
+        with quiet_loading():
+            model = AutoModelForMaskedLM.from_pretrained(directory, local_files_only=True).to(device)
+            tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         name = SPLADE_NAME if path is None else str(directory.resolve())
         return cls(model, tokenizer, name, _max_length(directory, tokenizer, model.config))
 

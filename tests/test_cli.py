@@ -72,3 +72,72 @@ def test_bench_subcommands_are_wired(capsys):
     for sub in ("beir", "ablation", "ateb"):
         assert main(["bench", sub, "--help"]) == 0
         assert f"lens bench {sub}" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- -q / normal / -v
+import pytest  # noqa: E402  (this section's fixture)
+
+
+@pytest.fixture(scope="module")
+def tiny_adapter_dir(tiny_lens_dir, tmp_path_factory):
+    """``tiny_lens_dir`` plus an untrained LoRA adapter: loading it goes through PEFT, which (with the pinned
+    transformers and PEFT) calls a deprecated transformers property and so raises a FutureWarning."""
+    import shutil
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    d = tmp_path_factory.mktemp("adapter") / "tiny-lora"
+    shutil.copytree(tiny_lens_dir, d)
+    config = json.loads((d / "config.json").read_text())
+    decoder = AutoModelForCausalLM.from_pretrained(config["backbone"], local_files_only=True).model
+    with warnings.catch_warnings():  # the FutureWarning this fixture exists for, raised here too
+        warnings.simplefilter("ignore", FutureWarning)
+        lora = get_peft_model(decoder, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    lora.save_pretrained(d / "adapter")
+    (d / "config.json").write_text(json.dumps({**config, "adapter": "adapter"}))
+    return d
+
+
+def test_quiet_prints_no_progress_bar(tiny_lens_dir, tmp_path, capfd):
+    (tmp_path / "t.txt").write_text("cell gene\ncancer patients\n")
+    argv = ["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "t.txt"), "--output",
+            str(tmp_path / "o.npy")]
+    assert main(argv) == 0
+    assert "100%|" in capfd.readouterr().err  # the bar the command asks for
+    for flag in ("-q", "--quiet"):
+        assert main([flag] + argv) == 0
+        out, err = capfd.readouterr()
+        assert err == "" and "wrote" in out
+    assert main(argv) == 0  # the bars come back after a quiet run in the same process
+    assert "100%|" in capfd.readouterr().err
+
+
+def test_a_model_load_prints_no_library_chatter(tiny_adapter_dir, capfd):
+    import warnings
+
+    argv = ["explain", "--model", str(tiny_adapter_dir), "--top-k", "2", "cell gene"]
+    for flags, chatter in (([], False), (["-v"], True)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # no "once per location" hiding a repeat
+            assert main(flags + argv) == 0
+        err = capfd.readouterr().err
+        library = [w for w in caught if issubclass(w.category, FutureWarning)]
+        assert ("Loading weights" in err) is chatter, err
+        assert bool(library) is chatter, [str(w.message) for w in library]
+
+
+def test_verbose_enables_our_info_logs(tiny_lens_dir, caplog, capsys):
+    import logging
+
+    before = logging.getLogger("lens").level
+    argv = ["explain", "--model", str(tiny_lens_dir), "--top-k", "2", "cell gene"]
+    assert main(argv) == 0
+    assert not [r for r in caplog.records if r.name.startswith("lens") and r.levelno == logging.INFO]
+    assert main(["-v"] + argv) == 0
+    assert any(r.name == "lens.backbone" and r.levelno == logging.INFO and "loading backbone" in r.getMessage()
+               for r in caplog.records)
+    assert logging.getLogger("lens").level == before  # restored for the rest of the process
+    assert main(["-q", "-v"] + argv) == 2
+    assert "not allowed with argument" in capsys.readouterr().err

@@ -40,8 +40,8 @@ def recall(index, corpus):
 
 
 def test_registry_names_and_errors():
-    assert list(INDEX_TYPES) == ["flat", "hnsw", "ivf", "sq8", "fp16"]
-    with pytest.raises(ValueError, match="unknown index type 'pq'; valid choices: flat, hnsw, ivf, sq8, fp16"):
+    assert list(INDEX_TYPES) == ["flat", "hnsw", "ivf", "sq8", "fp16", "ivf-ondisk"]
+    with pytest.raises(ValueError, match="unknown index type 'pq'; valid choices: flat, hnsw, ivf, sq8, fp16, ivf-ondisk"):
         get_index_type("pq")
     with pytest.raises(ValueError, match="unknown option\\(s\\) nlist for index type 'hnsw'; valid options: ef_construction, ef_search, m"):
         HybridIndex(8, 4, "hnsw", nlist=3)
@@ -62,7 +62,7 @@ def test_auto_nlist():
 
 def test_built_indexes_are_inner_product_with_ids():
     for name, t in INDEX_TYPES.items():
-        opts = t.resolve_options({"nlist": 4} if name == "ivf" else {})
+        opts = t.resolve_options({"nlist": 4} if name in ("ivf", "ivf-ondisk") else {})
         idx = t.build(12, opts)
         assert idx.metric_type == faiss.METRIC_INNER_PRODUCT, name
         assert idx.d == 12 and idx.is_trained == (not t.needs_training), name

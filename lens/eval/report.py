@@ -133,7 +133,9 @@ def plot_ndcg(results: Mapping, path: str | os.PathLike) -> None:
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> None:
     """Write a matplotlib figure as PNG atomically and close it."""
-    import matplotlib.pyplot as plt
+    from lens.extras import require
+
+    plt = require("matplotlib.pyplot", "eval", what="saving a plot", package="matplotlib")
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)

@@ -1,0 +1,418 @@
+"""Sharded indexes: shard indexes in one directory, searched together; and the merge of saved indexes.
+
+Layout. A sharded index directory holds ``manifest.json`` (``"layout": "sharded"``) and ``shard-00000/``,
+``shard-00001/``, ... each a complete saved index (``HybridIndex.save``'s files; one can be loaded alone). The top
+manifest lists the shards (``dir``, ``count``), the settings they all share (dims, weights, type, fingerprint,
+``top_m``) and the checksum of every shard's manifest and data files, so one version of the whole directory is
+opened and verified at once (``index.manifest.open_index``).
+
+Why shards. A build writes one shard at a time (``ShardWriter``) and frees it, so building needs the memory of
+one shard, not of the whole index; ``lens index merge`` joins saved indexes without re-encoding or re-training:
+each input's files become shards of the output (hard links where the file system allows, else copies).
+
+Search. Every shard answers the query's top-k and ``merge_hits`` keeps the k best of them, ties in shard order:
+the same hits and scores as one index over the same vectors, for exact types.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any, BinaryIO, Mapping, Sequence
+
+import numpy as np
+
+from lens.atomic import atomic_dir, parse_json, write_json
+
+from .manifest import (
+    DOCS_FILE,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    check_fingerprint,
+    data_files,
+    file_record,
+    open_index,
+    validate_manifest,
+    verify_stream,
+)
+from .metadata import DocTable
+from .store import HybridIndex, SearchResult, check_save_target
+
+__all__ = ["SHARED_SETTINGS", "ShardWriter", "ShardedIndex", "merge_hits", "merge_indexes", "shard_dir"]
+
+logger = logging.getLogger(__name__)
+
+# manifest fields every shard of one index (and every input of a merge) must have in common
+SHARED_SETTINGS = ("mode", "lexicon_dim", "dense_dim", "weights", "index_type", "top_m", "fingerprint")
+
+
+def shard_dir(i: int) -> str:
+    """The directory name of shard ``i``."""
+    return f"shard-{i:05d}"
+
+
+class ShardedIndex:
+    """Shard :class:`HybridIndex` objects of one index, searched together; the interface of ``HybridIndex`` for
+    searching, describing, removing and saving (adding goes through a new build or ``lens index merge``)."""
+
+    def __init__(self, shards: Sequence[HybridIndex], info: Mapping[str, Any] | None = None) -> None:
+        shards = list(shards)
+        if not shards:
+            raise ValueError("a sharded index needs at least one shard")
+        first = _settings(shards[0])
+        for i, shard in enumerate(shards[1:], 1):
+            diffs = _differences(first, _settings(shard))
+            if diffs:
+                raise ValueError(f"shard {i} differs from shard 0 in {', '.join(diffs)}; shards of one index must be "
+                                 "built the same way")
+        self._shards = shards
+        self._info = dict(info) if info is not None else shards[0].info
+
+    # ---- description -----------------------------------------------------------------------
+
+    @property
+    def shards(self) -> list[HybridIndex]:
+        return list(self._shards)
+
+    # settings every shard shares (checked at construction), read from shard 0
+    @property
+    def mode(self) -> str:
+        return self._shards[0].mode
+
+    @property
+    def lexicon_dim(self) -> int | None:
+        return self._shards[0].lexicon_dim
+
+    @property
+    def dense_dim(self) -> int | None:
+        return self._shards[0].dense_dim
+
+    @property
+    def dim(self) -> int:
+        return self._shards[0].dim
+
+    @property
+    def index_type(self) -> str:
+        return self._shards[0].index_type
+
+    @property
+    def weights(self) -> tuple[float, float]:
+        return self._shards[0].weights
+
+    @property
+    def fingerprint(self) -> dict[str, Any] | None:
+        return self._shards[0].fingerprint
+
+    @property
+    def top_m(self) -> int | None:
+        return self._shards[0].top_m
+
+    @property
+    def index_options(self) -> dict[str, Any]:
+        """Shard 0's options (shards trained apart may differ, e.g. in an automatic ``nlist``)."""
+        return self._shards[0].index_options
+
+    @property
+    def info(self) -> dict[str, Any] | None:
+        return dict(self._info) if self._info is not None else None
+
+    @property
+    def is_trained(self) -> bool:
+        return all(s.is_trained for s in self._shards)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._shards)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return any(doc_id in s for s in self._shards)
+
+    def __repr__(self) -> str:
+        return (f"ShardedIndex(shards={len(self._shards)}, mode={self.mode!r}, index_type={self.index_type!r}, "
+                f"documents={len(self)}, weights={self.weights})")
+
+    def metadata(self, doc_id: str) -> dict | None:
+        for shard in self._shards:
+            if doc_id in shard:
+                return shard.metadata(doc_id)
+        raise KeyError(f"document {doc_id!r} is not in the index")
+
+    # ---- search and changes -----------------------------------------------------------------
+
+    def search(self, lexicon: Any = None, dense: Any = None, k: int = 10, weights: Any = None,
+               query_top_m: int | None = None) -> list[SearchResult]:
+        """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``)."""
+        per_shard = [s.search(lexicon, dense, k=k, weights=weights, query_top_m=query_top_m) for s in self._shards]
+        return [merge_hits([hits[q] for hits in per_shard], k) for q in range(len(per_shard[0]))]
+
+    def set_search_options(self, **options: Any) -> None:
+        for shard in self._shards:
+            shard.set_search_options(**options)
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError("a sharded index takes no new documents: build an index of them and merge it in "
+                         "(lens index merge), or build the whole index again")
+
+    def remove(self, ids: Sequence[str]) -> None:
+        """Remove documents by id from whichever shards hold them; an unknown id raises KeyError (nothing removed)."""
+        ids = list(dict.fromkeys(HybridIndex._check_ids(ids, "remove", dedupe=True)))
+        where = {i: next((s for s in self._shards if i in s), None) for i in ids}
+        missing = [i for i, s in where.items() if s is None]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise KeyError(f"document {missing[0]!r}{more} is not in the index; nothing was removed")
+        for shard in self._shards:
+            mine = [i for i, s in where.items() if s is shard]
+            if mine:
+                shard.remove(mine)
+
+    # ---- persistence ------------------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Save every shard and the top manifest to ``directory`` atomically (as ``HybridIndex.save``)."""
+        check_save_target(directory)
+        with atomic_dir(directory, what="index") as tmp:
+            writer = ShardWriter(tmp)
+            for shard in self._shards:
+                writer.add(shard)
+            writer.finish(self._info)
+        logger.info("saved %d documents in %d shards to %s", len(self), len(self._shards), directory)
+        return Path(directory)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, expected_fingerprint: Mapping[str, Any] | None = None,
+             **search_options: Any) -> "ShardedIndex":
+        """Load a sharded index directory (``HybridIndex.load`` does the same for any layout)."""
+        index = HybridIndex.load(directory, expected_fingerprint, **search_options)
+        if not isinstance(index, cls):
+            raise ValueError(f"{directory} holds one index, not shards; load it with HybridIndex.load")
+        return index
+
+    @classmethod
+    def from_files(cls, directory: Path, m: dict[str, Any], files: Mapping[str, BinaryIO | None],
+                   expected_fingerprint: Mapping[str, Any] | None, search_options: dict[str, Any]) -> "ShardedIndex":
+        """Verify and parse one version's open files of a sharded directory (``index.manifest.open_index``)."""
+        check_fingerprint(expected_fingerprint, m["fingerprint"], directory)
+        shards = []
+        for entry in m["shards"]:
+            sub = shard_files(directory, m, files, entry["dir"])
+            shard_m = sub.pop(MANIFEST_FILE)
+            if shard_m["count"] != entry["count"]:
+                raise ValueError(f"saved index {directory} is inconsistent: {entry['dir']} holds {shard_m['count']} "
+                                 f"documents, the manifest says {entry['count']}; rebuild the index")
+            shards.append(HybridIndex._from_files(directory / entry["dir"], shard_m, sub, None, search_options))
+        index = cls(shards, m.get("info"))
+        diffs = _differences(_settings_of(m), _settings(shards[0]))
+        if diffs:
+            raise ValueError(f"saved index {directory} is inconsistent: its shards differ from its manifest in "
+                             f"{', '.join(diffs)}; rebuild the index")
+        logger.info("loaded %r from %s", index, directory)
+        return index
+
+
+def shard_files(directory: Path, m: Mapping[str, Any], files: Mapping[str, BinaryIO | None],
+                name: str) -> dict[str, Any]:
+    """Shard ``name``'s files (by their names inside the shard) with its verified, parsed manifest under
+    ``manifest.json``; the shard manifest's checksums must be the top manifest's."""
+    mname = f"{name}/{MANIFEST_FILE}"
+    mpath = directory / mname
+    verify_stream(files.get(mname), mpath, m["files"][mname])
+    shard_m = validate_manifest(parse_json(files[mname].read(), mpath, "index manifest"), mpath)
+    if shard_m.get("layout", "single") != "single":
+        raise ValueError(f"index manifest {mpath}: a shard cannot itself be sharded; rebuild the index")
+    out: dict[str, Any] = {MANIFEST_FILE: shard_m}
+    for fname in data_files(shard_m):
+        key = f"{name}/{fname}"
+        if m["files"].get(key) != shard_m["files"][fname]:
+            raise ValueError(f"saved index {directory} is inconsistent: the checksums of {key} in {mpath} and in "
+                             f"{directory / MANIFEST_FILE} differ; rebuild the index")
+        out[fname] = files.get(key)
+    return out
+
+
+class ShardWriter:
+    """Writes the shards of a sharded index one at a time into ``directory`` (empty; inside ``atomic_dir``), then
+    the top manifest; only the shard being written needs to be in memory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.manifests: list[dict[str, Any]] = []
+
+    def add(self, shard: HybridIndex) -> dict[str, Any]:
+        """Write ``shard`` as the next shard directory; returns its manifest."""
+        if self.manifests:
+            diffs = _differences(_settings_of(self.manifests[0]), _settings(shard))
+            if diffs:
+                raise ValueError(f"shard {len(self.manifests)} differs from shard 0 in {', '.join(diffs)}")
+        target = self.directory / shard_dir(len(self.manifests))
+        target.mkdir()
+        manifest = shard.write_files(target)
+        self.manifests.append(manifest)
+        return manifest
+
+    def add_files(self, manifest: Mapping[str, Any], files: Mapping[str, BinaryIO], source: Path) -> None:
+        """Add a saved shard by its open, verified files (``manifest.json`` among them), linking ``source``'s
+        files where they are the very files opened, else copying from the open files."""
+        if self.manifests:
+            diffs = _differences(_settings_of(self.manifests[0]), _settings_of(manifest))
+            if diffs:
+                raise ValueError(f"{source} differs from the first index in {', '.join(diffs)}")
+        target = self.directory / shard_dir(len(self.manifests))
+        target.mkdir()
+        for name, f in files.items():
+            _place(f, source / name, target / name)
+        self.manifests.append(dict(manifest))
+
+    def finish(self, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Write the top manifest (``info``: the index's free-form facts; default shard 0's) and return it."""
+        if not self.manifests:
+            raise ValueError("a sharded index needs at least one shard")
+        first = self.manifests[0]
+        files: dict[str, Any] = {}
+        shards = []
+        for i, m in enumerate(self.manifests):
+            name = shard_dir(i)
+            files[f"{name}/{MANIFEST_FILE}"] = file_record(self.directory / name / MANIFEST_FILE)
+            files.update({f"{name}/{fname}": rec for fname, rec in m["files"].items()})
+            shards.append({"dir": name, "count": m["count"]})
+        count = sum(s["count"] for s in shards)
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "layout": "sharded",
+            **{key: first.get(key) for key in SHARED_SETTINGS},
+            "index_options": first["index_options"],
+            "trained": all(m["trained"] for m in self.manifests),
+            "count": count,
+            "next_id": count,  # unused: every shard numbers its own documents
+            "info": dict(info) if info is not None else first.get("info"),
+            "faiss_version": first.get("faiss_version"),
+            "shards": shards,
+            "files": files,
+        }
+        write_json(self.directory / MANIFEST_FILE, manifest)
+        return manifest
+
+
+def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> dict[str, Any]:
+    """Merge saved indexes into a new sharded index at ``output`` (atomically); returns its manifest.
+
+    Every input (single or sharded) must have the same encoder fingerprint, dims, weights, index type and
+    ``top_m``, and no document id may be in two inputs; each input is verified (checksums) before its files are
+    linked or copied into the output. Nothing is re-encoded or re-trained.
+    """
+    output, inputs = Path(output), [Path(p) for p in inputs]
+    if len(inputs) < 2:
+        raise ValueError("give at least two indexes to merge")
+    seen_paths: dict[Path, Path] = {}
+    for p in inputs:
+        if p.resolve() in seen_paths:
+            raise ValueError(f"{p} is given twice; give each index to merge once")
+        seen_paths[p.resolve()] = p
+    if output.resolve() in seen_paths:
+        raise ValueError(f"the output {output} is one of the inputs; merge into a new directory")
+    check_save_target(output)
+    ids = _IdSet()
+    with atomic_dir(output, what="index") as tmp:
+        writer = ShardWriter(tmp)
+        first_info = None
+        for p in inputs:
+            m, gen = open_index(p)
+            with gen:
+                if writer.manifests:
+                    _check_mergeable(inputs[0], writer.manifests[0], p, m)
+                first_info = first_info if first_info is not None else (m.get("info") or {})
+                for prefix, shard_m, files in _parts(p, m, gen.files):
+                    for name in data_files(shard_m):
+                        verify_stream(files[name], p / prefix / name, shard_m["files"][name])
+                    docs = DocTable.read(files[DOCS_FILE], p / prefix / DOCS_FILE)
+                    ids.add_all(docs, p)
+                    del docs
+                    writer.add_files(shard_m, files, p / prefix)
+        manifest = writer.finish({**first_info, "merged_from": [str(p) for p in inputs]})
+    logger.info("merged %d indexes (%d documents) into %s", len(inputs), manifest["count"], output)
+    return manifest
+
+
+def _parts(directory: Path, m: dict[str, Any], files: Mapping[str, BinaryIO | None]):
+    """(prefix, manifest, files by name incl. manifest.json) of each single index inside a saved index."""
+    if m.get("layout", "single") == "single":
+        yield "", m, {name: files[name] for name in (MANIFEST_FILE, *data_files(m))}
+        return
+    for entry in m["shards"]:
+        sub = shard_files(directory, m, files, entry["dir"])
+        shard_m = sub.pop(MANIFEST_FILE)
+        sub[MANIFEST_FILE] = files[f"{entry['dir']}/{MANIFEST_FILE}"]
+        yield entry["dir"], shard_m, sub
+
+
+def _check_mergeable(first_path: Path, first: Mapping[str, Any], path: Path, m: Mapping[str, Any]) -> None:
+    if m["fingerprint"] != first["fingerprint"]:
+        try:
+            check_fingerprint(first["fingerprint"] or {}, m["fingerprint"], path)
+        except ValueError as e:
+            raise ValueError(f"cannot merge {path} with {first_path}: {e}") from None
+    diffs = [f"{key} ({first.get(key)!r} in {first_path}, {m.get(key)!r} here)"
+             for key in SHARED_SETTINGS if key != "fingerprint" and first.get(key) != m.get(key)]
+    if diffs:
+        raise ValueError(f"cannot merge {path} with {first_path}: they differ in {'; '.join(diffs)}; merge only "
+                         "indexes built with the same encoders, index type and --top-m")
+
+
+class _IdSet:
+    """Document ids seen so far (SQLite in memory: constant Python memory), refusing one seen in another input."""
+
+    def __init__(self) -> None:
+        self._conn = sqlite3.connect(":memory:")
+        self._conn.execute("CREATE TABLE seen (doc_id TEXT PRIMARY KEY, source TEXT)")
+
+    def add_all(self, docs: DocTable, source: Path) -> None:
+        for batch in docs.iter_doc_ids(500):
+            marks = ",".join("?" * len(batch))
+            clash = self._conn.execute(f"SELECT doc_id, source FROM seen WHERE doc_id IN ({marks})", batch).fetchone()
+            if clash is not None:
+                raise ValueError(f"document id {clash[0]!r} is in both {clash[1]} and {source}; an id may be in one "
+                                 "index only: remove it from one of them (or rebuild) before merging")
+            self._conn.executemany("INSERT INTO seen VALUES (?, ?)", ((i, str(source)) for i in batch))
+
+
+def _place(f: BinaryIO, source: Path, target: Path) -> None:
+    """Put the open, verified file ``f`` (read from ``source``) at ``target``: a hard link when ``source`` is still
+    that very file, else a copy of ``f``."""
+    try:
+        os.link(source, target)
+        if os.path.samestat(os.fstat(f.fileno()), os.stat(target)):
+            return
+        target.unlink()  # source was replaced since it was opened and verified
+    except OSError:
+        pass
+    f.seek(0)
+    with open(target, "wb") as out:
+        shutil.copyfileobj(f, out, 1 << 22)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def _settings(index: HybridIndex) -> dict[str, Any]:
+    return {"mode": index.mode, "lexicon_dim": index.lexicon_dim, "dense_dim": index.dense_dim,
+            "weights": list(index.weights), "index_type": index.index_type, "top_m": index.top_m,
+            "fingerprint": index.fingerprint}
+
+
+def _settings_of(m: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: m.get(key) for key in SHARED_SETTINGS}
+
+
+def _differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    return [key for key in SHARED_SETTINGS if a.get(key) != b.get(key)]
+
+
+def merge_hits(results: Sequence[SearchResult], k: int) -> SearchResult:
+    """The ``k`` best hits of one query's per-shard results, best first; equal scores keep shard order, then rank."""
+    ids = [i for r in results for i in r.ids]
+    metadata = [m for r in results for m in r.metadata]
+    scores = np.concatenate([r.scores for r in results]) if results else np.zeros(0, np.float32)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return SearchResult([ids[i] for i in order], scores[order].astype(np.float32, copy=True),
+                        [metadata[i] for i in order])

@@ -1,0 +1,236 @@
+"""Sparse exports of lexicon vectors for external stores: Pyserini impact indexes, Qdrant / Milvus, Elasticsearch /
+OpenSearch ``rank_features``; and the ``.npy`` matrix.
+
+A lexicon vector has one non-negative weight per cluster. Each sparse format writes one JSON object per line, holding
+the non-zero weights only: by cluster index (``qdrant``) or by cluster label (``pyserini``, ``rank-features``), a
+stable term such as ``c0042_statin`` (:func:`cluster_labels`). Queries are written in the same shape as documents, so
+a store scores a query and a document by the dot product of their vectors: exactly for the float formats, and
+``scale**2`` times it up to rounding for ``pyserini``'s integer impacts. ``lens encode --format`` reads ``FORMATS``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import os
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Callable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from index.vectors import as_matrix, check_finite
+from lens.atomic import atomic_write_bytes
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_FIELD",
+    "DEFAULT_SCALE",
+    "ExportOptions",
+    "FORMATS",
+    "LABEL_TOKENS",
+    "Format",
+    "check_format",
+    "cluster_labels",
+    "pyserini_records",
+    "qdrant_records",
+    "quantize",
+    "rank_features_records",
+    "write_export",
+]
+
+DEFAULT_SCALE = 100.0  # pyserini: impact = round(weight * scale); unit vectors' weights are <= 1
+DEFAULT_FIELD = "features"  # rank-features: the name of the rank_features field
+_LABEL_CHARS = 24  # at most this many characters of the token after the cluster id
+LABEL_TOKENS = 8  # how many of a cluster's first tokens are tried for its label
+_NOT_LABEL = re.compile(r"[^a-z0-9]+")
+_FIELD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """The options of the sparse formats, checked when made (before any encoding)."""
+
+    scale: float = DEFAULT_SCALE  # pyserini: integer impact = round(weight * scale); entries rounding to 0 dropped
+    field: str = DEFAULT_FIELD  # rank-features: the rank_features field that holds {label: weight}
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not (
+                math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"scale must be a finite number > 0 (impact = round(weight * scale)), got {self.scale!r}")
+        if not isinstance(self.field, str) or not _FIELD.fullmatch(self.field):
+            raise ValueError(f"field must be a field name of letters, digits, '_' and '-' (e.g. {DEFAULT_FIELD!r}), "
+                             f"got {self.field!r}")
+
+
+# ---------------------------------------------------------------------------------------------- labels
+def cluster_labels(tokens: Sequence[Sequence[str]]) -> list[str]:
+    """One term per cluster, ``c<id>_<token>`` (e.g. ``c0042_statin``), from each cluster's decoded tokens.
+
+    ``tokens[c]`` are cluster ``c``'s member tokens in token-id order (``LensEncoder.cluster_tokens``, the order of
+    ``clusters.tsv``). The token part is the first of its first ``LABEL_TOKENS`` tokens that keeps a letter or digit
+    once folded to lowercase ASCII (accents stripped, other characters removed), cut to 24 characters; a cluster
+    without one is ``c<id>``.
+    The id is zero-padded to one width (at least 4 digits), so labels are unique whatever the tokens; they hold only
+    ``[a-z0-9_]``: safe as Lucene terms, JSON keys and Elasticsearch feature names.
+    """
+    width = max(4, len(str(max(len(tokens) - 1, 0))))
+    labels = []
+    for c, members in enumerate(tokens):
+        word = next((w for w in map(_ascii_word, list(members)[:LABEL_TOKENS]) if w), "")
+        labels.append(f"c{c:0{width}d}_{word}" if word else f"c{c:0{width}d}")
+    return labels
+
+
+def _ascii_word(token: str) -> str:
+    folded = unicodedata.normalize("NFKD", token).encode("ascii", "ignore").decode("ascii").lower()
+    return _NOT_LABEL.sub("", folded)[:_LABEL_CHARS]
+
+
+# ---------------------------------------------------------------------------------------------- records
+def quantize(x: np.ndarray, scale: float = DEFAULT_SCALE) -> np.ndarray:
+    """Integer impacts ``round(x * scale)`` (half to even, as Python's ``round``) as int64, computed in float64."""
+    return np.rint(np.asarray(x, dtype=np.float64) * float(scale)).astype(np.int64)
+
+
+def pyserini_records(vectors: np.ndarray, ids: Sequence[str], labels: Sequence[str],
+                     texts: Sequence[str] | None = None, scale: float = DEFAULT_SCALE) -> Iterator[dict]:
+    """Pyserini ``JsonVectorCollection`` objects: ``{"id", "contents", "vector": {label: impact}}``.
+
+    Impacts are ``round(weight * scale)``; entries that round to 0 are left out. ``contents`` is the text (empty
+    without ``texts``). A query in the same shape scores ``sum(q_impact * d_impact)``, about ``scale**2`` times the
+    dot product (the rounding error is bounded in the README).
+    """
+    x = _checked(vectors, ids, labels, texts)
+    ExportOptions(scale=scale)
+    for i, doc_id in enumerate(ids):
+        impacts = quantize(x[i], scale)
+        cols = np.flatnonzero(impacts > 0)
+        yield {"id": doc_id, "contents": texts[i] if texts is not None else "",
+               "vector": {labels[c]: int(impacts[c]) for c in cols}}
+
+
+def qdrant_records(vectors: np.ndarray, ids: Sequence[str], labels: Sequence[str] | None = None,
+                   texts: Sequence[str] | None = None) -> Iterator[dict]:
+    """Qdrant / Milvus sparse vectors: ``{"id", "indices": [cluster, ...], "values": [weight, ...]}``.
+
+    Indices ascend; only positive weights are kept. Values are written in float32's shortest form, so reading them
+    back as float32 gives the encoded weights exactly (Qdrant stores float32).
+    """
+    x = _checked(vectors, ids, labels, texts)
+    for i, doc_id in enumerate(ids):
+        cols = np.flatnonzero(x[i] > 0)
+        yield {"id": doc_id, "indices": cols.tolist(), "values": _floats(x[i, cols])}
+
+
+def rank_features_records(vectors: np.ndarray, ids: Sequence[str], labels: Sequence[str],
+                          texts: Sequence[str] | None = None, field: str = DEFAULT_FIELD) -> Iterator[dict]:
+    """Elasticsearch / OpenSearch ``rank_features`` documents: ``{"id", field: {label: weight}}``.
+
+    Only positive weights are kept (the field rejects zero and negative values). Elasticsearch keeps 9 significant
+    bits of each value (relative error up to about 0.4%); the file holds the float32 weights exactly.
+    """
+    x = _checked(vectors, ids, labels, texts)
+    ExportOptions(field=field)
+    for i, doc_id in enumerate(ids):
+        cols = np.flatnonzero(x[i] > 0)
+        yield {"id": doc_id, field: dict(zip((labels[c] for c in cols), _floats(x[i, cols])))}
+
+
+def _floats(values: np.ndarray) -> list[float]:
+    """float32 values as the shortest decimals that read back to the same float32 (``0.1``, not ``0.100000001``)."""
+    return [float(s) for s in values.astype(np.float32).astype(str)]
+
+
+def _checked(vectors, ids, labels, texts) -> np.ndarray:
+    """``vectors`` as float32 rows after checking them against ids, labels and texts."""
+    x = as_matrix(vectors, "lexicon")
+    check_finite(x, "lexicon")
+    if len(ids) != x.shape[0]:
+        raise ValueError(f"{len(ids)} ids for {x.shape[0]} vectors: give one id per row")
+    if labels is not None and len(labels) != x.shape[1]:
+        raise ValueError(f"{len(labels)} cluster labels for vectors of {x.shape[1]} clusters: give one per cluster")
+    if texts is not None and len(texts) != x.shape[0]:
+        raise ValueError(f"{len(texts)} texts for {x.shape[0]} vectors: give one text per row")
+    bad = [i for i in ids if not isinstance(i, str)]
+    if bad:
+        raise TypeError(f"ids must be strings, got {type(bad[0]).__name__} {bad[0]!r}")
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise ValueError(f"id {i!r} appears twice; a store would keep only one of them: give unique ids")
+        seen.add(i)
+    negative = np.flatnonzero((x < 0).any(axis=1))
+    if negative.size:
+        raise ValueError(f"sparse exports take non-negative lexicon vectors; row {int(negative[0])} has a negative "
+                         "weight (dense vectors are exported with --format npy)")
+    return x.astype(np.float32, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------- formats
+Writer = Callable[[np.ndarray, Sequence[str] | None, Sequence[str] | None, Sequence[str] | None, ExportOptions], bytes]
+
+
+class Format(NamedTuple):
+    """An export format: its writer (matrix, ids, labels, texts, options -> file bytes) and what it needs."""
+
+    write: Writer
+    suffix: str  # the output file's extension
+    sparse: bool  # one record per vector, with ids and cluster labels (lexicon vectors only)
+    options: tuple[str, ...]  # the ExportOptions fields it reads
+    help: str
+
+
+def _jsonl(records: Iterator[dict]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
+
+
+def _write_npy(vectors, ids, labels, texts, options) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(vectors))
+    return buf.getvalue()
+
+
+FORMATS: dict[str, Format] = {
+    "npy": Format(_write_npy, ".npy", False, (), "a float32 matrix, rows in input order (numpy.load)"),
+    "pyserini": Format(
+        lambda x, ids, labels, texts, o: _jsonl(pyserini_records(x, ids, labels, texts, o.scale)),
+        ".jsonl", True, ("scale",), "Pyserini JsonVectorCollection: {id, contents, vector: {label: int impact}}"),
+    "qdrant": Format(
+        lambda x, ids, labels, texts, o: _jsonl(qdrant_records(x, ids, labels, texts)),
+        ".jsonl", True, (), "Qdrant / Milvus sparse vectors: {id, indices, values}"),
+    "rank-features": Format(
+        lambda x, ids, labels, texts, o: _jsonl(rank_features_records(x, ids, labels, texts, o.field)),
+        ".jsonl", True, ("field",), "Elasticsearch / OpenSearch rank_features: {id, FIELD: {label: weight}}"),
+}
+
+
+def check_format(name: str, path: str | os.PathLike | None = None) -> Format:
+    """The format called ``name``, refusing an unknown name or an output path without the format's extension."""
+    if name not in FORMATS:
+        raise ValueError(f"unknown export format {name!r}; valid: {', '.join(FORMATS)}")
+    fmt = FORMATS[name]
+    if path is not None and fmt.sparse and not os.fspath(path).endswith(fmt.suffix):
+        raise ValueError(f"format {name!r} writes JSON lines: give an output file ending in {fmt.suffix}, "
+                         f"got {os.fspath(path)!r}")
+    return fmt
+
+
+def write_export(path: str | os.PathLike, name: str, vectors: np.ndarray, ids: Sequence[str] | None = None,
+                 labels: Sequence[str] | None = None, texts: Sequence[str] | None = None,
+                 options: ExportOptions | None = None) -> None:
+    """Write ``vectors`` (N, k) to ``path`` in format ``name``, atomically (``lens.atomic``).
+
+    The sparse formats need ``ids`` (one string per row) and ``labels`` (``cluster_labels``, one per column);
+    ``texts`` fills Pyserini's ``contents``.
+    """
+    fmt = check_format(name, path)
+    if fmt.sparse and (ids is None or labels is None):
+        raise ValueError(f"format {name!r} needs ids (one per vector) and cluster labels (one per cluster)")
+    data = fmt.write(vectors, ids, labels, texts, options or ExportOptions())
+    atomic_write_bytes(path, data)
+    logger.info("wrote %s (%s, %d bytes)", path, name, len(data))
