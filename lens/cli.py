@@ -175,7 +175,8 @@ def cmd_encode(args: argparse.Namespace) -> None:
     ids, texts = read_records(Path(args.input), fmt.sparse)
     if not texts:
         raise ValueError(f"{args.input} holds no texts")
-    encoder = LensEncoder.from_pretrained(args.model)
+    _check_quantize_workers(args.quantize, args.workers > 1)
+    encoder = LensEncoder.from_pretrained(args.model, quantize=args.quantize)
     kwargs = dict(batch_size=args.batch_size, show_progress_bar=True, normalize=not args.no_normalize,
                   output=args.kind)
     from lens.sharding import encode_texts
@@ -212,6 +213,13 @@ def cmd_explain(args: argparse.Namespace) -> None:
             print(f"  cluster {r.cluster:>5}  weight {r.weight:6.3f}  {toks}")
 
 
+def _check_quantize_workers(quantize: str | None, several: bool) -> None:
+    """--quantize runs in this process only: worker processes (--workers, --devices, torchrun) load float32."""
+    if quantize and several:
+        raise ValueError("--quantize applies to a single CPU process; drop --workers / --devices (or torchrun), "
+                         "or drop --quantize")
+
+
 # ---------------------------------------------------------------------------------------------- index / search
 def cmd_index_build(args: argparse.Namespace) -> None:
     import contextlib
@@ -230,6 +238,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     if devices:
         worker_devices(args.workers, devices)  # a wrong device fails now, not after the corpus loads
     ranked = torchrun_rank()  # under torchrun every rank runs this; rank 0 alone writes the output
+    _check_quantize_workers(args.quantize, ranked is not None or args.workers > 1 or bool(devices))
     first = ranked is None or ranked[0] == 0
     if first:
         check_save_target(args.output)  # before any work: never build over a folder that is not an index
@@ -242,8 +251,10 @@ def cmd_index_build(args: argparse.Namespace) -> None:
         else:
             from lens.hybrid import HybridEncoder
 
-            encoder = HybridEncoder.from_pretrained(args.model, args.dense)
+            encoder = HybridEncoder.from_pretrained(args.model, args.dense, quantize=args.quantize)
         info = {"lens_model": model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
+        if args.quantize:
+            info["lens_quantize"] = args.quantize  # `lens search` warns when the queries' differ
         try:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
@@ -314,6 +325,13 @@ def cmd_search(args: argparse.Namespace) -> None:
 
     check_queries(args.query)  # before the models load
     searcher = Searcher.open(args.dir, args.model)
+    if args.quantize:
+        searcher.encoder.lens.apply_quantize(args.quantize)
+    built = (searcher.index.info or {}).get("lens_quantize")
+    if built != args.quantize:
+        logger.warning("the index's documents were encoded %s and the queries are encoded %s: scores are close to, "
+                       "not the same as, a matched pair's (%s to match)", built or "in float32",
+                       args.quantize or "in float32", f"pass --quantize {built}" if built else "drop --quantize")
     results = searcher.search(args.query, k=args.k, weights=args.weights, instruction=args.instruction)
     if args.json:
         print(json.dumps([{"query": q, "hits": [{"rank": r, "id": i, "score": float(s), **(m or {})}
@@ -391,6 +409,9 @@ def cmd_merge(args: argparse.Namespace) -> None:
           f"LensEncoder.from_pretrained({str(args.out)!r})")
 
 
+_QUANTIZE_HELP = "int8: the decoder's linear layers in int8 on CPU (faster; vectors close to float32's, not equal)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lens", description="Lexicon-based text embeddings from causal LLMs.")
     talk = p.add_mutually_exclusive_group()
@@ -441,6 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-normalize", action="store_true", help="keep raw (not unit-length) vectors")
     e.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                    help="encode in N processes, each a contiguous share of the texts (CPU threads split between them)")
+    e.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
+                   help=_QUANTIZE_HELP)
     e.set_defaults(func=cmd_encode)
 
     x = sub.add_parser("explain", help="print the heaviest clusters of texts' lexicon vectors")
@@ -480,6 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--top-m", type=_positive_int, default=None, metavar="M",
                    help="keep the M heaviest lexicon weights of each document (before normalising); recorded in "
                         "the index, queries are not pruned")
+    b.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
+                   help=_QUANTIZE_HELP + "; recorded in the index")
     b.set_defaults(func=cmd_index_build, command="index build")
     i = ix.add_parser("info", help="describe a saved index after checking its files (exit 2 if damaged)")
     i.add_argument("dir", type=Path)
@@ -502,6 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
+    s.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
+                   help=_QUANTIZE_HELP + "; a warning if the index was built otherwise")
     s.set_defaults(func=cmd_search)
 
     bench = sub.add_parser("bench", help="retrieval benchmarks").add_subparsers(dest="bench_command", required=True)

@@ -25,11 +25,16 @@ from lens.corpus import invalid_unicode
 from lens.inputs import Encoded, encode_texts, length_sorted_batches, pad_batch
 from lens.model import LensModel, LensOutput, decoder_of
 from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
+from lens.quantize import check_quantize, quantize_decoder
 
 logger = logging.getLogger(__name__)
 
 OUTPUTS = ("lexicon", "dense", "both")
 CONVERSIONS = ("numpy", "torch", "sparse")
+# Padded tokens per forward on CPU. A CPU computes a token no faster in a bigger batch (a 256-token text already
+# fills the matrix kernels), so more rows only add padding and attention over it: 16 SciFact abstracts in one
+# padded batch took 1.9x the CPU time of one at a time. Short texts (queries) still go several to a forward.
+CPU_BATCH_TOKENS = 512
 
 
 class EncodeOutput(NamedTuple):
@@ -54,17 +59,19 @@ def encode_items(
     hidden_size: int,
     batch_size: int,
     show_progress_bar: bool = False,
+    max_tokens: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The encode loop: length-sorted batches of ``items`` through ``forward``, rows back in input order.
 
     Returns unnormalised float32 (lexicon (N, k), dense (N, hidden)). ``forward`` runs one batch (the
-    encoder's full forward, or the trainer's over its cache of frozen layers) without gradients.
+    encoder's full forward, or the trainer's over its cache of frozen layers) without gradients; a batch holds at
+    most ``batch_size`` items and, when given, ``max_tokens`` padded tokens (``length_sorted_batches``).
     """
     from tqdm.auto import tqdm
 
     lexicon = np.zeros((len(items), num_clusters), dtype=np.float32)
     dense = np.zeros((len(items), hidden_size), dtype=np.float32)
-    batches = length_sorted_batches([len(it.ids) for it in items], batch_size)
+    batches = length_sorted_batches([len(it.ids) for it in items], batch_size, max_tokens)
     with torch.inference_mode():
         for rows in tqdm(batches, desc="Batches", disable=not show_progress_bar):
             out = forward([items[j] for j in rows])
@@ -110,7 +117,8 @@ def check_texts(texts, what: str = "texts") -> list[str]:
 class LensEncoder:
     """Encode texts into LENS lexicon vectors (one weight per token cluster) and dense vectors.
 
-    Blank texts ("" or whitespace only) get all-zero vectors, without running the model.
+    Blank texts ("" or whitespace only) get all-zero vectors, without running the model. On CPU a forward holds
+    at most ``cpu_batch_tokens`` padded tokens (None: ``batch_size`` texts whatever their length).
     """
 
     def __init__(self, model: LensModel, tokenizer, config: LensConfig, assignment: np.ndarray, *,
@@ -125,6 +133,8 @@ class LensEncoder:
         self.source_dir = source_dir  # the directory loaded from (None when built in memory)
         self.adapter_sha256 = adapter_sha256  # sha256 of the LoRA adapter's weights, None without one
         self.adapter_merged = adapter_merged  # the adapter is folded into the decoder's weights
+        self.quantize: str | None = None  # or "int8" after apply_quantize (lens.quantize; inference only)
+        self.cpu_batch_tokens: int | None = CPU_BATCH_TOKENS
 
     # ---------------------------------------------------------------- loading and saving
     @classmethod
@@ -139,13 +149,25 @@ class LensEncoder:
         attention: str | None = None,
         pooling: str | None = None,
         merge_adapter: bool = True,
+        quantize: str | None = None,
     ) -> "LensEncoder":
         """Load a LENS directory (or ``"default"``).
 
         ``backbone`` overrides where the backbone's files are; ``attention`` ("bidirectional"/"causal") and
         ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations. A trained directory's
         LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
+        ``quantize="int8"`` runs the decoder's linear layers in int8 on CPU (``lens.quantize``; the cluster head and
+        pooling stay float32): faster, vectors close to but not equal to float32's (and to themselves encoded in
+        another batch, by ~1e-3: outlier channels are picked per forward), inference only.
         """
+        if quantize is not None:
+            device = device or "cpu"
+            check_quantize(quantize, device)
+            if dtype not in (None, torch.float32):
+                raise ValueError(f"quantize={quantize!r} starts from float32 weights; drop dtype={dtype}")
+            if not merge_adapter:
+                raise ValueError(f"quantize={quantize!r} needs the adapter merged into the weights; drop "
+                                 "merge_adapter=False")
         files = read_model_dir(path)
         config = files.config
         config.backbone = backbone if backbone is not None else files.backbone
@@ -165,8 +187,21 @@ class LensEncoder:
         if files.adapter_dir is not None:
             adapter_sha = _load_adapter(decoder, files.adapter_dir, merge_adapter)
         model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention)
-        return cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
-                   adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter)
+        encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
+                      adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter)
+        return encoder if quantize is None else encoder.apply_quantize(quantize)
+
+    def apply_quantize(self, quantize: str) -> "LensEncoder":
+        """Quantize this encoder's decoder in place (``lens.quantize``: ``"int8"``, CPU only); returns it."""
+        if self.quantize is not None:
+            raise ValueError(f"this encoder is already quantized ({self.quantize!r})")
+        if self.adapter_sha256 is not None and not self.adapter_merged:
+            raise ValueError(f"quantize={quantize!r} needs the adapter merged into the weights; load the model "
+                             "with merge_adapter=True")
+        check_quantize(quantize, self.device)
+        quantize_decoder(self.model.decoder, quantize)
+        self.quantize = quantize
+        return self
 
     def save_pretrained(self, path: str | os.PathLike) -> None:
         """Write this model's directory to ``path``, atomically (``lens.model_dir.write_model_dir``).
@@ -175,6 +210,9 @@ class LensEncoder:
         goes to ``path/backbone`` in transformers' format and the config names it, so no adapter is needed. An
         unmerged adapter is copied as it is (PEFT format).
         """
+        if self.quantize is not None:
+            raise ValueError(f"this encoder was loaded with quantize={self.quantize!r}, whose packed int8 weights "
+                             "cannot be saved; save the float32 encoder (load without quantize=)")
         config = LensConfig.from_dict(self.config.to_dict())
         adapter = None
         if self.adapter_merged:
@@ -237,7 +275,7 @@ class LensEncoder:
                     n_cut, len(items), self.max_seq_length,
                 )
             lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],
-                                                      batch_size, show_progress_bar)
+                                                      batch_size, show_progress_bar, self._max_tokens())
         if normalize:
             lexicon = l2_normalize(lexicon)
             dense = l2_normalize(dense)
@@ -251,9 +289,13 @@ class LensEncoder:
             return dense_out
         return EncodeOutput(lex_out, dense_out)
 
+    def _max_tokens(self) -> int | None:
+        return self.cpu_batch_tokens if self.device.type == "cpu" else None
+
     def _forward(self, items: list[Encoded]) -> LensOutput:
         batch = pad_batch(items, self.tokenizer.pad_token_id)
-        return self.model(**{k: v.to(self.device) for k, v in batch.items()})
+        device = self.device  # looked up once: it walks the model's parameters
+        return self.model(**{k: v.to(device) for k, v in batch.items()})
 
     def encode_queries(self, texts: str | list[str], instruction: str | None = None, **kwargs):
         """Encode queries behind the instruction template (the paper's ``<instruct>{task}\\n<query>``)."""

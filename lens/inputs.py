@@ -66,13 +66,23 @@ def pad_batch(items: list[Encoded], pad_id: int, side: str = "right") -> dict[st
     return {"input_ids": ids, "attention_mask": att, "pool_mask": pool}
 
 
-def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+def length_sorted_batches(lengths: list[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
     """Indices grouped into batches of similar length (longest first), so padding is minimal.
 
-    Callers write each batch's rows back to these indices, which restores the input order.
+    ``max_tokens`` also caps a batch's padded size (its longest length times its rows; a longer text goes alone):
+    on a CPU a bigger batch computes no faster per token, so rows past that only add padding and attention over
+    it. Callers write each batch's rows back to these indices, which restores the input order.
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    if max_tokens is None:
+        return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    for i in order:  # the first index of a batch is its longest
+        if batches and len(batches[-1]) < batch_size and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= max_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def position_ids(attention_mask: Tensor) -> Tensor:

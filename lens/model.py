@@ -11,6 +11,7 @@ from lens.attention import set_attention_mode
 from lens.inputs import position_ids
 from lens.layers import upper
 from lens.pooling import DEFAULT_CHUNK_ELEMENTS, get_pooling, mean_pool, shift_left
+from lens.quantize import is_quantized
 
 
 class LensOutput(NamedTuple):
@@ -54,6 +55,13 @@ class LensModel(nn.Module):
     @property
     def num_clusters(self) -> int:
         return self.head.weight.shape[0]
+
+    def train(self, mode: bool = True) -> "LensModel":
+        """``nn.Module.train``, refused for an int8 decoder (``lens.quantize``: packed weights, no gradients)."""
+        if mode and is_quantized(self.decoder):
+            raise ValueError("this model's decoder is quantized to int8 (inference only) and cannot be trained; "
+                             "load the model without quantize= to train it")
+        return super().train(mode)
 
     def hidden_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """Last hidden states (B, L, H); positions count real tokens only (left padding safe)."""

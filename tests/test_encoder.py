@@ -32,6 +32,30 @@ def test_order_restored_whatever_the_batching(tiny_encoder):
     assert_close(together, alone)
 
 
+def test_mixed_lengths_give_the_same_vectors_however_they_are_batched(tiny_encoder, monkeypatch):
+    """One padded batch, batches capped at a number of padded tokens (the CPU default) and one text at a time
+    agree, for both vectors; the cap bounds every forward's padded size."""
+    texts = ["cell", "the review of the study was high " * 6, "cancer patients", "drug dose response in mouse " * 3,
+             "gene", "blood brain " * 5]
+    alone = [tiny_encoder.encode(t, output="both") for t in texts]
+    shapes = []
+    forward = tiny_encoder._forward
+    monkeypatch.setattr(tiny_encoder, "_forward", lambda items: shapes.append(
+        (len(items), max(len(it.ids) for it in items))) or forward(items))
+    for cap in (None, 64, 20, 1):
+        monkeypatch.setattr(tiny_encoder, "cpu_batch_tokens", cap)
+        shapes.clear()
+        got = tiny_encoder.encode(texts, batch_size=8, output="both")
+        assert_close(got.lexicon, np.stack([a.lexicon for a in alone]))
+        assert_close(got.dense, np.stack([a.dense for a in alone]))
+        assert sum(n for n, _ in shapes) == len(texts)
+        if cap is None:
+            assert len(shapes) == 1
+        else:
+            assert all(n == 1 or n * longest <= cap for n, longest in shapes)
+    assert len(shapes) == len(texts)  # cap 1: one text per forward
+
+
 def test_matches_pooling_maths(tiny_encoder, tokenizer):
     """The encoder's vector = log1p(relu(max over the text's tokens + EOS of the left neighbour's logits))."""
     raw = tiny_encoder.encode(DOCS[1], normalize=False)

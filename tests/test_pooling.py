@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lens.inputs import Encoded, encode_texts, pad_batch, position_ids
+from lens.inputs import Encoded, encode_texts, length_sorted_batches, pad_batch, position_ids
 from lens.pooling import get_pooling, last_index, max_pool, mean_pool, shift_left, sum_pool, last_pool
 
 from conftest import assert_close
@@ -118,3 +118,21 @@ def test_pad_batch_and_positions(side):
     assert real.tolist() == [0, 1, 2, 0, 1]
     with pytest.raises(ValueError):
         pad_batch(items, 0, side="middle")
+
+
+@pytest.mark.parametrize("batch_size,max_tokens", [(3, None), (3, 20), (8, 20), (8, 1), (2, 1000)])
+def test_length_sorted_batches(batch_size, max_tokens):
+    lengths = [5, 12, 3, 12, 7, 1, 9, 4]
+    batches = length_sorted_batches(lengths, batch_size, max_tokens)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(len(lengths)))  # every index once
+    assert [lengths[i] for i in flat] == sorted(lengths, reverse=True)  # longest first
+    assert flat.index(1) < flat.index(3)  # ties keep input order
+    for b in batches:
+        assert 1 <= len(b) <= batch_size
+        if max_tokens is not None and len(b) > 1:
+            assert lengths[b[0]] * len(b) <= max_tokens
+    if max_tokens is None:
+        assert [len(b) for b in batches] == [3, 3, 2]
+    if (batch_size, max_tokens) == (8, 20):
+        assert batches == [[1], [3], [6, 4], [0, 7, 2, 5]]  # 12 | 12 (2 x 12 > 20) | 2 x 9 | 4 x 5 = 20

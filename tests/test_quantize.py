@@ -1,0 +1,189 @@
+"""int8 inference (lens.quantize): the int8 linear against float maths, the encoder's int8 vectors against float32's,
+and the option refused where it cannot work."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from lens.cli import main
+from lens.encoder import LensEncoder
+from lens.quantize import QUANTIZE_MODES, Int8Linear, check_quantize, is_quantized, quantize_decoder
+
+from conftest import assert_close, make_causal_lm
+
+DOCS = ["cell protein gene", "the review of the study was high", "cancer patients", "drug dose response in mouse"]
+
+
+def rel_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm())
+
+
+def activations(rows: int, cols: int, outlier: float, seed: int = 0) -> torch.Tensor:
+    """Random activations with one channel ``outlier`` times larger, and one token 20 times larger (as LLMs have)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g)
+    x[:, 3] *= outlier
+    x[0] *= 20
+    return x
+
+
+@pytest.fixture(scope="module")
+def linear():
+    torch.manual_seed(0)
+    return torch.nn.Linear(64, 48, bias=True)
+
+
+def test_int8_linear_is_close_to_float(linear):
+    x = activations(24, 64, outlier=1.0)
+    want = linear(x).detach()
+    with torch.inference_mode():
+        got = Int8Linear.from_linear(linear, outliers=0)(x)
+    assert got.shape == want.shape and got.dtype == torch.float32
+    assert rel_error(got, want) < 0.02
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.ao.quantization, the baseline compared with
+def test_outlier_channels_keep_precision_where_one_scale_per_tensor_loses_it(linear):
+    """A channel 100x larger than the rest: computed in float32 it no longer sets every token's scale."""
+    x = activations(24, 64, outlier=100.0)
+    want = linear(x).detach()
+    with torch.inference_mode():
+        plain = rel_error(Int8Linear.from_linear(linear, outliers=0)(x), want)
+        split = rel_error(Int8Linear.from_linear(linear, outliers=2)(x), want)
+        torch_default = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear},
+                                                               dtype=torch.qint8)
+        baseline = rel_error(torch_default(x), want)
+    assert split < 0.02 and split < plain / 2
+    assert split < baseline / 4  # torch's per-tensor, 7-bit activations
+
+
+def test_no_int16_saturation_at_full_range():
+    """Positive activations at their maximum against the largest weights: the worst case for the AVX2 kernels'
+    int16 pair sums (8-bit weights would saturate there; 7-bit ones never do)."""
+    w = torch.full((8, 64), 0.5)
+    w[:, ::2] = 1.0
+    x = torch.rand(16, 64, generator=torch.Generator().manual_seed(1)) * 0.01 + 1.0  # all near the row maximum
+    lin = torch.nn.Linear(64, 8, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+    with torch.inference_mode():
+        got = Int8Linear.from_linear(lin, outliers=0)(x)
+    assert rel_error(got, x @ w.t()) < 0.01
+
+
+def test_3d_input_and_bias(linear):
+    x = activations(10, 64, outlier=5.0).reshape(2, 5, 64)
+    with torch.inference_mode():
+        got = Int8Linear.from_linear(linear, outliers=4)(x)
+    assert got.shape == (2, 5, 48)
+    assert rel_error(got, linear(x).detach()) < 0.02
+
+
+def test_quantize_decoder_replaces_every_linear_in_place():
+    decoder = make_causal_lm("llama", 64).base_model
+    n_linear = sum(type(m) is torch.nn.Linear for m in decoder.modules())
+    embed = decoder.embed_tokens.weight
+    assert quantize_decoder(decoder) == n_linear == 2 * 7
+    assert is_quantized(decoder) and not any(type(m) is torch.nn.Linear for m in decoder.modules())
+    assert decoder.embed_tokens.weight is embed  # embeddings (and norms) stay float32
+
+
+def test_quantize_decoder_refuses_what_it_cannot_run():
+    decoder = make_causal_lm("llama", 64).base_model.to(torch.bfloat16)
+    with pytest.raises(ValueError, match="float32 decoder on CPU"):
+        quantize_decoder(decoder)
+
+
+@pytest.mark.parametrize("mode,device,match", [
+    ("int4", "cpu", "valid: int8"), ("int8", "cuda", "CPU path"), ("int8", "cuda:1", "CPU path"),
+])
+def test_check_quantize(mode, device, match):
+    with pytest.raises(ValueError, match=match):
+        check_quantize(mode, device)
+    assert check_quantize(None, "cuda") is None and check_quantize("int8", "cpu") == "int8"
+    assert QUANTIZE_MODES == ("int8",)
+
+
+# ---------------------------------------------------------------------------------------------- the encoder
+@pytest.fixture(scope="module")
+def int8_encoder(tiny_lens_dir):
+    return LensEncoder.from_pretrained(tiny_lens_dir, quantize="int8")
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_int8_vectors_are_close_to_float32(int8_encoder, tiny_encoder):
+    """Cosine > 0.99 to float32 for documents and queries, both vectors; not equal (it is quantized)."""
+    for fn in ("encode_documents", "encode_queries"):
+        got = getattr(int8_encoder, fn)(DOCS, output="both")
+        want = getattr(tiny_encoder, fn)(DOCS, output="both")
+        for g, w in zip(got, want):
+            assert cosines(g, w).min() > 0.99
+        assert not np.allclose(got.lexicon, want.lexicon, atol=1e-6)
+    assert int8_encoder.quantize == "int8" and tiny_encoder.quantize is None
+    assert is_quantized(int8_encoder.model) and not is_quantized(tiny_encoder.model)
+    # the head and the pooling are float32: the same hidden states give the same vector
+    assert int8_encoder.model.head.weight.dtype == torch.float32
+    assert_close(int8_encoder.model.head.weight, tiny_encoder.model.head.weight, atol=0)
+
+
+def test_int8_encoder_keeps_the_fingerprint(int8_encoder, tiny_encoder):
+    """Same model, approximate arithmetic: an index built in float32 can be searched with int8 queries."""
+    assert int8_encoder.fingerprint() == tiny_encoder.fingerprint()
+
+
+def test_int8_encoder_is_inference_only(int8_encoder, tmp_path):
+    with pytest.raises(ValueError, match="cannot be trained"):
+        int8_encoder.model.train()
+    int8_encoder.model.eval()  # switching to eval stays allowed
+    with pytest.raises(ValueError, match="cannot be saved"):
+        int8_encoder.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="already quantized"):
+        int8_encoder.apply_quantize("int8")
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"quantize": "int4"}, "valid: int8"),
+    ({"quantize": "int8", "device": "cuda"}, "CPU path"),
+    ({"quantize": "int8", "dtype": torch.bfloat16}, "starts from float32"),
+    ({"quantize": "int8", "merge_adapter": False}, "adapter merged"),
+])
+def test_from_pretrained_refuses_bad_quantize(tiny_lens_dir, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LensEncoder.from_pretrained(tiny_lens_dir, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- the CLI
+def test_cli_encode_with_quantize(tiny_lens_dir, int8_encoder, tmp_path, capsys):
+    (tmp_path / "t.txt").write_text("cell gene\ncancer patients\n")
+    out = tmp_path / "v.npy"
+    argv = ["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "t.txt"), "--output", str(out)]
+    assert main(argv + ["--quantize", "int8"]) == 0
+    assert_close(np.load(out), int8_encoder.encode(["cell gene", "cancer patients"]))
+    assert main(argv + ["--quantize", "int8", "--workers", "2"]) == 2
+    assert "single CPU process" in capsys.readouterr().err
+    assert main(argv + ["--quantize", "fp16"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_cli_index_records_quantize_and_search_warns_on_a_mismatch(tiny_lens_dir, tmp_path, capsys, caplog):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(DOCS)))
+    ix = tmp_path / "ix"
+    assert main(["index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "none", "--quantize", "int8"]) == 0
+    assert json.loads((ix / "manifest.json").read_text())["info"]["lens_quantize"] == "int8"
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        assert main(["search", str(ix), "cancer", "-k", "2", "--quantize", "int8"]) == 0
+        assert not [r for r in caplog.records if "encoded" in r.message]
+        assert main(["search", str(ix), "cancer", "-k", "2"]) == 0
+    (warning,) = [r.getMessage() for r in caplog.records if "encoded" in r.message]
+    assert "encoded int8" in warning and "in float32" in warning and "--quantize int8" in warning
+    assert "cancer" in capsys.readouterr().out
