@@ -7,12 +7,15 @@ both run it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Mapping, Set as AbstractSet
-from typing import Callable, Literal, NamedTuple, Sequence
+from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -44,6 +47,35 @@ class EncodeOutput(NamedTuple):
     dense: object
 
 
+@dataclass
+class Truncations:
+    """Texts truncated to ``max_seq_length`` by the ``LensEncoder.encode`` calls inside ``count_truncations``."""
+
+    truncated: int = 0  # texts longer than max_seq_length tokens
+    texts: int = 0  # texts encoded (blank ones are not)
+    max_seq_length: int | None = None  # the limit of the last call
+
+    def add(self, truncated: int, texts: int, max_seq_length: int) -> None:
+        self.truncated += truncated
+        self.texts += texts
+        self.max_seq_length = max_seq_length
+
+
+_TRUNCATIONS: ContextVar[Truncations | None] = ContextVar("lens_truncations", default=None)
+
+
+@contextlib.contextmanager
+def count_truncations() -> Iterator[Truncations]:
+    """Count truncated texts instead of warning once per ``encode`` call, for a job that makes many calls (an
+    index build's chunks) and reports one total itself. Per thread (a context variable); blocks may nest."""
+    tally = Truncations()
+    token = _TRUNCATIONS.set(tally)
+    try:
+        yield tally
+    finally:
+        _TRUNCATIONS.reset(token)
+
+
 class ClusterWeight(NamedTuple):
     """One line of ``explain``: a cluster, its weight in the text's vector, and some of its tokens."""
 
@@ -72,11 +104,14 @@ def encode_items(
     lexicon = np.zeros((len(items), num_clusters), dtype=np.float32)
     dense = np.zeros((len(items), hidden_size), dtype=np.float32)
     batches = length_sorted_batches([len(it.ids) for it in items], batch_size, max_tokens)
-    with torch.inference_mode():
-        for rows in tqdm(batches, desc="Batches", disable=not show_progress_bar):
+    # one bar counting texts ("doc"): batches vary in size under max_tokens, so batches per second say little
+    with torch.inference_mode(), tqdm(total=len(items), desc="Encoding", unit="doc",
+                                      disable=not show_progress_bar) as bar:
+        for rows in batches:
             out = forward([items[j] for j in rows])
             lexicon[rows] = out.lexicon.float().cpu().numpy()
             dense[rows] = out.dense.float().cpu().numpy()
+            bar.update(len(rows))
     return lexicon, dense
 
 
@@ -250,7 +285,8 @@ class LensEncoder:
 
         ``prompt`` is put before every text (like an instruction) but is never pooled. ``normalize`` scales
         each vector to unit L2 norm (lexicon and dense separately). ``convert_to="sparse"`` gives a SciPy CSR
-        matrix for the lexicon part. Texts longer than ``max_seq_length`` are truncated (one warning per call).
+        matrix for the lexicon part. Texts longer than ``max_seq_length`` are truncated (one warning per call; inside
+        ``count_truncations`` they are counted instead).
         """
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -269,7 +305,10 @@ class LensEncoder:
         if todo:
             items = encode_texts(self.tokenizer, [texts[i] for i in todo], self.max_seq_length, prompt)
             n_cut = sum(it.truncated for it in items)
-            if n_cut:
+            tally = _TRUNCATIONS.get()
+            if tally is not None:  # inside count_truncations: the caller reports the total
+                tally.add(n_cut, len(items), self.max_seq_length)
+            elif n_cut:
                 logger.warning(
                     "%d of %d texts were longer than max_seq_length=%d tokens and were truncated",
                     n_cut, len(items), self.max_seq_length,

@@ -3,18 +3,21 @@ into several shard indexes when asked.
 
 Encoding. Chunk ``i`` holds documents ``i * chunk_size`` to ``(i + 1) * chunk_size`` and is saved in a work
 directory beside the output (``.<name>.partial/chunk-<i>.npz``) with the sha256 of its document ids and of the
-encoder's fingerprint, so a chunk is never attached to documents, or mixed with vectors, it was not encoded from;
-a damaged one is encoded again. ``workers`` processes (``devices``: one per GPU), or the ranks of ``torchrun``, each
-encode a contiguous range of chunks (``lens.sharding``) and record it in ``encode-<rank>-of-<world>.json`` (the
-range, every chunk file with its sha256, the fingerprint and dims). Chunks are the same whatever the number of
-workers, so the index is the one a single process builds, and ``resume=True`` encodes only the chunks not there yet
-(also with another worker count).
+encoder's fingerprint, its quantisation (``lens.quantize``: int8, or float32) and how many of its documents were
+truncated, so a chunk is never attached to documents, or mixed with vectors, it was not encoded from; a damaged
+one, or one from another encoder or quantisation (a resume with another ``--quantize``: the fingerprint is the same
+on purpose), is encoded again with a warning. ``workers`` processes (``devices``: one per GPU), or the ranks of
+``torchrun``, each encode a contiguous range of chunks (``lens.sharding``) and record it in
+``encode-<rank>-of-<world>.json`` (the range, every chunk file with its sha256 and truncated documents, the
+fingerprint, quantisation and dims). Chunks are the same whatever the number of workers, so the index is the one a
+single process builds, and ``resume=True`` encodes only the chunks not there yet (also with another worker count).
 
 Assembly (one process: the caller, or rank 0). Chunk files are checked against their recorded sha256 before they
 are read. Types that need training are trained once, on a seeded sample of the whole corpus. ``shards=S`` writes S
 shard indexes of contiguous documents, one at a time (``index.shards``), so only one shard is in memory; for
 ``ivf-ondisk`` the S parts' inverted lists are spilled to the work directory and merged into one memory-mapped file
-instead. ``top_m`` keeps each document's ``top_m`` heaviest lexicon weights (``HybridIndex(top_m=...)``).
+instead. ``top_m`` keeps each document's ``top_m`` heaviest lexicon weights (``HybridIndex(top_m=...)``). Documents
+truncated to ``max_seq_length`` are reported once, as one total over the corpus (not one warning per chunk).
 
 The whole build holds the output's writer lock (``lens.atomic.DirectoryLock``, the one ``HybridIndex.save`` takes),
 so a second build or save to the same output fails at once instead of deleting this one's work directory. A full
@@ -31,7 +34,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -43,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 SNIPPET_CHARS = 300
 STATE_VERSION = 2  # chunks carry the encoder fingerprint's sha256; shard records
+RECORD_VERSION = 2  # 2: the quantisation, max_seq_length and each chunk's truncated documents
+FLOAT32 = "float32"  # a chunk's stored quantisation when it has none (quantize=None)
 _SAMPLE_SEED = 0
 
 
@@ -146,6 +151,9 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
         return _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_size, batch_size, resume,
                              show_progress_bar, settings)
     devices = worker_devices(workers, devices)
+    if _quantize_of(encoder) is not None and devices != ["cpu"]:  # workers load the model again, in float32
+        raise ValueError(f"this encoder is quantized ({_quantize_of(encoder)}), which applies to one CPU process; "
+                         "drop workers / devices, or load the model without quantize=")
     with DirectoryLock(output, "index"), _kept_on_storage_error(work):
         _prepare(work, state, resume)
         if len(devices) == 1 and devices[0] == "cpu" and not isinstance(encoder, EncoderSpec):
@@ -311,13 +319,17 @@ def _encode_range(encoder, docs, work, rank, world, chunk_size, batch_size, show
 def encode_shard(encoder, ids: Sequence[str], texts: Sequence[str], work: Path, *, first_chunk: int, chunk_size: int,
                  batch_size: int, rank: int = 0, world: int = 1, show_progress_bar: bool = True) -> dict:
     """Encode one shard's documents into chunk files ``first_chunk, first_chunk + 1, ...`` of ``work`` (skipping
-    the chunks already there and whole) and write its record ``encode-<rank>-of-<world>.json``; returns it."""
+    the chunks already there, whole and of this encoder and quantisation) and write its record
+    ``encode-<rank>-of-<world>.json``; returns it."""
     from tqdm.auto import tqdm
+
+    from lens.encoder import count_truncations
 
     fingerprint = encoder.fingerprint()
     fp_sha = _fingerprint_sha(fingerprint)
     dims = (encoder.lexicon_dim, encoder.dense_dim)
-    chunks = []
+    quantize = _quantize_of(encoder)
+    chunks, requantized = [], False
     desc = "Encoding" if world == 1 else f"Encoding {rank + 1}/{world}"
     bar = tqdm(total=len(ids), desc=desc, unit="doc", position=rank if world > 1 else None,
                disable=not show_progress_bar)
@@ -327,22 +339,47 @@ def encode_shard(encoder, ids: Sequence[str], texts: Sequence[str], work: Path, 
             chunk_ids = list(ids[start : start + chunk_size])
             ids_sha = _ids_sha(chunk_ids)
             data = _read_bytes(path)
-            if data is not None and _parse_chunk(data, ids_sha, fp_sha, dims) is None:
+            chunk = None if data is None else _parse_chunk(data, ids_sha, fp_sha, dims)
+            if data is not None and chunk is None:
                 logger.warning("chunk %s is damaged or belongs to other documents or another encoder; encoding it "
                                "again", path.name)
-                data = None
-            if data is None:
-                lex, dense = encode_chunk(encoder, list(texts[start : start + chunk_size]), batch_size)
-                data = _chunk_bytes(lex, dense, ids_sha, fp_sha)
+            elif chunk is not None and chunk.quantize != quantize:
+                if not requantized:  # one warning for the shard, not one per chunk
+                    logger.warning("the unfinished build in %s holds chunks encoded in %s (%s first), but this "
+                                   "build encodes in %s: encoding them again, so that the index never mixes int8 and "
+                                   "float32 vectors", work, _quantize_label(chunk.quantize), path.name,
+                                   _quantize_label(quantize))
+                requantized, chunk = True, None
+            if chunk is None:
+                with count_truncations() as tally:  # reported once for the whole build, by _assemble
+                    lex, dense = encode_chunk(encoder, list(texts[start : start + chunk_size]), batch_size)
+                chunk = _Chunk(lex, dense, quantize, tally.truncated)
+                data = _chunk_bytes(chunk, ids_sha, fp_sha)
                 atomic_write_bytes(path, data)
-            chunks.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "rows": len(chunk_ids)})
+            chunks.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "rows": len(chunk_ids),
+                           "truncated": chunk.truncated})
             bar.update(len(chunk_ids))
     finally:
         bar.close()
-    record = {"version": 1, "rank": rank, "world": world, "first_chunk": first_chunk, "documents": len(ids),
-              "fingerprint": fingerprint, "lexicon_dim": dims[0], "dense_dim": dims[1], "chunks": chunks}
+    record = {"version": RECORD_VERSION, "rank": rank, "world": world, "first_chunk": first_chunk,
+              "documents": len(ids), "fingerprint": fingerprint, "quantize": quantize,
+              "max_seq_length": _max_seq_length(encoder), "lexicon_dim": dims[0], "dense_dim": dims[1],
+              "chunks": chunks}
     write_json(work / _record_name(rank, world), record)
     return record
+
+
+def _quantize_of(encoder) -> str | None:
+    """The quantisation of ``encoder``'s LENS model (a ``HybridEncoder``'s ``.lens``): ``"int8"``, or None."""
+    return getattr(getattr(encoder, "lens", encoder), "quantize", None)
+
+
+def _quantize_label(quantize: str | None) -> str:
+    return FLOAT32 if quantize is None else quantize
+
+
+def _max_seq_length(encoder) -> int | None:
+    return getattr(getattr(encoder, "lens", encoder), "max_seq_length", None)
 
 
 def _record_name(rank: int, world: int) -> str:
@@ -364,21 +401,36 @@ def _read_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _chunk_bytes(lex, dense, ids_sha: str, fp_sha: str) -> bytes:
+class _Chunk(NamedTuple):
+    """A chunk file's contents."""
+
+    lexicon: np.ndarray  # (rows, lexicon_dim), unit rows
+    dense: np.ndarray | None  # (rows, dense_dim), unit rows
+    quantize: str | None  # what encoded it: "int8", or None (float32)
+    truncated: int  # its documents longer than max_seq_length
+
+
+def _chunk_bytes(chunk: _Chunk, ids_sha: str, fp_sha: str) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, lexicon=lex, ids_sha256=np.array(ids_sha), fingerprint_sha256=np.array(fp_sha),
-             **({"dense": dense} if dense is not None else {}))
+    np.savez(buf, lexicon=chunk.lexicon, ids_sha256=np.array(ids_sha), fingerprint_sha256=np.array(fp_sha),
+             quantize=np.array(_quantize_label(chunk.quantize)), truncated=np.int64(chunk.truncated),
+             **({"dense": chunk.dense} if chunk.dense is not None else {}))
     return buf.getvalue()
 
 
-def _parse_chunk(data: bytes, ids_sha: str, fp_sha: str, dims: tuple[int, int | None]):
-    """(lexicon, dense or None) of a chunk file's bytes if it is whole, of these documents and of this encoder."""
+def _parse_chunk(data: bytes, ids_sha: str, fp_sha: str, dims: tuple[int, int | None]) -> _Chunk | None:
+    """A chunk file's contents if it is whole, of these documents and of this encoder (its quantisation is for the
+    caller to compare); None otherwise, also for a chunk written before quantisation was recorded."""
     rows = None
     try:
         with np.load(io.BytesIO(data)) as z:
             for key, expected in (("ids_sha256", ids_sha), ("fingerprint_sha256", fp_sha)):
                 if key not in z or str(z[key]) != expected:
                     return None
+            if "quantize" not in z or "truncated" not in z:
+                return None
+            quantize = str(z["quantize"])
+            truncated = int(z["truncated"])
             lex = z["lexicon"]
             dense = z["dense"] if "dense" in z else None
             rows = lex.shape[0]
@@ -389,7 +441,7 @@ def _parse_chunk(data: bytes, ids_sha: str, fp_sha: str, dims: tuple[int, int | 
         return None
     if dense is not None and dense.shape != (rows, dense_dim):
         return None
-    return lex, dense
+    return _Chunk(lex, dense, None if quantize == FLOAT32 else quantize, truncated)
 
 
 def _ids_sha(ids: Sequence[str]) -> str:
@@ -414,7 +466,13 @@ class _Chunks:
                     f"worker {r['rank']} encoded with another encoder than worker {first['rank']} (fingerprint "
                     f"{_fingerprint_sha(r['fingerprint'])[:12]} vs {_fingerprint_sha(first['fingerprint'])[:12]}): "
                     "load the same model on every device (a GPU loads bfloat16 weights, a CPU float32)")
+            if r.get("quantize") != first.get("quantize"):
+                raise ValueError(
+                    f"worker {r['rank']} encoded {_quantize_label(r.get('quantize'))} vectors and worker "
+                    f"{first['rank']} {_quantize_label(first.get('quantize'))}; an index never mixes them: load the "
+                    "model with the same quantize= in every worker")
         self.fingerprint = first["fingerprint"]
+        self.quantize = first.get("quantize")
         self.dims = (first["lexicon_dim"], first["dense_dim"])
         self._fp_sha = _fingerprint_sha(self.fingerprint)
         self.docs, self.work = docs, work
@@ -434,10 +492,10 @@ class _Chunks:
             raise ValueError(f"chunk {path} is missing or changed since it was encoded (its sha256 is not the "
                              "recorded one); run the same command with --resume to encode it again")
         parsed = _parse_chunk(data, _ids_sha([d.id for d in self.docs[start:stop]]), self._fp_sha, self.dims)
-        if parsed is None:
-            raise ValueError(f"chunk {path} does not hold the vectors of documents {start}..{stop - 1}; run the build "
-                             "again without --resume")
-        return parsed
+        if parsed is None or parsed.quantize != self.quantize:
+            raise ValueError(f"chunk {path} does not hold the {_quantize_label(self.quantize)} vectors of documents "
+                             f"{start}..{stop - 1}; run the build again without --resume")
+        return parsed.lexicon, parsed.dense
 
     def overlapping(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
         """``(chunk, first row, end row)`` of the chunks holding documents ``start`` to ``stop``, rows within."""
@@ -457,6 +515,9 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
     from lens.train.distributed import shard_slice
 
     chunks = _Chunks(docs, work, records, chunk_size)
+    _report_truncation(records, len(docs))
+    if chunks.quantize is not None:  # `lens search` compares it with the queries' quantisation
+        info = {**(info or {}), "lens_quantize": chunks.quantize}
     itype = get_index_type(index_type)
     options, train_size = {}, 0
     if itype.needs_training:
@@ -486,6 +547,16 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
             del shard  # one shard in memory at a time
         manifest = writer.finish(info)
     return manifest, None
+
+
+def _report_truncation(records: Sequence[dict], n_docs: int) -> None:
+    """One warning for the whole build: the documents truncated to ``max_seq_length``, summed over every chunk
+    (encoded in this run or before it; by any worker)."""
+    cut = sum(c.get("truncated", 0) for r in records for c in r["chunks"])
+    if cut:
+        limits = sorted({str(r.get("max_seq_length")) for r in records})
+        logger.warning("%d of %d documents were longer than max_seq_length=%s tokens and were truncated", cut,
+                       n_docs, "/".join(limits))
 
 
 def _fill(index, chunks: _Chunks, docs, part: slice) -> None:

@@ -114,3 +114,31 @@ def test_bad_encoder_output_and_arguments(tmp_path):
         EmbeddingCache(tmp_path, FP, chunk_size=0)
     with pytest.raises(ValueError, match="no texts"):
         EmbeddingCache(tmp_path, FP).get([], FakeEncoder())
+
+
+def test_int8_lens_vectors_are_cached_apart_from_float32(tmp_path, tiny_lens_dir):
+    """The LENS fingerprint ignores quantisation on purpose; the benchmark cache must not: an int8 encoder neither
+    reads nor writes the float32 entries (and float32's key is the one it had before int8 existed)."""
+    from lens.eval.systems import LensResource
+
+    docs = ["cell protein gene", "cancer patients", "drug dose response in mouse"]
+    f32 = LensResource(str(tiny_lens_dir), cache_root=tmp_path, show_progress_bar=False)
+    want = f32.documents(docs)
+    assert "quantize" not in f32.cache_fingerprint()
+    f32_chunks = {p: p.read_bytes() for p in tmp_path.rglob("chunk-*.npz")}
+
+    int8 = LensResource(str(tiny_lens_dir), cache_root=tmp_path, show_progress_bar=False, quantize="int8")
+    got = int8.documents(docs)
+    assert int8.cache_fingerprint()["quantize"] == "int8"
+    assert got.encoded == 3 and got.cached == 0  # nothing read from the float32 entries
+    assert not np.allclose(got.arrays["lexicon"], want.arrays["lexicon"], atol=1e-6)
+    assert {p: p.read_bytes() for p in f32_chunks} == f32_chunks  # nothing written into them
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 2  # two cache directories
+    again = LensResource(str(tiny_lens_dir), cache_root=tmp_path, show_progress_bar=False, quantize="int8")
+    assert again.documents(docs).cached == 3  # the int8 entries serve int8 runs
+
+    # quantized after loading: the key follows the encoder, and so does the in-process memo
+    f32.encoder.apply_quantize("int8")
+    assert f32.cache_fingerprint() == int8.cache_fingerprint()
+    late = f32.documents(docs)
+    assert late.cached == 3 and np.array_equal(late.arrays["lexicon"], got.arrays["lexicon"])

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse
 import torch
 
-from lens.encoder import LensEncoder
+from lens.encoder import LensEncoder, count_truncations
 from lens.inputs import encode_texts, pad_batch
 from lens.pooling import shift_left
 
@@ -137,6 +137,29 @@ def test_truncation_warns_once_per_call(tiny_encoder, caplog):
         assert len(warnings) == 1 and "2 of 3 texts" in warnings[0].message
     finally:
         tiny_encoder.max_seq_length = tiny_encoder.config.max_length
+
+
+def test_count_truncations_sums_calls_instead_of_warning(tiny_encoder, monkeypatch, caplog):
+    """A job of many calls (an index build's chunks) counts them and reports one total itself."""
+    monkeypatch.setattr(tiny_encoder, "max_seq_length", 8)
+    with caplog.at_level(logging.WARNING, logger="lens.encoder"):
+        with count_truncations() as tally:
+            tiny_encoder.encode(["cell " * 40, "the"])
+            tiny_encoder.encode(["gene " * 40, "blood " * 40, "", "a"])  # the blank text is not encoded
+        assert not [r for r in caplog.records if "truncated" in r.message]
+        assert (tally.truncated, tally.texts, tally.max_seq_length) == (3, 5, 8)
+        tiny_encoder.encode(["cell " * 40])  # outside the block: a warning again
+    assert len([r for r in caplog.records if "truncated" in r.message]) == 1
+
+
+def test_progress_bar_counts_documents_not_batches(tiny_encoder, capfd):
+    texts = [f"cell gene {w}" for w in ("drug", "dose", "mouse", "brain", "blood")]
+    tiny_encoder.encode(texts, batch_size=2, show_progress_bar=True)
+    err = capfd.readouterr().err
+    assert "5/5" in err and "doc" in err and "3/3" not in err  # 5 texts in 3 batches, one bar
+    assert err.count("100%") == 1
+    tiny_encoder.encode(texts, batch_size=2, show_progress_bar=False)
+    assert capfd.readouterr().err == ""
 
 
 def test_explain_lists_heaviest_clusters_with_tokens(tiny_encoder):

@@ -1,6 +1,7 @@
 """`lens index build` / `lens search` / `lens index info`: building, resuming, fingerprints, bad input."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -8,8 +9,10 @@ import pytest
 from index import HybridIndex
 from lens.cli import main
 from lens.corpus import load_corpus, pydoc_passages
+from lens.encoder import LensEncoder
 from lens.hybrid import HybridEncoder
 from lens.indexing import build_index
+from lens.inputs import encode_texts
 
 from conftest import SHARED, requires_default, requires_shared
 
@@ -85,6 +88,91 @@ def test_resume_refuses_a_different_corpus(tiny_encoder, corpus_file, tmp_path, 
     with pytest.raises(ValueError, match="another corpus"):
         build_index(docs[:-1], tmp_path / "ix", HybridEncoder(tiny_encoder, "none"), chunk_size=4, resume=True,
                     show_progress_bar=False)
+
+
+class ChunkCounter:
+    """Stands in for ``lens.indexing.encode_chunk``: counts the chunks encoded and fails on the ``crash_at``-th, as
+    if the process died there."""
+
+    def __init__(self, monkeypatch, crash_at=None):
+        import lens.indexing as indexing
+
+        self.real, self.calls, self.crash_at = indexing.encode_chunk, 0, crash_at
+        monkeypatch.setattr(indexing, "encode_chunk", self)
+
+    def __call__(self, *args):
+        self.calls += 1
+        if self.calls == self.crash_at:
+            raise Crash
+        return self.real(*args)
+
+    def reset(self):
+        self.calls, self.crash_at = 0, None
+
+
+@pytest.mark.parametrize("first,then", [(None, "int8"), ("int8", None)])
+def test_resume_with_another_quantize_encodes_every_chunk_again(tiny_lens_dir, tiny_encoder, corpus_file, tmp_path,
+                                                                monkeypatch, caplog, first, then):
+    """The fingerprint ignores quantisation on purpose, so each chunk records its own: a resume with another
+    --quantize re-encodes the chunks already there (one warning) instead of mixing int8 and float32 vectors."""
+    docs = load_corpus(corpus_file)
+    int8 = LensEncoder.from_pretrained(tiny_lens_dir, quantize="int8")
+    lens = {None: tiny_encoder, "int8": int8}
+    chunks = ChunkCounter(monkeypatch, crash_at=3)
+    with pytest.raises(Crash):
+        build_index(docs, tmp_path / "ix", HybridEncoder(lens[first], "lens"), chunk_size=4, show_progress_bar=False)
+    chunks.reset()
+    with caplog.at_level(logging.WARNING, logger="lens.indexing"):
+        resumed = build_index(docs, tmp_path / "ix", HybridEncoder(lens[then], "lens"), chunk_size=4, resume=True,
+                              show_progress_bar=False)
+    assert chunks.calls == 6  # all 6 chunks, the 2 encoded before the crash too
+    (warning,) = [r.getMessage() for r in caplog.records if "never mixes" in r.getMessage()]
+    assert f"encoded in {first or 'float32'}" in warning and f"encodes in {then or 'float32'}" in warning
+    monkeypatch.undo()
+    fresh = build_index(docs, tmp_path / "fresh", HybridEncoder(lens[then], "lens"), chunk_size=4,
+                        show_progress_bar=False)
+    q = tiny_encoder.encode_queries(["cancer drug"], output="both")
+    a, b = fresh.search(q.lexicon, q.dense, k=23)[0], resumed.search(q.lexicon, q.dense, k=23)[0]
+    assert a.ids == b.ids and np.array_equal(a.scores, b.scores)
+    assert (resumed.info or {}).get("lens_quantize") == then
+
+
+def test_shard_records_of_another_quantize_are_refused(tmp_path):
+    from lens.corpus import Document
+    from lens.indexing import _Chunks
+
+    docs = [Document(f"d{i}", "", "x") for i in range(4)]
+    record = {"fingerprint": {"m": 1}, "lexicon_dim": 4, "dense_dim": None, "quantize": None,
+              "chunks": [{"file": "chunk-000000.npz", "sha256": "0", "rows": 2}]}
+    records = [{**record, "rank": 0, "first_chunk": 0},
+               {**record, "rank": 1, "first_chunk": 1, "quantize": "int8",
+                "chunks": [{"file": "chunk-000001.npz", "sha256": "0", "rows": 2}]}]
+    with pytest.raises(ValueError, match="worker 1 encoded int8 vectors and worker 0 float32"):
+        _Chunks(docs, tmp_path, records, 2)
+    records[1]["quantize"] = None
+    assert _Chunks(docs, tmp_path, records, 2).quantize is None
+
+
+def test_build_warns_once_about_truncation_with_the_total(tiny_encoder, corpus_file, tmp_path, monkeypatch, caplog):
+    """One warning for the whole build (chunks encoded before a resume included), not one per chunk."""
+    docs = load_corpus(corpus_file)
+    monkeypatch.setattr(tiny_encoder, "max_seq_length", 6)
+    items = encode_texts(tiny_encoder.tokenizer, [d.full_text for d in docs], 6)
+    cut = sum(it.truncated for it in items)
+    assert 3 <= cut < len(docs)  # several chunks hold truncated documents
+    chunks = ChunkCounter(monkeypatch, crash_at=4)
+    with caplog.at_level(logging.WARNING, logger="lens"), pytest.raises(Crash):
+        build_index(docs, tmp_path / "ix", HybridEncoder(tiny_encoder, "none"), chunk_size=4, show_progress_bar=False)
+    assert not [r for r in caplog.records if "truncated" in r.getMessage()]
+    chunks.reset()
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        build_index(docs, tmp_path / "ix", HybridEncoder(tiny_encoder, "none"), chunk_size=4, resume=True,
+                    show_progress_bar=False)
+    assert chunks.calls == 3  # chunks 0-2 were kept
+    (warning,) = [r for r in caplog.records if "truncated" in r.getMessage()]
+    assert warning.name == "lens.indexing"
+    assert warning.getMessage() == (f"{cut} of {len(docs)} documents were longer than max_seq_length=6 tokens and "
+                                    "were truncated")
 
 
 def test_cli_build_search_info_and_encoder_mismatch(tiny_lens_dir, corpus_file, tmp_path, capsys, tiny_backbone_dir):

@@ -187,3 +187,16 @@ def test_cli_index_records_quantize_and_search_warns_on_a_mismatch(tiny_lens_dir
     (warning,) = [r.getMessage() for r in caplog.records if "encoded" in r.message]
     assert "encoded int8" in warning and "in float32" in warning and "--quantize int8" in warning
     assert "cancer" in capsys.readouterr().out
+
+
+def test_index_build_refuses_workers_for_an_int8_encoder(int8_encoder, tmp_path):
+    """Workers load the model again from its directory, in float32: an int8 encoder stays in this process."""
+    from lens.corpus import Document
+    from lens.hybrid import HybridEncoder
+    from lens.indexing import build_index
+
+    docs = [Document(f"d{i}", "", t) for i, t in enumerate(DOCS)]
+    with pytest.raises(ValueError, match="one CPU process"):
+        build_index(docs, tmp_path / "ix", HybridEncoder(int8_encoder, "none"), chunk_size=2, workers=2,
+                    show_progress_bar=False)
+    assert not (tmp_path / "ix").exists()

@@ -176,7 +176,8 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
     with torch_threads(query_threads):
         for _, text in items[:QUERY_WARMUP]:
             system.search(text, depth)
-        for qid, text in tqdm(items, desc=f"{system.name} queries", disable=not show_progress_bar, leave=False):
+        # the query loop's own bar, left on screen like the build's (one bar per job, none inside another)
+        for qid, text in tqdm(items, desc=f"{system.name} queries", unit="query", disable=not show_progress_bar):
             t = time.perf_counter()
             hits = system.search(text, depth)
             times.append(time.perf_counter() - t)

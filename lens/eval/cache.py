@@ -11,7 +11,12 @@ Layout under the cache root::
 Each chunk file is written atomically (``lens.atomic.atomic_write_bytes``) as soon as its texts are encoded, so
 an interruption loses at most the chunk in progress; the index of text hashes is rebuilt from the chunk files
 when the cache is opened. A text is found by the sha256 of its UTF-8 bytes, so the same texts in another order
-(or in another dataset) are found too. A different fingerprint is a different directory: never a stale hit.
+(or in another dataset) are found too. A different fingerprint is a different directory: never a stale hit. So the
+fingerprint must name everything that changes the vectors: ``LensResource.cache_fingerprint`` (``lens.eval.systems``)
+adds an int8 encoder's quantisation, which the LENS fingerprint leaves out on purpose.
+
+The progress bar counts texts ("text"): a cache holds documents, queries (ATEB's LENS queries) or both at once
+(ATEB's dense scorers), and ``desc`` says which.
 """
 
 from __future__ import annotations

@@ -80,12 +80,18 @@ def combined_rate(rates: Sequence[float | None]) -> float | None:
 
 # ------------------------------------------------------------------------------------------- shared encoders
 class LensResource:
-    """One LENS encoder (loaded on first use) and its cached document vectors (lexicon + dense)."""
+    """One LENS encoder (loaded on first use) and its cached document vectors (lexicon + dense).
+
+    ``quantize="int8"`` loads it with int8 linear layers (``lens.quantize``). Its vectors are cached apart from
+    float32's: the encoder's fingerprint is the same on purpose (an index built in float32 takes int8 queries), so
+    ``cache_fingerprint`` adds the quantisation.
+    """
 
     def __init__(self, model: str = "default", *, attention: str | None = None, pooling: str | None = None,
                  cache_root: str | os.PathLike, batch_size: int = 16, chunk_size: int = 128,
-                 show_progress_bar: bool = True):
+                 show_progress_bar: bool = True, quantize: str | None = None):
         self.model_path, self.attention, self.pooling = model, attention, pooling
+        self.quantize = quantize
         self.cache_root, self.batch_size, self.chunk_size = cache_root, batch_size, chunk_size
         self.show_progress_bar = show_progress_bar
         self._encoder = None
@@ -98,20 +104,26 @@ class LensResource:
             from lens.encoder import LensEncoder
 
             t0 = time.perf_counter()
-            self._encoder = LensEncoder.from_pretrained(self.model_path, attention=self.attention, pooling=self.pooling)
+            self._encoder = LensEncoder.from_pretrained(self.model_path, attention=self.attention, pooling=self.pooling,
+                                                        quantize=self.quantize)
             self.load_seconds = time.perf_counter() - t0
             logger.info("loaded LENS model %s in %.1fs (k=%d)", self.model_path, self.load_seconds,
                         self._encoder.num_clusters)
         return self._encoder
 
     def cache_fingerprint(self) -> dict:
+        """What keys this encoder's cached vectors: its fingerprint, length limit, backbone and, when quantized, the
+        quantisation (absent for float32, so float32 entries cached before keep their key)."""
         enc = self.encoder
-        return {"kind": "lens-documents", "output": "both", "normalize": True, **enc.fingerprint(),
-                "max_seq_length": enc.max_seq_length, "backbone": enc.config.backbone}
+        fp = {"kind": "lens-documents", "output": "both", "normalize": True, **enc.fingerprint(),
+              "max_seq_length": enc.max_seq_length, "backbone": enc.config.backbone}
+        if enc.quantize is not None:  # read from the encoder: also right after apply_quantize
+            fp["quantize"] = enc.quantize
+        return fp
 
     def documents(self, texts: list[str]) -> CacheResult:
         """Unit lexicon and dense vectors of documents, from the cache or encoded once (``output="both"``)."""
-        key = (len(texts), hash(tuple(texts)))
+        key = (self.encoder.quantize, len(texts), hash(tuple(texts)))
         if self._docs_memo is None or self._docs_memo[0] != key:
             cache = EmbeddingCache(self.cache_root, self.cache_fingerprint(), chunk_size=self.chunk_size)
             enc = self.encoder
@@ -234,10 +246,10 @@ class Resources:
     """Encoders shared by the systems of one run (each loaded at most once, on first use)."""
 
     def __init__(self, *, model: str = "default", cache_root: str | os.PathLike, lens_batch_size: int = 16,
-                 dense_batch_size: int = 64, show_progress_bar: bool = True):
+                 dense_batch_size: int = 64, show_progress_bar: bool = True, quantize: str | None = None):
         self.model = model
         self.lens = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
-                                 show_progress_bar=show_progress_bar)
+                                 show_progress_bar=show_progress_bar, quantize=quantize)
         self.minilm = MiniLMResource(cache_root=cache_root, batch_size=dense_batch_size,
                                      show_progress_bar=show_progress_bar)
         self.mpnet = MPNetResource(cache_root=cache_root, batch_size=min(dense_batch_size, 16),
