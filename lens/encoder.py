@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from index.vectors import l2_normalize
-from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha256, resolve_backbone
+from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha256, quiet_loading, resolve_backbone
 from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
@@ -399,14 +399,16 @@ def _load_adapter(decoder, adapter_dir: Path, merge: bool) -> str:
             "the model directory is incomplete: re-run `lens train` or copy the adapter back"
         )
     try:
-        peft_model = PeftModel.from_pretrained(decoder, str(adapter_dir))
+        with quiet_loading():  # PEFT calls transformers' deprecated helpers: nothing a user can act on
+            peft_model = PeftModel.from_pretrained(decoder, str(adapter_dir))
     except Exception as e:  # safetensors, JSON and PEFT each raise their own types for a damaged file
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"the LoRA adapter in {adapter_dir} cannot be loaded ({type(e).__name__}: {first[:200]}); "
                          "it is damaged or was trained on another backbone: re-run `lens train`, or copy the "
                          "adapter back from a backup") from e
     if merge:
-        peft_model.merge_and_unload()  # LoRA folded into the decoder's own weights: no inference overhead
+        with quiet_loading():
+            peft_model.merge_and_unload()  # LoRA folded into the decoder's own weights: no inference overhead
     return hashlib.sha256(weights.read_bytes()).hexdigest()
 
 

@@ -44,15 +44,20 @@ def cluster_vocab(
     backend: str = "faiss",
     exclude_special: bool = False,
     compact: bool = False,
+    attention: str = "bidirectional",
     show_progress_bar: bool = False,
 ) -> VocabClustering:
     """KMeans on ``model``'s LM-head rows into ``clusters`` groups (``"vocab"``: one per token), written to ``out``.
 
     The same seed gives byte-identical files. ``compact`` leaves the centroids out: they are the cluster means,
-    recomputed from the (hash-checked) backbone on loading.
+    recomputed from the (hash-checked) backbone on loading. ``attention`` is what the decoder will use, saved in
+    the config (the paper: ``"bidirectional"``; ``"causal"`` keeps the backbone's pretrained mask).
     """
+    from lens.attention import MODES
     from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone
 
+    if attention not in MODES:
+        raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(MODES)}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown clustering backend {backend!r}; valid: {', '.join(BACKENDS)}")
     start = time.perf_counter()
@@ -72,6 +77,7 @@ def cluster_vocab(
     k = len(result.centroids)
     config = LensConfig(
         backbone=ref.reference,
+        attention=attention,
         clustering=ClusteringConfig(
             num_clusters=k, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
             lm_head_sha256=matrix_sha256(matrix), seed=seed, iterations=iterations, backend=backend,

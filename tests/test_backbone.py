@@ -60,3 +60,28 @@ def test_lm_head_from_files_equals_loaded_model(tmp_path, tokenizer, family):
     assert np.array_equal(from_files, expected)
     assert matrix_sha256(from_files) == matrix_sha256(expected)
     assert matrix_sha256(from_files) != matrix_sha256(from_files[:-1])
+
+
+def test_gguf_cache_key_follows_content_not_path_or_mtime(tmp_path, monkeypatch):
+    """A reinstall (same bytes, new path and mtime) reuses the converted copy; different bytes never do."""
+    import os
+
+    from lens.backbone import BackboneRef, file_fingerprint, gguf_cache_dir
+
+    monkeypatch.setenv("LENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("LENS_NO_CACHE", raising=False)
+    data = np.random.default_rng(0).integers(0, 256, size=3 << 20, dtype=np.uint8).tobytes()
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "m.gguf").write_bytes(data)
+    os.utime(tmp_path / "b" / "m.gguf", (1, 1))
+    key = [gguf_cache_dir(BackboneRef("x", tmp_path / n, "m.gguf")) for n in ("a", "b")]
+    assert key[0] == key[1] and key[0].parent == tmp_path / "cache" / "gguf"
+    # a change in the middle of a large file is outside the sampled bytes; a change at either end is seen
+    for offset in (0, len(data) - 1):
+        changed = bytearray(data)
+        changed[offset] ^= 0xFF
+        (tmp_path / "c.gguf").write_bytes(bytes(changed))
+        assert file_fingerprint(tmp_path / "c.gguf") != file_fingerprint(tmp_path / "a" / "m.gguf")
+    (tmp_path / "d.gguf").write_bytes(data + b"\0")  # one more byte: another size
+    assert file_fingerprint(tmp_path / "d.gguf") != file_fingerprint(tmp_path / "a" / "m.gguf")

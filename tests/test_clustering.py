@@ -97,3 +97,27 @@ def test_clusters_tsv_lists_every_cluster_readably(tokenizer):
     assert lines[1] == '0\t2\t"<unk>" "the"'
     assert lines[2].startswith('1\t2\t"<s>" "</s>"')
     assert all(len(line.split("\t")) == 3 for line in lines)
+
+
+def test_cluster_vocab_attention_is_saved_and_loaded(tiny_backbone_dir, tmp_path):
+    """`--attention causal` is what the saved model runs: a later token changes no earlier position's logits."""
+    import torch
+
+    from lens.encoder import LensEncoder
+
+    out = tmp_path / "causal"
+    assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--clusters", "12", "--iterations", "2",
+                 "--attention", "causal", "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["attention"] == "causal"
+    enc = LensEncoder.from_pretrained(out, device="cpu")
+    assert enc.config.attention == "causal"
+    ids = torch.tensor([[5, 6, 7, 8]])
+    decoder = enc.model.decoder
+    with torch.no_grad():
+        a = decoder(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+        ids2 = ids.clone()
+        ids2[0, -1] = 9
+        b = decoder(input_ids=ids2, attention_mask=torch.ones_like(ids2)).last_hidden_state
+    assert torch.allclose(a[0, :3], b[0, :3], atol=1e-6) and not torch.allclose(a[0, 3], b[0, 3])
+    assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--attention", "sideways",
+                 "--out", str(tmp_path / "x")]) == 2
