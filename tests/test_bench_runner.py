@@ -195,6 +195,26 @@ def test_lens_systems_with_the_tiny_model_and_the_cache(tmp_path, tiny_lens_dir)
             assert s[m] == pytest.approx(first["systems"][name][m], abs=1e-6)
 
 
+def test_int8_systems_beside_float32_in_one_run(tmp_path, tiny_lens_dir):
+    """lens-lexicon-int8 runs the same model with int8 linear layers in the same run, cached apart from float32's;
+    it is never in a default run (it would encode every corpus twice)."""
+    from lens.eval.systems import INT8_SYSTEMS, default_systems
+
+    assert not set(INT8_SYSTEMS) & set(default_systems())
+    ds = write_beir(tmp_path / "tiny")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    run_bench([str(ds), "--systems", "lens-lexicon,lens-lexicon-int8", "--model", str(tiny_lens_dir),
+               "--output-dir", str(out), "--cache-dir", str(cache), "--no-plot"])
+    res = read(out / "tiny" / "results.json")
+    assert set(res["systems"]) == {"lens-lexicon", "lens-lexicon-int8"}
+    int8 = res["systems"]["lens-lexicon-int8"]
+    assert int8["docs_encoded"] > 0 and "measured in this run" in int8["docs_per_s_source"]  # not fp32's cache
+    assert "int8 linear layers" in int8["description"]
+    assert "int8" not in res["systems"]["lens-lexicon"]["description"]
+    fingerprints = {json.loads(p.read_text()).get("quantize") for p in cache.rglob("fingerprint.json")}
+    assert {None, "int8"} <= fingerprints
+
+
 def test_ablations_with_the_tiny_model(tmp_path, tiny_lens_dir):
     ds = write_beir(tmp_path / "tiny")
     out, cache = tmp_path / "out", tmp_path / "cache"

@@ -47,14 +47,17 @@ from lens.corpus import Document
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ALL_SYSTEMS", "BASE_SYSTEMS", "BM25", "DenseResource", "DenseSystem", "FusionSystem", "LensResource", "MPNetResource",
+    "ALL_SYSTEMS", "BASE_SYSTEMS", "BM25", "INT8_SYSTEMS", "DenseResource", "DenseSystem", "FusionSystem", "LensResource", "MPNetResource",
     "MiniLMResource", "PEER_SYSTEMS", "Resources", "SpladeResource", "SpladeTiny", "System", "default_systems",
     "make_systems", "missing_peers",
 ]
 
 BASE_SYSTEMS = ("bm25", "minilm", "bm25+minilm", "bm25+minilm-rrf", "lens-lexicon", "lens-dense", "lens-hybrid")
 PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet")  # optional packages: ``make peers``
-ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS
+# The LENS systems again with int8 linear layers (``lens.quantize``), for float32-vs-int8 quality in one run; only
+# when named in --systems (a default run would encode every corpus twice)
+INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8")
+ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS
 DEFAULT_DEPTH = 1000  # hits kept per query (and per component run before fusion)
 
 def dir_bytes(path: str | os.PathLike) -> int:
@@ -250,6 +253,9 @@ class Resources:
         self.model = model
         self.lens = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
                                  show_progress_bar=show_progress_bar, quantize=quantize)
+        # loaded only if an int8 system runs; its vectors are cached apart (LensResource.cache_fingerprint)
+        self.lens_int8 = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
+                                      show_progress_bar=show_progress_bar, quantize="int8")
         self.minilm = MiniLMResource(cache_root=cache_root, batch_size=dense_batch_size,
                                      show_progress_bar=show_progress_bar)
         self.mpnet = MPNetResource(cache_root=cache_root, batch_size=min(dense_batch_size, 16),
@@ -440,7 +446,7 @@ class LensLexicon(_VectorSystem):
     def describe(self):
         c = self.lens.encoder.config
         return (f"LENS {self.lens.model_path} lexicon (k={c.num_clusters}, {c.attention} attention, "
-                f"{c.pooling} pooling), cosine")
+                f"{c.pooling} pooling{_quantized(self.lens)}), cosine")
 
     def release(self):
         super().release()
@@ -470,9 +476,11 @@ class LensDense(_VectorSystem):
 class LensHybrid(_VectorSystem):
     name = "lens-hybrid"
 
-    def __init__(self, lens: LensResource, minilm: MiniLMResource, instruction: str, weights=(0.5, 0.5)):
+    def __init__(self, lens: LensResource, minilm: MiniLMResource, instruction: str, weights=(0.5, 0.5),
+                 name: str | None = None):
         super().__init__()
         self.lens, self.minilm, self.instruction = lens, minilm, instruction
+        self.name = name or self.name
         self.weights = tuple(float(w) for w in weights)
 
     def _build(self, docs):
@@ -488,8 +496,12 @@ class LensHybrid(_VectorSystem):
         return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=self.weights)[0])
 
     def describe(self):
-        return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon + MiniLM dense, "
+        return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + MiniLM dense, "
                 f"weights (lex, dense) = {self.weights}")
+
+
+def _quantized(lens: LensResource) -> str:
+    return f", {lens.quantize} linear layers" if lens.quantize else ""
 
 
 class FusionSystem(System):
@@ -546,6 +558,8 @@ SYSTEMS = {
     "mpnet": lambda get, r, instr, w, depth: DenseSystem(r.mpnet, "mpnet"),
     "bm25+mpnet": lambda get, r, instr, w, depth: FusionSystem(
         "bm25+mpnet", [get("bm25"), get("mpnet")], "minmax", [0.5, 0.5], depth),
+    "lens-lexicon-int8": lambda get, r, instr, w, depth: LensLexicon(r.lens_int8, instr, "lens-lexicon-int8"),
+    "lens-hybrid-int8": lambda get, r, instr, w, depth: LensHybrid(r.lens_int8, r.minilm, instr, w, "lens-hybrid-int8"),
 }
 assert tuple(SYSTEMS) == ALL_SYSTEMS
 
@@ -579,7 +593,7 @@ def default_systems() -> list[str]:
     if missing and missing not in _warned:
         _warned.add(missing)
         logger.warning("skipping peer system(s) %s: not installed (make peers)", ", ".join(missing))
-    return [n for n in ALL_SYSTEMS if n not in missing]
+    return [n for n in ALL_SYSTEMS if n not in missing and n not in INT8_SYSTEMS]
 
 
 def make_systems(names: Sequence[str], resources: Resources, instruction: str, *, weights=(0.5, 0.5),
