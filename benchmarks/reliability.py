@@ -367,9 +367,9 @@ def save_load_race(env: Env, row: Row) -> None:
 # ---- interrupted saves ----------------------------------------------------------------------------------------
 KILL_SWAP = INDEX_ONLY + """
 import os, signal, sys
-import lens.atomic
+import lens.atomic.writes
 make("a", 300, 0).save(sys.argv[1])
-lens.atomic.between_renames_hook = lambda old, new: os.kill(os.getpid(), signal.SIGKILL)
+lens.atomic.writes.between_renames_hook = lambda old, new: os.kill(os.getpid(), signal.SIGKILL)
 make("b", 200, 1).save(sys.argv[1])
 """
 
@@ -393,11 +393,11 @@ def kill_between_renames(env: Env, row: Row) -> None:
 
 KILL_MODEL_SWAP = """
 import os, signal, sys
-import lens.atomic
+import lens.atomic.writes
 from lens.encoder import LensEncoder
 enc = LensEncoder.from_pretrained(sys.argv[1])
 enc.save_pretrained(sys.argv[2])
-lens.atomic.between_renames_hook = lambda old, new: os.kill(os.getpid(), signal.SIGKILL)
+lens.atomic.writes.between_renames_hook = lambda old, new: os.kill(os.getpid(), signal.SIGKILL)
 enc.save_pretrained(sys.argv[2])
 """
 

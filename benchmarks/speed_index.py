@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
             "identical_top_k_fraction": float(same),
             "goals": {"qps_ratio_min": 0.9, "memory_ratio_max": 1.1},
         }
-        del raw, flat
+        raw = flat = None  # free them (not `del`: the timing lambdas above still name them)
         gc.collect()
         _write(out, report)
 
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> dict:
                 logger.info("%s: %s", name, row)
                 report["types"].append(row)
                 _write(out, report)
-            del store
+            store = None  # free it before the next type is built
             gc.collect()
     finally:
         if not args.workdir:

@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: dict[str, int] = {
     "lens.atomic": 0, "lens.extras": 0,
+    "lens.atomic.errors": 0, "lens.atomic.lock": 0, "lens.atomic.recovery": 0, "lens.atomic.reads": 0,
+    "lens.atomic.writes": 0,
     "lens.pooling": 1, "lens.train.losses": 1, "lens.metrics": 1, "lens.clustering": 1,
     "index.vectors": 1, "index.fusion": 1,
     "lens.config": 2, "lens.corpus": 2, "lens.instructions": 2, "lens.inputs": 2, "lens.ateb": 2, "lens.export": 2,

@@ -106,9 +106,9 @@ def _try_lock(target):
 
 
 def test_a_platform_without_flock_gets_a_clear_error(tmp_path, monkeypatch):
-    import lens.atomic
+    import lens.atomic.lock
 
-    monkeypatch.setattr(lens.atomic, "fcntl", None)
+    monkeypatch.setattr(lens.atomic.lock, "fcntl", None)
     with pytest.raises(StorageError, match="fcntl.flock, which this platform .* lacks; run it on Linux or macOS"):
         make_index("a", 5, 0).save(tmp_path / "ix")
     assert os.listdir(tmp_path) == []
@@ -271,9 +271,9 @@ def test_loads_racing_saves_in_threads(tmp_path):
 # ---------------------------------------------------------------------------------------------- killed saves
 KILL_BETWEEN_RENAMES = MAKE + """
 import os, signal, sys
-import lens.atomic
+import lens.atomic.writes
 make("a", 300, 0).save(sys.argv[1])
-lens.atomic.between_renames_hook = lambda old, new: os.kill(os.getpid(), signal.SIGKILL)
+lens.atomic.writes.between_renames_hook = lambda old, new: os.kill(os.getpid(), signal.SIGKILL)
 make("b", 200, 1).save(sys.argv[1])
 """
 
