@@ -35,6 +35,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the fault scripts and corpora that tests/test_reliability.py uses too
+
+import corpus_helpers  # noqa: E402
+from fault_scripts import (DISK_FULL_SAVE, HOLD_LOCK, KILL_BETWEEN_RENAMES, MAKE_INDEX, SAVE_LOOP,  # noqa: E402
+                           SLOW_BUILD, make_index)
 
 WORDS = ("the a of and to in is was for on with as by at from that this it be are or an which review study cell cells "
          "protein gene genes cancer patients results data model method effect analysis high low increase show found "
@@ -66,12 +71,8 @@ def tiny_backbone(directory: Path, seed: int) -> Path:
 
 
 def write_corpus(path: Path, n: int, prefix: str = "d", seed: int = 0) -> Path:
-    rng = np.random.default_rng(seed)
-    with open(path, "w") as f:
-        for i in range(n):
-            text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 12))))
-            f.write(json.dumps({"_id": f"{prefix}{i}", "title": WORDS[i % len(WORDS)], "text": text}) + "\n")
-    return path
+    """A corpus in this script's vocabulary (the tiny backbone's): 3 to 11 words a document."""
+    return corpus_helpers.write_corpus(path, n, prefix, seed, words=WORDS, lengths=(3, 12))
 
 
 @dataclass
@@ -236,39 +237,7 @@ class Env:
         return HybridEncoder(self._lens, dense) if dense else self._lens
 
 
-INDEX_ONLY = """
-import numpy as np
-from index import HybridIndex
-
-def make(prefix, n, seed):
-    rng = np.random.default_rng(seed)
-    index = HybridIndex(24, 8)
-    index.add([f"{prefix}{i}" for i in range(n)], np.abs(rng.standard_normal((n, 24))).astype(np.float32),
-              rng.standard_normal((n, 8)).astype(np.float32))
-    return index
-"""
-_ns: dict = {}
-exec(INDEX_ONLY, _ns)
-make_index = _ns["make"]
-
-
 # ---- concurrent writers ----------------------------------------------------------------------------------------
-SLOW_BUILD = """
-import sys, time
-from pathlib import Path
-import lens.indexing as indexing
-real, started, go = indexing.encode_chunk, Path(sys.argv[1]), Path(sys.argv[2])
-def slow(*args):
-    started.touch()
-    while not go.exists():
-        time.sleep(0.05)
-    return real(*args)
-indexing.encode_chunk = slow
-from lens.cli import main
-sys.exit(main(sys.argv[3:]))
-"""
-
-
 @scenario("concurrency", "two `lens index build` runs to one `--output`, different corpora")
 def two_builds(env: Env, row: Row) -> None:
     d = env.fresh("two-builds")
@@ -297,21 +266,11 @@ def two_builds(env: Env, row: Row) -> None:
     row.kept = f"1st index whole: {len(built)}/30 documents, same results as a clean build: {intact}"
 
 
-HOLD = """
-import sys
-from pathlib import Path
-from lens.atomic import DirectoryLock
-with DirectoryLock(sys.argv[1], sys.argv[2]):
-    Path(sys.argv[3]).touch()
-    sys.stdin.read()
-"""
-
-
 @scenario("concurrency", "`lens cluster-vocab --out M` while another process writes M")
 def two_model_writers(env: Env, row: Row) -> None:
     d = env.fresh("two-models")
     out, ready = d / "m", d / "ready"
-    holder = popen(["-c", HOLD, str(out), "model directory", str(ready)], stdin=subprocess.PIPE)
+    holder = popen(["-c", HOLD_LOCK, str(out), "model directory", str(ready)], stdin=subprocess.PIPE)
     try:
         wait_until(ready.exists, holder)
         run = lens("cluster-vocab", "--model", env.backbone, "--clusters", 8, "--out", out)
@@ -323,20 +282,6 @@ def two_model_writers(env: Env, row: Row) -> None:
     row.need(not out.exists(), "something was written")
 
 
-SAVER = INDEX_ONLY + """
-import sys, time
-target, seconds = sys.argv[1], float(sys.argv[2])
-versions = [make("a", 300, 0), make("b", 200, 1)]
-versions[0].save(target)
-print("ready", flush=True)
-n, t0 = 0, time.time()
-while time.time() - t0 < seconds:
-    versions[n % 2].save(target)
-    n += 1
-print(n, flush=True)
-"""
-
-
 @scenario("concurrency", "loads racing a process that saves the same index in a loop (5 s)")
 def save_load_race(env: Env, row: Row) -> None:
     from index import HybridIndex
@@ -344,7 +289,7 @@ def save_load_race(env: Env, row: Row) -> None:
     d = env.fresh("race")
     target = d / "ix"
     expected = {300: make_index("a", 300, 0), 200: make_index("b", 200, 1)}
-    saver = popen(["-c", SAVER, str(target), "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    saver = popen(["-c", SAVE_LOOP, str(target), "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     saver.stdout.readline()
     loads, errors, wrong = 0, {}, 0
     while saver.poll() is None:
@@ -365,22 +310,13 @@ def save_load_race(env: Env, row: Row) -> None:
 
 
 # ---- interrupted saves ----------------------------------------------------------------------------------------
-KILL_SWAP = INDEX_ONLY + """
-import os, signal, sys
-import lens.atomic.writes
-make("a", 300, 0).save(sys.argv[1])
-lens.atomic.writes.between_renames_hook = lambda old, new: os.kill(os.getpid(), signal.SIGKILL)
-make("b", 200, 1).save(sys.argv[1])
-"""
-
-
 @scenario("interrupted saves", "SIGKILL between the two renames of an index save, then `lens index info`")
 def kill_between_renames(env: Env, row: Row) -> None:
     from index import HybridIndex
 
     d = env.fresh("kill-swap")
     target = d / "ix"
-    killed = python(KILL_SWAP, target)
+    killed = python(KILL_BETWEEN_RENAMES, target)
     row.need(killed.rc == -signal.SIGKILL, "the save was not killed")
     before = listing(d)
     info = lens("index", "info", target)
@@ -416,7 +352,7 @@ def kill_model_swap(env: Env, row: Row) -> None:
     row.kept = "model directory restored; encoding works"
 
 
-KILL_BODY = INDEX_ONLY + """
+KILL_BODY = MAKE_INDEX + """
 import os, signal, sys
 import index.store
 make("a", 300, 0).save(sys.argv[1])
@@ -479,26 +415,16 @@ def disk_full_build(env: Env, row: Row) -> None:
                 f"then {listing(d)}")
 
 
-DISK_FULL_SAVE = INDEX_ONLY + """
-import resource, signal, sys
-make("a", 20, 0).save(sys.argv[1])
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]),) * 2)
-try:
-    make("b", 3000, 1).save(sys.argv[1])
-except Exception as e:
-    print(f"{type(e).__name__}: {e}")
-"""
-
-
 @scenario("full disk", "`HybridIndex.save` over an existing index with a file-size limit")
 def disk_full_save(env: Env, row: Row) -> None:
     from index import HybridIndex
 
     d = env.fresh("full-save")
     run = python(DISK_FULL_SAVE, d / "ix", LIMIT)
-    row.happened = f"`{run.out.strip()[:700]}`"
-    row.need(run.out.startswith("StorageError: cannot write") and "nothing was changed" in run.out, "message")
+    kind, _, message = run.out.strip().partition("\n")  # "<type> <errno>", then the message
+    row.happened = f"`{(kind.partition(' ')[0] + ': ' + message)[:700]}`"
+    row.need(kind.startswith("StorageError ") and message.startswith("cannot write")
+             and "nothing was changed" in message, "message")
     row.need(same_results(HybridIndex.load(d / "ix"), make_index("a", 20, 0)) and listing(d) == ["ix"], "lost")
     row.kept = f"previous index intact and loads; {listing(d)}"
 

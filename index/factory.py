@@ -23,7 +23,7 @@ an empty range and is then stored as 0, so the sample must be representative (he
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import faiss
@@ -176,6 +176,18 @@ def _plan_sq8(opts: dict[str, Any], n_available: int) -> TrainingPlan:
     return TrainingPlan(opts, opts["min_train"], max(opts["train_size"], opts["min_train"]))
 
 
+_IVF = IndexType(
+    "ivf",
+    "inverted lists (IndexIVFFlat); approximate, needs training",
+    {"nlist": None, "nprobe": 16, "min_train": None, "train_size": None},
+    _make_ivf,
+    nullable=frozenset({"nlist", "min_train", "train_size"}),
+    search_options=frozenset({"nprobe"}),
+    tune=_tune_ivf,
+    needs_training=True,
+    plan=_plan_ivf,
+)
+
 INDEX_TYPES: dict[str, IndexType] = {
     t.name: t
     for t in (
@@ -189,17 +201,7 @@ INDEX_TYPES: dict[str, IndexType] = {
             tune=_tune_hnsw,
             supports_remove=False,
         ),
-        IndexType(
-            "ivf",
-            "inverted lists (IndexIVFFlat); approximate, needs training",
-            {"nlist": None, "nprobe": 16, "min_train": None, "train_size": None},
-            _make_ivf,
-            nullable=frozenset({"nlist", "min_train", "train_size"}),
-            search_options=frozenset({"nprobe"}),
-            tune=_tune_ivf,
-            needs_training=True,
-            plan=_plan_ivf,
-        ),
+        _IVF,
         IndexType(
             "sq8",
             "8-bit scalar quantisation (IndexScalarQuantizer QT_8bit); 4x smaller, needs training",
@@ -214,18 +216,13 @@ INDEX_TYPES: dict[str, IndexType] = {
             {},
             _make_sq(faiss.ScalarQuantizer.QT_fp16),
         ),
-        IndexType(
-            "ivf-ondisk",
-            "ivf whose inverted lists are saved to index.ivfdata and memory-mapped at load (OnDiskInvertedLists); "
-            "for indexes larger than memory, read-only once saved",
-            {"nlist": None, "nprobe": 16, "min_train": None, "train_size": None},
-            _make_ivf,
-            nullable=frozenset({"nlist", "min_train", "train_size"}),
-            search_options=frozenset({"nprobe"}),
-            tune=_tune_ivf,
-            needs_training=True,
+        replace(  # ivf in all but where its lists live
+            _IVF,
+            name="ivf-ondisk",
+            summary="ivf whose inverted lists are saved to index.ivfdata and memory-mapped at load "
+            "(OnDiskInvertedLists); for indexes larger than memory, read-only once saved",
+            defaults=dict(_IVF.defaults),
             on_disk=True,
-            plan=_plan_ivf,
         ),
     )
 }

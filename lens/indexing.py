@@ -2,12 +2,12 @@
 into several shard indexes when asked.
 
 Encoding. Chunk ``i`` holds documents ``i * chunk_size`` to ``(i + 1) * chunk_size`` and is saved in a work
-directory beside the output (``.<name>.partial/chunk-<i>.npz``) with the sha256 of its document ids and of the
-encoder's fingerprint, its quantisation (``lens.quantize``: int8, or float32) and how many of its documents were
-truncated, so a chunk is never attached to documents, or mixed with vectors, it was not encoded from; a damaged
-one, or one from another encoder or quantisation (a resume with another ``--quantize``: the fingerprint is the same
-on purpose), is encoded again with a warning. ``workers`` processes (``devices``: one per GPU), or the ranks of
-``torchrun``, each encode a contiguous range of chunks (``lens.sharding``) and record it in
+directory beside the output (``.<name>.partial/chunk-<i>.npz``; the files' format: ``lens.chunks``) with the sha256
+of its document ids and of the encoder's fingerprint, its quantisation (``lens.quantize``: int8, or float32) and how
+many of its documents were truncated, so a chunk is never attached to documents, or mixed with vectors, it was not
+encoded from; a damaged one, or one from another encoder or quantisation (a resume with another ``--quantize``: the
+fingerprint is the same on purpose), is encoded again with a warning. ``workers`` processes (``devices``: one per
+GPU), or the ranks of ``torchrun``, each encode a contiguous range of chunks (``lens.sharding``) and record it in
 ``encode-<rank>-of-<world>.json`` (the range, every chunk file with its sha256 and truncated documents, the
 fingerprint, quantisation and dims). Chunks are the same whatever the number of workers, so the index is the one a
 single process builds, and ``resume=True`` encodes only the chunks not there yet (also with another worker count).
@@ -28,26 +28,27 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
-import json
 import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from lens.atomic import DirectoryLock, StorageError, atomic_write_bytes, read_json, write_json
+from lens.chunks import (FLOAT32, RECORD_VERSION, Chunk, chunk_bytes, chunk_path, fingerprint_sha, ids_sha, parse_chunk,
+                         quantize_label, read_bytes, read_record, record_name)
 from lens.corpus import Document, invalid_unicode
 from lens.sharding import EncoderSpec, RankGroup, load_encoder, run_in_processes, torchrun_rank, worker_devices
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["FLOAT32", "RECORD_VERSION", "SNIPPET_CHARS", "STATE_VERSION", "build_index", "build_saved",
+           "check_build_options", "check_documents", "corpus_hash", "encode_chunk", "encode_shard", "ids_hash"]
+
 SNIPPET_CHARS = 300
 STATE_VERSION = 2  # chunks carry the encoder fingerprint's sha256; shard records
-RECORD_VERSION = 2  # 2: the quantisation, max_seq_length and each chunk's truncated documents
-FLOAT32 = "float32"  # a chunk's stored quantisation when it has none (quantize=None)
 _SAMPLE_SEED = 0
 
 
@@ -62,7 +63,7 @@ def corpus_hash(docs: Sequence[Document]) -> str:
 
 def ids_hash(docs: Sequence[Document]) -> str:
     """sha256 of a chunk's document ids: what ties a saved chunk to its documents."""
-    return _ids_sha([d.id for d in docs])
+    return ids_sha([d.id for d in docs])
 
 
 def check_documents(docs: Sequence[Document]) -> None:
@@ -207,7 +208,7 @@ def _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_siz
         if rank != 0:
             return None, None
         with _kept_on_storage_error(work):
-            records = [_read_record(work, r, world) for r in range(world)]
+            records = [read_record(work, r, world) for r in range(world)]
             result = _assemble(docs, output, work, records, chunk_size, **settings)
         shutil.rmtree(work)
         return result
@@ -285,18 +286,18 @@ class _Task:
     show_progress_bar: bool
 
 
-def _shard_chunks(n_docs: int, chunk_size: int, rank: int, world: int) -> range:
-    """The chunks of ``rank``'s contiguous shard of ``world`` (``shard_slice`` over the chunks)."""
+def _shard_docs(docs: Sequence[Document], chunk_size: int, rank: int, world: int) -> tuple[int, Sequence[Document]]:
+    """(first chunk, documents) of ``rank``'s contiguous shard of ``world`` (``shard_slice`` over the chunks)."""
     from lens.train.distributed import shard_slice
 
-    n_chunks = -(-n_docs // chunk_size)
-    return range(n_chunks)[shard_slice(n_chunks, rank, world)]
+    n_chunks = -(-len(docs) // chunk_size)
+    chunks = range(n_chunks)[shard_slice(n_chunks, rank, world)]
+    return chunks.start, docs[chunks.start * chunk_size : chunks.stop * chunk_size]
 
 
 def _task(spec, device, docs, work, rank, world, chunk_size, batch_size, show_progress_bar) -> _Task:
-    chunks = _shard_chunks(len(docs), chunk_size, rank, world)
-    part = docs[chunks.start * chunk_size : chunks.stop * chunk_size]
-    return _Task(spec, device, [d.id for d in part], [d.full_text for d in part], str(work), chunks.start, chunk_size,
+    first, part = _shard_docs(docs, chunk_size, rank, world)
+    return _Task(spec, device, [d.id for d in part], [d.full_text for d in part], str(work), first, chunk_size,
                  batch_size, rank, world, show_progress_bar)
 
 
@@ -309,9 +310,9 @@ def _encode_task(task: _Task) -> dict:
 
 
 def _encode_range(encoder, docs, work, rank, world, chunk_size, batch_size, show_progress_bar) -> dict:
-    chunks = _shard_chunks(len(docs), chunk_size, rank, world)
-    part = docs[chunks.start * chunk_size : chunks.stop * chunk_size]
-    return encode_shard(encoder, [d.id for d in part], [d.full_text for d in part], work, first_chunk=chunks.start,
+    """This process encodes ``rank``'s shard itself (one process, or a torchrun rank)."""
+    first, part = _shard_docs(docs, chunk_size, rank, world)
+    return encode_shard(encoder, [d.id for d in part], [d.full_text for d in part], work, first_chunk=first,
                         chunk_size=chunk_size, batch_size=batch_size, rank=rank, world=world,
                         show_progress_bar=show_progress_bar)
 
@@ -326,7 +327,7 @@ def encode_shard(encoder, ids: Sequence[str], texts: Sequence[str], work: Path, 
     from lens.encoder import count_truncations
 
     fingerprint = encoder.fingerprint()
-    fp_sha = _fingerprint_sha(fingerprint)
+    fp_sha = fingerprint_sha(fingerprint)
     dims = (encoder.lexicon_dim, encoder.dense_dim)
     quantize = _quantize_of(encoder)
     chunks, requantized = [], False
@@ -335,11 +336,11 @@ def encode_shard(encoder, ids: Sequence[str], texts: Sequence[str], work: Path, 
                disable=not show_progress_bar)
     try:  # closed on Ctrl-C too, so the message that follows starts on its own line
         for j, start in enumerate(range(0, len(ids), chunk_size)):
-            path = _chunk_path(work, first_chunk + j)
+            path = chunk_path(work, first_chunk + j)
             chunk_ids = list(ids[start : start + chunk_size])
-            ids_sha = _ids_sha(chunk_ids)
-            data = _read_bytes(path)
-            chunk = None if data is None else _parse_chunk(data, ids_sha, fp_sha, dims)
+            ids_digest = ids_sha(chunk_ids)
+            data = read_bytes(path)
+            chunk = None if data is None else parse_chunk(data, ids_digest, fp_sha, dims)
             if data is not None and chunk is None:
                 logger.warning("chunk %s is damaged or belongs to other documents or another encoder; encoding it "
                                "again", path.name)
@@ -347,14 +348,14 @@ def encode_shard(encoder, ids: Sequence[str], texts: Sequence[str], work: Path, 
                 if not requantized:  # one warning for the shard, not one per chunk
                     logger.warning("the unfinished build in %s holds chunks encoded in %s (%s first), but this "
                                    "build encodes in %s: encoding them again, so that the index never mixes int8 and "
-                                   "float32 vectors", work, _quantize_label(chunk.quantize), path.name,
-                                   _quantize_label(quantize))
+                                   "float32 vectors", work, quantize_label(chunk.quantize), path.name,
+                                   quantize_label(quantize))
                 requantized, chunk = True, None
             if chunk is None:
                 with count_truncations() as tally:  # reported once for the whole build, by _assemble
                     lex, dense = encode_chunk(encoder, list(texts[start : start + chunk_size]), batch_size)
-                chunk = _Chunk(lex, dense, quantize, tally.truncated)
-                data = _chunk_bytes(chunk, ids_sha, fp_sha)
+                chunk = Chunk(lex, dense, quantize, tally.truncated)
+                data = chunk_bytes(chunk, ids_digest, fp_sha)
                 atomic_write_bytes(path, data)
             chunks.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "rows": len(chunk_ids),
                            "truncated": chunk.truncated})
@@ -365,7 +366,7 @@ def encode_shard(encoder, ids: Sequence[str], texts: Sequence[str], work: Path, 
               "documents": len(ids), "fingerprint": fingerprint, "quantize": quantize,
               "max_seq_length": _max_seq_length(encoder), "lexicon_dim": dims[0], "dense_dim": dims[1],
               "chunks": chunks}
-    write_json(work / _record_name(rank, world), record)
+    write_json(work / record_name(rank, world), record)
     return record
 
 
@@ -374,82 +375,8 @@ def _quantize_of(encoder) -> str | None:
     return getattr(getattr(encoder, "lens", encoder), "quantize", None)
 
 
-def _quantize_label(quantize: str | None) -> str:
-    return FLOAT32 if quantize is None else quantize
-
-
 def _max_seq_length(encoder) -> int | None:
     return getattr(getattr(encoder, "lens", encoder), "max_seq_length", None)
-
-
-def _record_name(rank: int, world: int) -> str:
-    return f"encode-{rank:05d}-of-{world:05d}.json"
-
-
-def _read_record(work: Path, rank: int, world: int) -> dict:
-    return read_json(work / _record_name(rank, world), "shard record")
-
-
-def _chunk_path(work: Path, i: int) -> Path:
-    return work / f"chunk-{i:06d}.npz"
-
-
-def _read_bytes(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-
-
-class _Chunk(NamedTuple):
-    """A chunk file's contents."""
-
-    lexicon: np.ndarray  # (rows, lexicon_dim), unit rows
-    dense: np.ndarray | None  # (rows, dense_dim), unit rows
-    quantize: str | None  # what encoded it: "int8", or None (float32)
-    truncated: int  # its documents longer than max_seq_length
-
-
-def _chunk_bytes(chunk: _Chunk, ids_sha: str, fp_sha: str) -> bytes:
-    buf = io.BytesIO()
-    np.savez(buf, lexicon=chunk.lexicon, ids_sha256=np.array(ids_sha), fingerprint_sha256=np.array(fp_sha),
-             quantize=np.array(_quantize_label(chunk.quantize)), truncated=np.int64(chunk.truncated),
-             **({"dense": chunk.dense} if chunk.dense is not None else {}))
-    return buf.getvalue()
-
-
-def _parse_chunk(data: bytes, ids_sha: str, fp_sha: str, dims: tuple[int, int | None]) -> _Chunk | None:
-    """A chunk file's contents if it is whole, of these documents and of this encoder (its quantisation is for the
-    caller to compare); None otherwise, also for a chunk written before quantisation was recorded."""
-    rows = None
-    try:
-        with np.load(io.BytesIO(data)) as z:
-            for key, expected in (("ids_sha256", ids_sha), ("fingerprint_sha256", fp_sha)):
-                if key not in z or str(z[key]) != expected:
-                    return None
-            if "quantize" not in z or "truncated" not in z:
-                return None
-            quantize = str(z["quantize"])
-            truncated = int(z["truncated"])
-            lex = z["lexicon"]
-            dense = z["dense"] if "dense" in z else None
-            rows = lex.shape[0]
-    except Exception:  # truncated or overwritten: numpy and zipfile raise several types
-        return None
-    lex_dim, dense_dim = dims
-    if lex.shape != (rows, lex_dim) or (dense_dim is not None) != (dense is not None):
-        return None
-    if dense is not None and dense.shape != (rows, dense_dim):
-        return None
-    return _Chunk(lex, dense, None if quantize == FLOAT32 else quantize, truncated)
-
-
-def _ids_sha(ids: Sequence[str]) -> str:
-    return hashlib.sha256("\x00".join(ids).encode("utf-8")).hexdigest()
-
-
-def _fingerprint_sha(fingerprint: dict) -> str:
-    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode("utf-8")).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- assembly
@@ -464,17 +391,17 @@ class _Chunks:
                     first["lexicon_dim"], first["dense_dim"]):
                 raise ValueError(
                     f"worker {r['rank']} encoded with another encoder than worker {first['rank']} (fingerprint "
-                    f"{_fingerprint_sha(r['fingerprint'])[:12]} vs {_fingerprint_sha(first['fingerprint'])[:12]}): "
+                    f"{fingerprint_sha(r['fingerprint'])[:12]} vs {fingerprint_sha(first['fingerprint'])[:12]}): "
                     "load the same model on every device (a GPU loads bfloat16 weights, a CPU float32)")
             if r.get("quantize") != first.get("quantize"):
                 raise ValueError(
-                    f"worker {r['rank']} encoded {_quantize_label(r.get('quantize'))} vectors and worker "
-                    f"{first['rank']} {_quantize_label(first.get('quantize'))}; an index never mixes them: load the "
+                    f"worker {r['rank']} encoded {quantize_label(r.get('quantize'))} vectors and worker "
+                    f"{first['rank']} {quantize_label(first.get('quantize'))}; an index never mixes them: load the "
                     "model with the same quantize= in every worker")
         self.fingerprint = first["fingerprint"]
         self.quantize = first.get("quantize")
         self.dims = (first["lexicon_dim"], first["dense_dim"])
-        self._fp_sha = _fingerprint_sha(self.fingerprint)
+        self._fp_sha = fingerprint_sha(self.fingerprint)
         self.docs, self.work = docs, work
         self.entries = [c for r in records for c in r["chunks"]]
         expected = -(-len(docs) // chunk_size)
@@ -487,13 +414,13 @@ class _Chunks:
     def load(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
         entry, (start, stop) = self.entries[i], self.bounds[i]
         path = self.work / entry["file"]
-        data = _read_bytes(path)
+        data = read_bytes(path)
         if data is None or hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise ValueError(f"chunk {path} is missing or changed since it was encoded (its sha256 is not the "
                              "recorded one); run the same command with --resume to encode it again")
-        parsed = _parse_chunk(data, _ids_sha([d.id for d in self.docs[start:stop]]), self._fp_sha, self.dims)
+        parsed = parse_chunk(data, ids_sha([d.id for d in self.docs[start:stop]]), self._fp_sha, self.dims)
         if parsed is None or parsed.quantize != self.quantize:
-            raise ValueError(f"chunk {path} does not hold the {_quantize_label(self.quantize)} vectors of documents "
+            raise ValueError(f"chunk {path} does not hold the {quantize_label(self.quantize)} vectors of documents "
                              f"{start}..{stop - 1}; run the build again without --resume")
         return parsed.lexicon, parsed.dense
 

@@ -62,15 +62,20 @@ class EncoderSpec:
         return HybridEncoder(LensEncoder.from_pretrained(self.model, device=device), self.dense, dense)
 
 
-_LOADED: dict[tuple[EncoderSpec, str | None], Any] = {}
+_LOADED: dict[tuple, Any] = {}  # this worker process's encoders, by what was loaded and on which device
 _THREADS: int | None = None  # this worker process's share of the machine's threads (set by the pool)
 
 
 def load_encoder(spec: EncoderSpec, device: str | None):
     """``spec.load(device)``, once per worker process (a worker may run more than one shard)."""
-    key = (spec, device)
+    return _load_once((spec, device), lambda: spec.load(device))
+
+
+def _load_once(key: tuple, load: Callable[[], Any]):
+    """``load()`` the first time ``key`` is asked for in this process, then the same object; the first load also
+    sets the worker's torch threads."""
     if key not in _LOADED:
-        _LOADED[key] = spec.load(device)
+        _LOADED[key] = load()
         _set_torch_threads()
     return _LOADED[key]
 
@@ -173,11 +178,8 @@ class _TextTask:
 def _encode_texts_task(task: _TextTask):
     from lens.encoder import LensEncoder
 
-    key = (EncoderSpec(task.model, "none"), task.device)
-    if key not in _LOADED:
-        _LOADED[key] = LensEncoder.from_pretrained(task.model, device=task.device)
-        _set_torch_threads()
-    encoder = _LOADED[key]
+    encoder = _load_once(("lens", task.model, task.device),
+                         lambda: LensEncoder.from_pretrained(task.model, device=task.device))
     if task.queries:
         return encoder.encode_queries(task.texts, instruction=task.instruction, **task.kwargs)
     return encoder.encode_documents(task.texts, **task.kwargs)

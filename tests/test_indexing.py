@@ -15,23 +15,16 @@ from lens.indexing import build_index
 from lens.inputs import encode_texts
 
 from conftest import SHARED, requires_default, requires_shared
+from corpus_helpers import write_corpus
+
 
 class Crash(Exception):
     pass
 
 
-WORDS = "cell gene protein cancer patients drug dose mouse brain blood risk treatment".split()
-
-
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
-    with open(path, "w") as f:
-        for i in range(23):
-            text = " ".join(rng.choice(WORDS, size=int(rng.integers(2, 9))))
-            f.write(json.dumps({"_id": f"d{i}", "title": WORDS[i % len(WORDS)], "text": text}) + "\n")
-    return path
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.jsonl", 23)
 
 
 def test_build_and_search_match_the_encoder(tiny_encoder, corpus_file, tmp_path):

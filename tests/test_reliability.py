@@ -4,7 +4,6 @@ Faults that need a real second process (a writer holding the lock, a kill betwee
 limit) run small Python subprocesses; the rest run in process on the tiny random model of conftest.
 """
 
-import json
 import logging
 import os
 import signal
@@ -22,37 +21,24 @@ from lens.atomic import DirectoryLock, LockedError, StorageError, atomic_dir, re
 from lens.cli import main
 from lens.hybrid import HybridEncoder
 
+from corpus_helpers import write_corpus
+from fault_scripts import DISK_FULL_SAVE, HOLD_LOCK, KILL_BETWEEN_RENAMES, SAVE_LOOP, SLOW_BUILD, make_index
+
 ROOT = Path(__file__).resolve().parents[1]
 DL, DD = 24, 8
-WORDS = "cell gene protein cancer patients drug dose mouse brain blood risk treatment".split()
 
-# A subprocess prelude: the same small indexes as make_index() below, from index only (no torch: starts fast).
-MAKE = """
-import numpy as np
-from index import HybridIndex
 
-def make(prefix, n, seed):
-    rng = np.random.default_rng(seed)
-    lex = np.abs(rng.standard_normal((n, 24))).astype(np.float32)
-    index = HybridIndex(24, 8, weights=(0.6, 0.4))
-    index.add([f"{prefix}{i}" for i in range(n)], lex, rng.standard_normal((n, 8)).astype(np.float32),
-              metadata=[{"i": i} for i in range(n)])
-    return index
-"""
-namespace: dict = {}
-exec(MAKE, namespace)
-make_index = namespace["make"]
+def _env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 def run_py(code: str, *args: str, timeout: float = 300, preexec=None, **popen) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=_env(), capture_output=True, text=True,
                           timeout=timeout, preexec_fn=preexec, **popen)
 
 
 def popen_py(code: str, *args: str, **kw) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, env=env, text=True, **kw)
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, env=_env(), text=True, **kw)
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
@@ -61,15 +47,6 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
         assert proc.poll() is None, f"helper process ended early ({proc.returncode})"
         assert time.monotonic() < deadline, f"timed out waiting for {path}"
         time.sleep(0.05)
-
-
-def write_corpus(path: Path, n: int, prefix: str, seed: int) -> Path:
-    rng = np.random.default_rng(seed)
-    with open(path, "w") as f:
-        for i in range(n):
-            text = " ".join(rng.choice(WORDS, size=int(rng.integers(2, 9))))
-            f.write(json.dumps({"_id": f"{prefix}{i}", "title": WORDS[i % len(WORDS)], "text": text}) + "\n")
-    return path
 
 
 def top_ids(index: HybridIndex, k: int = 5) -> list[list[str]]:
@@ -114,19 +91,9 @@ def test_a_platform_without_flock_gets_a_clear_error(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-HOLD = """
-import sys
-from pathlib import Path
-from lens.atomic import DirectoryLock
-with DirectoryLock(sys.argv[1], sys.argv[2]):
-    Path(sys.argv[3]).touch()
-    sys.stdin.read()  # until the test closes our stdin
-"""
-
-
 def test_model_directory_writer_is_locked_too(tiny_encoder, tmp_path):
     out, ready = tmp_path / "model", tmp_path / "ready"
-    holder = popen_py(HOLD, str(out), "model directory", str(ready), stdin=subprocess.PIPE)
+    holder = popen_py(HOLD_LOCK, str(out), "model directory", str(ready), stdin=subprocess.PIPE)
     try:
         wait_for(ready, holder, 60)
         with pytest.raises(LockedError, match=rf"another process is writing model directory .*model \(pid {holder.pid}\)"):
@@ -140,7 +107,7 @@ def test_model_directory_writer_is_locked_too(tiny_encoder, tmp_path):
 
 def test_a_killed_writer_never_blocks_the_next(tmp_path):
     target, ready = tmp_path / "ix", tmp_path / "ready"
-    holder = popen_py(HOLD, str(target), "index", str(ready), stdin=subprocess.PIPE)
+    holder = popen_py(HOLD_LOCK, str(target), "index", str(ready), stdin=subprocess.PIPE)
     wait_for(ready, holder, 60)
     holder.kill()
     holder.wait(60)
@@ -149,33 +116,13 @@ def test_a_killed_writer_never_blocks_the_next(tmp_path):
     assert len(HybridIndex.load(target)) == 10 and sorted(os.listdir(tmp_path)) == ["ix", "ready"]
 
 
-BUILD_A = """
-import sys, time
-from pathlib import Path
-import lens.indexing as indexing
-
-real, started, go = indexing.encode_chunk, Path(sys.argv[1]), Path(sys.argv[2])
-
-def slow(*args):
-    started.touch()
-    deadline = time.time() + 240
-    while not go.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    return real(*args)
-
-indexing.encode_chunk = slow
-from lens.cli import main
-sys.exit(main(sys.argv[3:]))
-"""
-
-
 def test_two_builds_of_one_index(tiny_lens_dir, tiny_encoder, tmp_path, capsys):
     """The second build fails at once naming the first's pid; the first finishes and its index is intact."""
     corpus_a = write_corpus(tmp_path / "a.jsonl", 20, "a", 0)
     corpus_b = write_corpus(tmp_path / "b.jsonl", 15, "b", 1)
     ix, started, go = tmp_path / "ix", tmp_path / "started", tmp_path / "go"
     argv = ["index", "build", "--output", str(ix), "--model", str(tiny_lens_dir), "--dense", "none", "--chunk-size", "6"]
-    first = popen_py(BUILD_A, str(started), str(go), *argv, "--corpus", str(corpus_a),
+    first = popen_py(SLOW_BUILD, str(started), str(go), *argv, "--corpus", str(corpus_a),
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for(started, first)
@@ -204,20 +151,6 @@ def test_two_builds_of_one_index(tiny_lens_dir, tiny_encoder, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------- save / load race
-SAVER = MAKE + """
-import sys, time
-target, seconds = sys.argv[1], float(sys.argv[2])
-versions = [make("a", 300, 0), make("b", 200, 1)]
-versions[0].save(target)
-print("ready", flush=True)
-n, t0 = 0, time.time()
-while time.time() - t0 < seconds:
-    versions[n % 2].save(target)
-    n += 1
-print(n, flush=True)
-"""
-
-
 def _check_version(index: HybridIndex, expected: dict) -> None:
     key = "a" if "a0" in index else "b"
     assert len(index) == {"a": 300, "b": 200}[key] and top_ids(index) == expected[key]
@@ -226,7 +159,7 @@ def _check_version(index: HybridIndex, expected: dict) -> None:
 def test_loads_racing_saves_never_see_damage(tmp_path):
     target = tmp_path / "ix"
     expected = {"a": top_ids(make_index("a", 300, 0)), "b": top_ids(make_index("b", 200, 1))}
-    saver = popen_py(SAVER, str(target), "6", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    saver = popen_py(SAVE_LOOP, str(target), "6", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert saver.stdout.readline().strip() == "ready"
     loads = 0
     while saver.poll() is None:
@@ -269,15 +202,6 @@ def test_loads_racing_saves_in_threads(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- killed saves
-KILL_BETWEEN_RENAMES = MAKE + """
-import os, signal, sys
-import lens.atomic.writes
-make("a", 300, 0).save(sys.argv[1])
-lens.atomic.writes.between_renames_hook = lambda old, new: os.kill(os.getpid(), signal.SIGKILL)
-make("b", 200, 1).save(sys.argv[1])
-"""
-
-
 @pytest.fixture
 def killed_save(tmp_path):
     """A directory where a save of index b over index a was killed between its two renames."""
@@ -334,17 +258,6 @@ def test_recover_leaves_a_healthy_directory_alone(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- full disks
 LIMIT = 100_000
-DISK_FULL_SAVE = MAKE + """
-import os, resource, signal, sys
-make("a", 20, 0).save(sys.argv[1])
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so that writing past the limit fails with EFBIG
-resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
-try:
-    make("b", 3000, 1).save(sys.argv[1])
-except Exception as e:
-    print(type(e).__name__, e.errno)
-    print(e)
-"""
 
 
 def test_disk_full_during_save_is_one_line_and_changes_nothing(tmp_path):

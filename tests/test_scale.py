@@ -24,7 +24,8 @@ from lens.hybrid import HybridEncoder
 from lens.indexing import build_index, check_build_options, encode_shard
 from lens.sharding import EncoderSpec
 
-WORDS = "cell gene protein cancer patients drug dose mouse brain blood risk treatment".split()
+from corpus_helpers import WORDS, write_corpus
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -61,13 +62,7 @@ def fake_docs(n):
 
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
-    with open(path, "w") as f:
-        for i in range(23):
-            text = " ".join(rng.choice(WORDS, size=int(rng.integers(3, 9))))
-            f.write(json.dumps({"_id": f"d{i}", "title": WORDS[i % len(WORDS)], "text": text}) + "\n")
-    return path
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.jsonl", 23, lengths=(3, 9))
 
 
 def stored(index):
@@ -78,6 +73,14 @@ def stored(index):
     int_ids = faiss.vector_to_array(index.faiss_index.id_map)
     table = index._docs.fetch(int_ids)
     return [table[int(i)][0] for i in int_ids], vectors
+
+
+def assert_same_stored(a, b, ids=None):
+    """Two flat indexes store the same documents in the same order (``ids``, when given) with the same vectors."""
+    ids_a, va = stored(a)
+    ids_b, vb = stored(b)
+    assert ids_a == ids_b and (ids is None or ids_a == list(ids))
+    np.testing.assert_allclose(va, vb, atol=1e-6, rtol=0)
 
 
 def assert_same_hits(got, want, atol=1e-6):
@@ -102,10 +105,7 @@ def test_worker_processes_build_what_one_process_builds(tmp_path):
     docs, spec = fake_docs(50), FakeSpec("fake", "none")  # 9 chunks of 6: shards of 3 chunks each
     one = build_index(docs, tmp_path / "one", spec, chunk_size=6, show_progress_bar=False)
     three = build_index(docs, tmp_path / "three", spec, chunk_size=6, workers=3, show_progress_bar=False)
-    ids1, v1 = stored(one)
-    ids3, v3 = stored(three)
-    assert ids1 == ids3 == [d.id for d in docs]
-    np.testing.assert_allclose(v1, v3, atol=1e-6, rtol=0)
+    assert_same_stored(one, three, [d.id for d in docs])
     assert not (tmp_path / ".three.partial").exists()
 
 
@@ -115,10 +115,7 @@ def test_two_worker_processes_encode_what_one_does(tiny_lens_dir, corpus_file, t
     spec = EncoderSpec(str(tiny_lens_dir), "lens")
     one = build_index(docs, tmp_path / "one", spec, chunk_size=5, show_progress_bar=False)
     two = build_index(docs, tmp_path / "two", spec, chunk_size=5, workers=2, show_progress_bar=False)
-    ids1, v1 = stored(one)
-    ids2, v2 = stored(two)
-    assert ids1 == ids2 == [d.id for d in docs]
-    np.testing.assert_allclose(v1, v2, atol=1e-6, rtol=0)
+    assert_same_stored(one, two, [d.id for d in docs])
     assert one.fingerprint == two.fingerprint and two.fingerprint["lens_clusters"]
     assert not (tmp_path / ".two.partial").exists()
 
@@ -401,7 +398,4 @@ def test_torchrun_ranks_build_what_one_process_builds(tiny_lens_dir, corpus_file
                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("indexed 23 documents") == 1  # rank 0 alone reports
-    ids1, v1 = stored(HybridIndex.load(tmp_path / "one"))
-    ids2, v2 = stored(HybridIndex.load(tmp_path / "two"))
-    assert ids1 == ids2
-    np.testing.assert_allclose(v1, v2, atol=1e-6, rtol=0)
+    assert_same_stored(HybridIndex.load(tmp_path / "one"), HybridIndex.load(tmp_path / "two"))

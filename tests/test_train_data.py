@@ -191,6 +191,19 @@ def test_shared_pairs_sample_and_instruction(tmp_path):
     assert data_main(["data", "shared", str(tmp_path / "mystery"), "--instruction", "auto", "--out", str(out)]) == 2
 
 
+def test_shared_pairs_with_holdout_is_the_kept_list(tmp_path):
+    from lens.train.data import split_holdout
+
+    d = tmp_path / "qa"
+    d.mkdir()
+    _jsonl(d / "pairs.jsonl", [{"query": f"q{i}", "positive": f"p{i}"} for i in range(200)])
+    kept, held = split_holdout(shared_pairs(d), 0.2)
+    got = shared_pairs(d, holdout=0.2)
+    assert type(got) is list and got == kept and 10 < len(held) < 80  # one type, with or without holdout
+    sampled = shared_pairs(d, holdout=0.2, max_pairs=30, seed=3)  # split first, then sampled from the kept
+    assert type(sampled) is list and len(sampled) == 30 and all(e in kept for e in sampled)
+
+
 def test_holdout_queries_are_a_stable_fraction():
     from lens.train.data import holdout_queries
 

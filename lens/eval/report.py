@@ -16,7 +16,7 @@ import math
 import os
 import shlex
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from lens.atomic import atomic_write_bytes, read_json, write_json
 
@@ -100,24 +100,38 @@ def results_markdown(results: Mapping, info: Mapping) -> str:
         la = s.get("load_avg_1m") or [None, None]
         lines.append(f"| {name} | {s.get('description', '')} | {s.get('docs_per_s_source', '')} | "
                      f"{_fmt(la[0], 2)} → {_fmt(la[1], 2)} |")
+    documents = info.get("machine", {}).get("torch_threads", "?")
+    lines += machine_lines(info, f"{documents} threads for documents, {machine_q(info)} for queries")
+    return "\n".join(lines) + "\n"
+
+
+def machine_lines(info: Mapping, threads: str | None = None) -> list[str]:
+    """The end of a ``results.md``: the machine and the run's start and end from ``info`` (``run_info.json``), with
+    ``threads`` (how many torch threads did what) after the torch version, and the contention seen, if any."""
     machine = info.get("machine", {})
-    lines += ["", f"Machine: {machine.get('cpus', '?')} CPUs, torch {machine.get('torch', '?')} "
-              f"({machine.get('torch_threads', '?')} threads for documents, {machine_q(info)} for queries), "
-              f"{machine.get('platform', '')}. "
-              f"Run {info.get('started', '?')} → {info.get('finished', '?')}."]
+    torch = f"torch {machine.get('torch', '?')}" + (f" ({threads})" if threads else "")
+    lines = ["", f"Machine: {machine.get('cpus', '?')} CPUs, {torch}, {machine.get('platform', '')}. "
+             f"Run {info.get('started', '?')} → {info.get('finished', '?')}."]
     if info.get("contention"):
         lines += ["", f"**Contention:** {info['contention']}"]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def agg_pyplot(what: str):
+    """``matplotlib.pyplot`` on the Agg backend (files only, no display); without matplotlib the error names the
+    ``eval`` extra and ``what`` needed it."""
+    from lens.extras import require
+
+    matplotlib = require("matplotlib", "eval", what=what)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def plot_ndcg(results: Mapping, path: str | os.PathLike) -> None:
     """Bar chart of nDCG@10 per system (Agg backend), written atomically."""
-    from lens.extras import require
-
-    matplotlib = require("matplotlib", "eval", what="the nDCG plot (or pass --no-plot)")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = agg_pyplot("the nDCG plot (or pass --no-plot)")
     names = list(results["systems"])
     values = [results["systems"][n]["ndcg@10"] for n in names]
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(names) + 1.5), 3.8))
@@ -178,18 +192,28 @@ def rerender(directory: str | os.PathLike, plot: bool = True) -> None:
 
 
 # -------------------------------------------------------------------------------------------- README
-def _gather(root: Path) -> list[tuple[str, dict, dict]]:
+def result_folders(root: str | os.PathLike, check: Callable[[Mapping], None] = check_results,
+                   what: str = "benchmark results") -> list[tuple[str, dict]]:
+    """(folder name, results) of every ``*/results.json`` under ``root`` in name order; a file that cannot be read
+    or that ``check`` refuses (ValueError) is skipped with a warning, so one bad folder never hides the others."""
     found = []
-    for path in sorted(root.glob("*/results.json")):
+    for path in sorted(Path(root).glob("*/results.json")):
         try:
-            results = read_json(path, "benchmark results")
-            check_results(results)
+            results = read_json(path, what)
+            check(results)
         except ValueError as e:
             logger.warning("skipping %s: %s", path, e)
             continue
-        info_path = path.parent / "run_info.json"
+        found.append((path.parent.name, results))
+    return found
+
+
+def _gather(root: Path) -> list[tuple[str, dict, dict]]:
+    found = []
+    for folder, results in result_folders(root):
+        info_path = root / folder / "run_info.json"
         info = read_json(info_path, "run info") if info_path.is_file() else {}
-        found.append((path.parent.name, results, info))
+        found.append((folder, results, info))
     return found
 
 

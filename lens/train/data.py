@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -341,12 +341,14 @@ def sts_pairs(tsv_gz_path: str | os.PathLike, split: str = "train",
 
 
 def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max_pairs: int | None = None,
-                 seed: int = 0, holdout: float = 0.0) -> list[TrainExample] | tuple[list[TrainExample], list[TrainExample]]:
+                 seed: int = 0, holdout: float = 0.0) -> list[TrainExample]:
     """Pairs of a shared training set (``query``, ``positive``, optional single ``negative``); task = its directory.
 
     ``instruction`` is stored with every example; ``max_pairs`` keeps a seeded random subset (per-task sampling
-    of a mixture), in file order. Extra fields (``source_row``, ids) are ignored. With ``holdout`` > 0 the result
-    is (kept, held out) by ``split_holdout``, split before sampling, to judge training on unseen queries.
+    of a mixture), in file order. Extra fields (``source_row``, ids) are ignored. ``holdout`` leaves that fraction
+    of the queries out before sampling (``split_holdout``), as ``beir_pairs`` does, to judge training on unseen
+    queries. Always a list, with or without ``holdout``; the held-out examples themselves are
+    ``split_holdout(shared_pairs(path, instruction=...), holdout)[1]``.
 
     ``path`` is a .jsonl[.gz] file or a set's directory (its pairs.jsonl.gz, else train.jsonl.gz). Rows with the
     same query and positive merge (their negatives pooled); a negative that is a positive of the same query is
@@ -356,23 +358,28 @@ def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max
     task = p.resolve().parent.name
     merged: dict[tuple[str, str], list[str]] = {}
     positives: dict[str, set[str]] = {}
-    for n, obj in iter_json_lines(p):
-        q, pos, neg = (obj.get(k) if isinstance(obj, dict) else None for k in ("query", "positive", "negative"))
-        if not (isinstance(q, str) and q.strip() and isinstance(pos, str) and pos.strip()):
-            raise ValueError(f"{p}:{n}: expected an object with non-empty 'query' and 'positive' strings")
-        if neg is not None and not isinstance(neg, str):
-            raise ValueError(f"{p}:{n}: 'negative' must be a string")
+    for q, pos, neg in _pair_rows(p):
         negs = merged.setdefault((q, pos), [])
         if neg and neg.strip() and neg not in negs:
             negs.append(neg)
         positives.setdefault(q, set()).add(pos)
     out = [TrainExample(q, pos, [x for x in negs if x not in positives[q]], task=task, instruction=instruction)
            for (q, pos), negs in merged.items()]
-    held = None
     if holdout:
-        out, held = split_holdout(out, holdout)
-    out = _subset(out, max_pairs, seed)
-    return out if held is None else (out, held)
+        out = split_holdout(out, holdout)[0]
+    return _subset(out, max_pairs, seed)
+
+
+def _pair_rows(p: Path) -> Iterator[tuple[str, str, str | None]]:
+    """(query, positive, negative or None) of each row of a shared set's file, as written; checked: non-empty
+    ``query`` and ``positive`` strings, an optional string ``negative``. Other fields are ignored."""
+    for n, obj in iter_json_lines(p):
+        q, pos, neg = (obj.get(k) if isinstance(obj, dict) else None for k in ("query", "positive", "negative"))
+        if not (isinstance(q, str) and q.strip() and isinstance(pos, str) and pos.strip()):
+            raise ValueError(f"{p}:{n}: expected an object with non-empty 'query' and 'positive' strings")
+        if neg is not None and not isinstance(neg, str):
+            raise ValueError(f"{p}:{n}: 'negative' must be a string")
+        yield q, pos, neg
 
 
 # ------------------------------------------------------------------------------------------------ label documents
@@ -480,14 +487,7 @@ def label_pairs(path: str | os.PathLike, task: str | None = None, *, num_negativ
     p = pairs_file(path)
     task = task or p.resolve().parent.name
     nli = nli if nli is not None else NLI_TRIPLET_SETS.get(task)
-    rows = []
-    for n, obj in iter_json_lines(p):
-        q, pos, neg = (obj.get(k) if isinstance(obj, dict) else None for k in ("query", "positive", "negative"))
-        if not (isinstance(q, str) and q.strip() and isinstance(pos, str) and pos.strip()):
-            raise ValueError(f"{p}:{n}: expected an object with non-empty 'query' and 'positive' strings")
-        if neg is not None and not isinstance(neg, str):
-            raise ValueError(f"{p}:{n}: 'negative' must be a string")
-        rows.append((q, pos.strip(), neg.strip() if neg and neg.strip() else None))
+    rows = [(q, pos.strip(), neg.strip() if neg and neg.strip() else None) for q, pos, neg in _pair_rows(p)]
     if not rows:
         raise ValueError(f"{p} holds no rows")
 

@@ -1,0 +1,36 @@
+"""What the BEIR and ATEB result writers share (lens.eval.report): reading result folders, the machine lines."""
+
+from __future__ import annotations
+
+import logging
+
+from lens.eval.report import machine_lines, result_folders
+
+
+def _check(obj) -> None:
+    if obj.get("ok") is not True:
+        raise ValueError("not ok")
+
+
+def test_result_folders_skip_bad_ones_with_a_warning(tmp_path, caplog):
+    for name, text in (("d", '{"ok": true, "n": 2}'), ("a", '{"ok": false}'), ("b", '{"ok": true}'),
+                       ("c", '{"ok": tr')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(text)
+    (tmp_path / "e").mkdir()  # a folder without results.json is not a result folder
+    with caplog.at_level(logging.WARNING, logger="lens.eval.report"):
+        found = result_folders(tmp_path, _check, "test results")
+    assert found == [("b", {"ok": True}), ("d", {"ok": True, "n": 2})]  # in name order
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2 and warnings[0].startswith(f"skipping {tmp_path / 'a' / 'results.json'}: not ok")
+    assert warnings[1].startswith(f"skipping {tmp_path / 'c' / 'results.json'}")
+    assert result_folders(tmp_path / "nowhere") == []
+
+
+def test_machine_lines_with_and_without_threads():
+    info = {"machine": {"cpus": 4, "torch": "2.5", "platform": "Linux-x86_64"}, "started": "s", "finished": "f"}
+    assert machine_lines(info) == ["", "Machine: 4 CPUs, torch 2.5, Linux-x86_64. Run s → f."]
+    busy = {**info, "contention": "load average 3.1"}
+    assert machine_lines(busy, "2 threads") == ["", "Machine: 4 CPUs, torch 2.5 (2 threads), Linux-x86_64. Run s → f.",
+                                                "", "**Contention:** load average 3.1"]
+    assert machine_lines({}) == ["", "Machine: ? CPUs, torch ?, . Run ? → ?."]
