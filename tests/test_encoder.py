@@ -157,7 +157,8 @@ def test_progress_bar_counts_documents_not_batches(tiny_encoder, capfd):
     tiny_encoder.encode(texts, batch_size=2, show_progress_bar=True)
     err = capfd.readouterr().err
     assert "5/5" in err and "doc" in err and "3/3" not in err  # 5 texts in 3 batches, one bar
-    assert err.count("100%") == 1
+    # one bar: it starts once (tqdm may redraw its last line on close on a slow machine, so count the start)
+    assert err.count("0/5") == 1 and err.count("Encoding") >= 1 and "/3 " not in err
     tiny_encoder.encode(texts, batch_size=2, show_progress_bar=False)
     assert capfd.readouterr().err == ""
 

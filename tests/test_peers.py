@@ -19,7 +19,7 @@ from lens import peers
 from lens.eval import systems
 from lens.eval.cache import CacheResult
 from lens.eval.systems import (
-    ALL_SYSTEMS, BASE_SYSTEMS, PEER_SYSTEMS, SYSTEMS, FusionSystem, Resources, SpladeTiny, default_systems,
+    ALL_SYSTEMS, BASE_SYSTEMS, INT8_SYSTEMS, PEER_SYSTEMS, SYSTEMS, FusionSystem, Resources, SpladeTiny, default_systems,
     make_systems,
 )
 from lens.extras import MissingExtraError, MissingPackageError
@@ -250,7 +250,7 @@ def test_a_missing_peer_names_the_make_target_and_the_pip_command(no_peers):
 
 
 def test_registry_holds_the_peers():
-    assert ALL_SYSTEMS == BASE_SYSTEMS + PEER_SYSTEMS and tuple(SYSTEMS) == ALL_SYSTEMS
+    assert ALL_SYSTEMS == BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS and tuple(SYSTEMS) == ALL_SYSTEMS
     assert set(PEER_SYSTEMS) == {"splade-tiny", "mpnet", "bm25+mpnet"}
 
 
@@ -273,7 +273,7 @@ def test_installed_peers_join_the_default_and_the_fusion_shares_bm25(tmp_path, m
     monkeypatch.setattr(peers, "splade_available", lambda: True)
     monkeypatch.setattr(peers, "mpnet_available", lambda: True)
     made = {s.name: s for s in make_systems(default_systems(), Resources(cache_root=tmp_path), "")}
-    assert list(made) == list(ALL_SYSTEMS)
+    assert list(made) == list(BASE_SYSTEMS + PEER_SYSTEMS)  # the int8 systems only when named
     fusion = made["bm25+mpnet"]
     assert isinstance(fusion, FusionSystem) and fusion.method == "minmax" and fusion.weights == [0.5, 0.5]
     assert fusion.components == [made["bm25"], made["mpnet"]]
