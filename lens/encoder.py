@@ -310,7 +310,8 @@ class LensEncoder:
                 tally.add(n_cut, len(items), self.max_seq_length)
             elif n_cut:
                 logger.warning(
-                    "%d of %d texts were longer than max_seq_length=%d tokens and were truncated",
+                    "%d of %d texts were longer than max_seq_length=%d tokens and were truncated (their ends are not "
+                    "encoded: split long texts into passages, or set encoder.max_seq_length higher)",
                     n_cut, len(items), self.max_seq_length,
                 )
             lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],

@@ -482,7 +482,8 @@ def _report_truncation(records: Sequence[dict], n_docs: int) -> None:
     cut = sum(c.get("truncated", 0) for r in records for c in r["chunks"])
     if cut:
         limits = sorted({str(r.get("max_seq_length")) for r in records})
-        logger.warning("%d of %d documents were longer than max_seq_length=%s tokens and were truncated", cut,
+        logger.warning("%d of %d documents were longer than max_seq_length=%s tokens and were truncated (their ends are not "
+                       "indexed: split long documents into passages to search all of their text)", cut,
                        n_docs, "/".join(limits))
 
 

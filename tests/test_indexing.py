@@ -164,8 +164,9 @@ def test_build_warns_once_about_truncation_with_the_total(tiny_encoder, corpus_f
     assert chunks.calls == 3  # chunks 0-2 were kept
     (warning,) = [r for r in caplog.records if "truncated" in r.getMessage()]
     assert warning.name == "lens.indexing"
-    assert warning.getMessage() == (f"{cut} of {len(docs)} documents were longer than max_seq_length=6 tokens and "
-                                    "were truncated")
+    assert warning.getMessage().startswith(f"{cut} of {len(docs)} documents were longer than max_seq_length=6 "
+                                           "tokens and were truncated")
+    assert "split long documents into passages" in warning.getMessage()  # says what to do
 
 
 def test_cli_build_search_info_and_encoder_mismatch(tiny_lens_dir, corpus_file, tmp_path, capsys, tiny_backbone_dir):
