@@ -171,9 +171,9 @@ def file_fingerprint(path: Path, sample: int = 1 << 20) -> str:
     return h.hexdigest()[:16]
 
 
-def _cached(ref: BackboneRef) -> BackboneRef:
-    """``ref`` redirected to its converted copy when one exists."""
-    cached = gguf_cache_dir(ref)
+def _cached(ref: BackboneRef, cached: Path | None = None) -> BackboneRef:
+    """``ref`` redirected to its converted copy when one exists (``cached``: its ``gguf_cache_dir``, if known)."""
+    cached = cached or gguf_cache_dir(ref)
     if cached is not None and (cached / "config.json").is_file():
         return BackboneRef(ref.reference, cached)
     return ref
@@ -214,7 +214,7 @@ def load_backbone(
     cached = gguf_cache_dir(ref)
     if cached is not None and not (cached / "config.json").is_file():
         _convert_gguf(ref, cached)
-    ref = _cached(ref)
+    ref = _cached(ref, cached)  # the converted copy: no GGUF left, so the tokenizer's load reads no fingerprint
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32

@@ -66,7 +66,7 @@ def cmd_sts(args: argparse.Namespace) -> None:
 
 
 def cmd_shared(args: argparse.Namespace) -> None:
-    from lens.train.data import shared_pairs, split_holdout, write_examples
+    from lens.train.data import shared_pairs_split, write_examples
 
     instruction = args.instruction
     if instruction == "auto":  # ours for the shared training sets, by directory name
@@ -79,10 +79,10 @@ def cmd_shared(args: argparse.Namespace) -> None:
         instruction = found.text
     if args.holdout_out is not None and not args.holdout:
         raise ValueError("--holdout-out needs --holdout FRACTION (the share of queries to hold out)")
-    _write(args, shared_pairs(args.path, instruction=instruction, max_pairs=args.max_pairs, seed=args.seed,
-                              holdout=args.holdout))
+    kept, held = shared_pairs_split(args.path, instruction=instruction, max_pairs=args.max_pairs, seed=args.seed,
+                                    holdout=args.holdout)
+    _write(args, kept)
     if args.holdout_out is not None:  # the held-out queries' examples: all of them, never sampled
-        held = split_holdout(shared_pairs(args.path, instruction=instruction), args.holdout)[1]
         write_examples(args.holdout_out, held)
         print(_summary(args.holdout_out, held))
 

@@ -249,10 +249,10 @@ class Resources:
     """Encoders shared by the systems of one run (each loaded at most once, on first use)."""
 
     def __init__(self, *, model: str = "default", cache_root: str | os.PathLike, lens_batch_size: int = 16,
-                 dense_batch_size: int = 64, show_progress_bar: bool = True, quantize: str | None = None):
+                 dense_batch_size: int = 64, show_progress_bar: bool = True):
         self.model = model
         self.lens = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
-                                 show_progress_bar=show_progress_bar, quantize=quantize)
+                                 show_progress_bar=show_progress_bar)
         # loaded only if an int8 system runs; its vectors are cached apart (LensResource.cache_fingerprint)
         self.lens_int8 = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
                                       show_progress_bar=show_progress_bar, quantize="int8")

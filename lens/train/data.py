@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "NEGATIVE_RANKS", "NLI_TRIPLET_SETS", "TrainExample", "beir_pairs", "bm25_rankings", "label_ids", "label_pairs",
-    "pairs_file", "read_examples", "shared_pairs", "sts_pairs",
+    "pairs_file", "read_examples", "shared_pairs", "shared_pairs_split", "sts_pairs",
     "Step", "holdout_queries", "sample_examples", "split_holdout", "plan_steps", "task_batches", "weak_pairs", "write_examples",
 ]
 
@@ -347,13 +347,19 @@ def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max
     ``instruction`` is stored with every example; ``max_pairs`` keeps a seeded random subset (per-task sampling
     of a mixture), in file order. Extra fields (``source_row``, ids) are ignored. ``holdout`` leaves that fraction
     of the queries out before sampling (``split_holdout``), as ``beir_pairs`` does, to judge training on unseen
-    queries. Always a list, with or without ``holdout``; the held-out examples themselves are
-    ``split_holdout(shared_pairs(path, instruction=...), holdout)[1]``.
+    queries. Always a list, with or without ``holdout``; ``shared_pairs_split`` also gives the held-out examples.
 
     ``path`` is a .jsonl[.gz] file or a set's directory (its pairs.jsonl.gz, else train.jsonl.gz). Rows with the
     same query and positive merge (their negatives pooled); a negative that is a positive of the same query is
     dropped. WikiQA's several positives per question stay separate examples; ``task_batches`` keeps them apart.
     """
+    return shared_pairs_split(path, instruction=instruction, max_pairs=max_pairs, seed=seed, holdout=holdout)[0]
+
+
+def shared_pairs_split(path: str | os.PathLike, *, instruction: str | None = None, max_pairs: int | None = None,
+                       seed: int = 0, holdout: float = 0.0) -> tuple[list[TrainExample], list[TrainExample]]:
+    """(kept, held out) of ``shared_pairs`` from one read of the file: ``kept`` is what ``shared_pairs`` returns,
+    ``held out`` every example of the held-out queries (never sampled; empty without ``holdout``)."""
     p = pairs_file(path)
     task = p.resolve().parent.name
     merged: dict[tuple[str, str], list[str]] = {}
@@ -365,9 +371,8 @@ def shared_pairs(path: str | os.PathLike, *, instruction: str | None = None, max
         positives.setdefault(q, set()).add(pos)
     out = [TrainExample(q, pos, [x for x in negs if x not in positives[q]], task=task, instruction=instruction)
            for (q, pos), negs in merged.items()]
-    if holdout:
-        out = split_holdout(out, holdout)[0]
-    return _subset(out, max_pairs, seed)
+    kept, held = split_holdout(out, holdout) if holdout else (out, [])
+    return _subset(kept, max_pairs, seed), held
 
 
 def _pair_rows(p: Path) -> Iterator[tuple[str, str, str | None]]:
