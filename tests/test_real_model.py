@@ -120,8 +120,9 @@ def test_trained_default_beats_the_untrained_clusters_on_adi(default_k4000):
 @pytest.mark.real_data
 @requires_shared
 def test_shipped_default_vectors_are_unchanged():
-    """The shipped default's vectors of 20 SciFact documents and 5 queries, as recorded at 707e1b8 (before the
-    layering redesign), to 1e-6: refactors must not move them. Documents are ``Document.full_text``."""
+    """The shipped default's vectors of 20 SciFact documents and 5 queries, to 1e-6: refactors must not move them.
+    Documents are ``Document.full_text``. ``tests/data/record_default_vectors.py`` records them when the shipped
+    model itself changes (last: the default trained for issue 10)."""
     from conftest import SHARED
     from lens.corpus import load_beir
     from lens.encoder import LensEncoder

@@ -455,6 +455,11 @@ class Trainer:
         self._write_model(path, rows)
         self.dist.barrier()
 
+    def _save_adapter(self, dest: Path) -> None:
+        """PEFT's adapter files, without the empty model-card template PEFT adds (the LENS card sits one level up)."""
+        self.peft_model.save_pretrained(dest)
+        (Path(dest) / "README.md").unlink(missing_ok=True)
+
     def _write_model(self, path: Path, rows: list[dict]) -> None:
         from lens.config import LensConfig
         from lens.model_dir import write_model_dir
@@ -473,5 +478,5 @@ class Trainer:
                           stage_examples=self.data, rows=rows, world_size=self.dist.world_size)
         write_model_dir(path, config, self.encoder.assignment, self.model.head.weight.detach().float().cpu().numpy(),
                         self.tokenizer, centroids_dtype=np.float16 if self.config.train_head else np.float32,
-                        adapter=lambda dest: self.peft_model.save_pretrained(dest),
+                        adapter=self._save_adapter,
                         files={CARD_NAME: card.encode("utf-8")}, keep_existing=True)
