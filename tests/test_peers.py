@@ -279,6 +279,14 @@ def test_installed_peers_join_the_default_and_the_fusion_shares_bm25(tmp_path, m
     assert fusion.components == [made["bm25"], made["mpnet"]]
 
 
+def test_an_explicit_list_of_every_system_keeps_the_int8_ones(tmp_path, monkeypatch):
+    """``--systems`` naming every system runs every one: the int8 systems are left out of the default list only."""
+    monkeypatch.setattr(peers, "splade_available", lambda: True)
+    monkeypatch.setattr(peers, "mpnet_available", lambda: True)
+    made = [s.name for s in make_systems(list(ALL_SYSTEMS), Resources(cache_root=tmp_path), "")]
+    assert made == list(ALL_SYSTEMS) and set(INT8_SYSTEMS) <= set(made)
+
+
 # ------------------------------------------------------------------------------------------- the real peers on ADI
 def _adi_ndcg(system_name: str, tmp_path) -> float:
     from lens.eval.beir import evaluate_system, load_dataset

@@ -600,17 +600,14 @@ def make_systems(names: Sequence[str], resources: Resources, instruction: str, *
                  depth: int = DEFAULT_DEPTH) -> list[System]:
     """The named systems, sharing components (a fusion reuses the bm25/minilm instances).
 
-    ``names`` equal to ``ALL_SYSTEMS`` (the runner's default) means ``default_systems()``: peers that are not
-    installed are skipped with a warning. A peer named in any other list must be installed: ``MissingPackageError``
-    (naming ``make peers``) before anything runs."""
+    ``names`` are taken as given (the runner's default list is ``default_systems()``, which skips peers that are
+    not installed, with a warning): a named peer must be installed, else ``MissingPackageError`` (naming
+    ``make peers``) before anything runs."""
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:
         raise ValueError(f"unknown system {unknown[0]!r}; valid: {', '.join(SYSTEMS)}")
-    if tuple(names) == ALL_SYSTEMS:
-        names = default_systems()
-    else:
-        for n in missing_peers(names):
-            _peer_checks()[PEER_NEEDS[n]][1]()  # raises MissingPackageError, naming the install command
+    for n in missing_peers(names):
+        _peer_checks()[PEER_NEEDS[n]][1]()  # raises MissingPackageError, naming the install command
     made: dict[str, System] = {}
 
     def get(name: str) -> System:
