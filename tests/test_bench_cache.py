@@ -120,6 +120,7 @@ def test_int8_lens_vectors_are_cached_apart_from_float32(tmp_path, tiny_lens_dir
     """The LENS fingerprint ignores quantisation on purpose; the benchmark cache must not: an int8 encoder neither
     reads nor writes the float32 entries (and float32's key is the one it had before int8 existed)."""
     from lens.eval.systems import LensResource
+    from lens.quantize import recipe
 
     docs = ["cell protein gene", "cancer patients", "drug dose response in mouse"]
     f32 = LensResource(str(tiny_lens_dir), cache_root=tmp_path, show_progress_bar=False)
@@ -129,7 +130,7 @@ def test_int8_lens_vectors_are_cached_apart_from_float32(tmp_path, tiny_lens_dir
 
     int8 = LensResource(str(tiny_lens_dir), cache_root=tmp_path, show_progress_bar=False, quantize="int8")
     got = int8.documents(docs)
-    assert int8.cache_fingerprint()["quantize"] == "int8"
+    assert int8.cache_fingerprint()["quantize"] == recipe("int8")  # the versioned recipe, not just the mode
     assert got.encoded == 3 and got.cached == 0  # nothing read from the float32 entries
     assert not np.allclose(got.arrays["lexicon"], want.arrays["lexicon"], atol=1e-6)
     assert {p: p.read_bytes() for p in f32_chunks} == f32_chunks  # nothing written into them

@@ -212,7 +212,7 @@ def test_int8_systems_beside_float32_in_one_run(tmp_path, tiny_lens_dir):
     assert "int8 linear layers" in int8["description"]
     assert "int8" not in res["systems"]["lens-lexicon"]["description"]
     fingerprints = {json.loads(p.read_text()).get("quantize") for p in cache.rglob("fingerprint.json")}
-    assert {None, "int8"} <= fingerprints
+    assert {None, "int8-v2"} <= fingerprints  # int8 vectors keyed by the versioned recipe (lens.quantize.recipe)
 
 
 def test_ablations_with_the_tiny_model(tmp_path, tiny_lens_dir):

@@ -86,9 +86,26 @@ def test_quantize_decoder_replaces_every_linear_in_place():
     decoder = make_causal_lm("llama", 64).base_model
     n_linear = sum(type(m) is torch.nn.Linear for m in decoder.modules())
     embed = decoder.embed_tokens.weight
-    assert quantize_decoder(decoder) == n_linear == 2 * 7
+    assert quantize_decoder(decoder, float32_layers=0) == n_linear == 2 * 7
     assert is_quantized(decoder) and not any(type(m) is torch.nn.Linear for m in decoder.modules())
     assert decoder.embed_tokens.weight is embed  # embeddings (and norms) stay float32
+
+
+@pytest.mark.parametrize("float32_layers,kept", [(1, 1), (2, 1), (5, 1)])
+def test_quantize_decoder_keeps_the_first_blocks_float32_but_quantizes_at_least_one(float32_layers, kept):
+    decoder = make_causal_lm("llama", 64).base_model  # 2 blocks of 7 linear layers
+    assert quantize_decoder(decoder, float32_layers=float32_layers) == 7 * (2 - kept)
+    for i, block in enumerate(decoder.layers):
+        linear = [type(m) is torch.nn.Linear for m in block.modules() if isinstance(m, (torch.nn.Linear, Int8Linear))]
+        assert len(linear) == 7 and all(linear) == (i < kept) and (any(linear) == (i < kept))
+
+
+def test_the_recipe_label_keys_cached_int8_vectors():
+    from lens.quantize import RECIPE_VERSION, recipe
+
+    assert recipe(None) is None and recipe("int8") == f"int8-v{RECIPE_VERSION}"
+    with pytest.raises(ValueError, match="valid: int8"):
+        recipe("int4")
 
 
 def test_quantize_decoder_refuses_what_it_cannot_run():

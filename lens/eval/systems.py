@@ -121,7 +121,9 @@ class LensResource:
         fp = {"kind": "lens-documents", "output": "both", "normalize": True, **enc.fingerprint(),
               "max_seq_length": enc.max_seq_length, "backbone": enc.config.backbone}
         if enc.quantize is not None:  # read from the encoder: also right after apply_quantize
-            fp["quantize"] = enc.quantize
+            from lens.quantize import recipe
+
+            fp["quantize"] = recipe(enc.quantize)  # versioned: a changed int8 recipe re-encodes
         return fp
 
     def documents(self, texts: list[str]) -> CacheResult:
