@@ -13,6 +13,8 @@ import importlib.util
 import json
 import logging
 import os
+import re
+import shutil
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -277,6 +279,24 @@ def _convert_gguf(ref: BackboneRef, target: Path) -> None:
             tokenizer.save_pretrained(tmp)
     except OSError as e:  # a read-only or full disk: work without the cache
         logger.warning("could not cache the converted backbone in %s: %s", target, e)
+        return
+    remove_stale_copies(ref.directory / ref.gguf_file, target.parent)
+
+
+def remove_stale_copies(gguf: Path, root: Path) -> list[Path]:
+    """Delete converted copies of ``gguf`` that older LENS versions keyed by size and modification time
+    (``{stem}-{size}-{mtime}``): the same weights, ~0.5 GB each, never read again now that copies are keyed by
+    content. Only directories of that exact name pattern and this file's size go; returns them."""
+    size = gguf.stat().st_size
+    pattern = re.compile(rf"{re.escape(gguf.stem)}-{size}-\d+")
+    stale = [d for d in root.iterdir() if d.is_dir() and pattern.fullmatch(d.name)] if root.is_dir() else []
+    for d in stale:
+        try:
+            shutil.rmtree(d)
+            logger.info("removed %s: a copy of the same backbone under its old cache key", d)
+        except OSError as e:
+            logger.warning("could not remove the old backbone copy %s (%s); it is safe to delete by hand", d, e)
+    return stale
 
 
 def load_lm_head(reference: str | os.PathLike | BackboneRef) -> np.ndarray:

@@ -37,13 +37,11 @@ logger = logging.getLogger(__name__)
 
 QUANTIZE_MODES = ("int8",)  # None (the default everywhere) means float32
 WEIGHT_LEVELS = 63  # 7-bit symmetric weights: u8 activation x s8 weight pairs stay within int16 (no saturation)
-# Input channels per call kept in float32, and the first decoder layers left whole in float32 (their activations carry
-# the model's largest outliers). Shipped default (SmolLM2-135M, 96 SciFact documents / 64 queries, batch 16, lexicon
-# cosine to float32, mean; top-10 overlap of the 64 x 96 ranking; CPU speed-up over float32, 2 threads, +-15% run to
-# run): 4 outliers, 0 layers: 0.9919 / 0.9890, 0.912, 2.2-2.7x; 16 outliers, 0 layers: 0.9943 / 0.9919, 0.934, 2.1x;
-# 16 outliers, first 2 layers float32: 0.9958 / 0.9942, 0.964, 2.3x (chosen); float32 down_proj everywhere:
-# 0.9956 / 0.9940 but 1.7x; SmoothQuant-style channel scaling (alpha 0.5, calibrated on 48 texts): no better than
-# none. (/tmp study script; numbers from the 2026-11-24 session note.)
+# Input channels per call kept in float32, and the first decoder blocks left whole in float32 (their activations carry
+# the model's largest outliers). Chosen on the shipped default (SmolLM2-135M) by `benchmarks/int8_recipe.py`
+# (results/int8_recipe.md): lexicon cosine to float32 on SciFact documents 0.9919 with 4 outliers and no float32
+# block, 0.9958 with 16 and 2, at about the same speed; float32 down_proj everywhere was as close but 1.7x, not 2.3x,
+# and SmoothQuant-style channel scaling (alpha 0.5) no closer than none.
 DEFAULT_OUTLIERS = 16
 DEFAULT_FLOAT32_LAYERS = 2
 # Bumped whenever the arithmetic above changes, so cached int8 vectors of an older recipe are never reused.

@@ -85,3 +85,25 @@ def test_gguf_cache_key_follows_content_not_path_or_mtime(tmp_path, monkeypatch)
         assert file_fingerprint(tmp_path / "c.gguf") != file_fingerprint(tmp_path / "a" / "m.gguf")
     (tmp_path / "d.gguf").write_bytes(data + b"\0")  # one more byte: another size
     assert file_fingerprint(tmp_path / "d.gguf") != file_fingerprint(tmp_path / "a" / "m.gguf")
+
+
+def test_old_mtime_keyed_copies_of_the_same_gguf_are_removed(tmp_path):
+    """After a conversion, copies the old cache key (``{stem}-{size}-{mtime}``) made of the same file go; nothing
+    else under the cache does."""
+    from lens.backbone import remove_stale_copies
+
+    gguf = tmp_path / "model.Q4_1.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(100))
+    root = tmp_path / "cache" / "gguf"
+    names = {"stale": "model.Q4_1-104-1700000000", "other_size": "model.Q4_1-105-1700000000",
+             "new_key": "model.Q4_1-0123456789abcdef", "other_model": "other-104-1700000000",
+             "prefix": "model.Q4_1-104-17x"}
+    for name in names.values():
+        (root / name).mkdir(parents=True)
+        (root / name / "config.json").write_text("{}")
+    (root / "model.Q4_1-104-1800000000.lock").write_text("1")  # a file, not a copy
+    removed = remove_stale_copies(gguf, root)
+    assert [p.name for p in removed] == [names["stale"]]
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [n for k, n in names.items() if k != "stale"] + ["model.Q4_1-104-1800000000.lock"])
+    assert remove_stale_copies(gguf, tmp_path / "missing") == []
