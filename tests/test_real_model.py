@@ -122,7 +122,7 @@ def test_trained_default_beats_the_untrained_clusters_on_adi(default_k4000):
 @pytest.mark.real_data
 @requires_shared
 def test_shipped_default_vectors_are_unchanged():
-    """The shipped default's vectors of 20 SciFact documents and 5 queries, to 1e-6: refactors must not move them.
+    """The shipped default's vectors of 20 SciFact documents and 5 queries, to 1e-5: refactors must not move them.
     Documents are ``Document.full_text``. ``tests/data/record_default_vectors.py`` records them when the shipped
     model itself changes (last: the default trained for issue 10)."""
     from conftest import SHARED
@@ -138,4 +138,6 @@ def test_shipped_default_vectors_are_unchanged():
     q = enc.encode_queries(list(queries.values())[:5], instruction=get_instruction("scifact"), output="both")
     for name, value in (("lexicon", got.lexicon), ("dense", got.dense), ("q_lexicon", q.lexicon),
                         ("q_dense", q.dense)):
-        np.testing.assert_allclose(value, want[name], atol=1e-6, rtol=0, err_msg=name)
+        # 1e-5: another torch thread count sums in another order (1.7e-6 seen at 1 thread against a 2-thread
+        # recording); a change to what the model computes moves vectors by far more
+        np.testing.assert_allclose(value, want[name], atol=1e-5, rtol=0, err_msg=name)
