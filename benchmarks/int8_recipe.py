@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SCIFACT = ROOT.parent / "shared" / "data" / "beir" / "scifact"
 INSTRUCTION = "Given a scientific claim, retrieve documents that support or refute the claim"
-DEFAULT_RECIPES = "4:0,16:0,8:2,16:1,16:2"
+DEFAULT_RECIPES = "4:0,16:0,8:2,16:1,16:2,16:4,32:2"
 
 
 def recipe_list(value: str) -> list[tuple[int, int]]:
