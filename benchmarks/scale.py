@@ -219,7 +219,7 @@ def markdown(r: dict) -> str:
         "- Peak RSS is `ru_maxrss` of the child process that built (or loaded and searched) the index; it counts "
         "FAISS's allocations and the resident pages of memory-mapped files.",
         "",
-        "| index | build s | build peak RSS MB | on disk MB | load s | search peak RSS MB | QPS (batch) | "
+        "| index | build s | build peak RSS MiB | on disk MB (10^6 B) | load s | search peak RSS MiB | QPS (batch) | "
         "QPS (one query) | recall@10 |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
