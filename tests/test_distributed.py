@@ -389,9 +389,11 @@ def test_only_rank_zero_writes(two_ranks, tiny_lens_dir, data_file, tmp_path):
     one = Trainer(cfg, tmp_path / "one", show_progress_bar=False)
     one.train()
     want = read_log(tmp_path / "one" / "train_log.csv")
-    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in want], rel=1e-5)
+    # abs 1e-6 beside rel 1e-5: a loss near 0.01 after three steps differed by 1.2e-7 (rel 1.04e-5) in some runs,
+    # float32 sums in another order; a real difference between the runs is orders of magnitude larger
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in want], rel=1e-5, abs=1e-6)
     assert [r["val_loss"] for r in rows if r["val_loss"] != ""] == pytest.approx(
-        [r["val_loss"] for r in want if r["val_loss"] != ""], rel=1e-5)
+        [r["val_loss"] for r in want if r["val_loss"] != ""], rel=1e-5, abs=1e-6)
     shards = list((two_ranks / "shared-cache").glob("shard-*.safetensors"))
     assert len(shards) >= 2  # each rank wrote the shard of its own slices
     texts = ["cancer drug trial", "mouse gene expression levels"]
