@@ -7,7 +7,7 @@ LENS := $(VENV)/bin/lens
 DEMO_DIR ?= demo-out/smollm2-k4000
 DEMO_INDEX ?= demo-out/pydoc-index
 
-.PHONY: setup demo test clean train-data train-data-mixture train-default peers
+.PHONY: setup demo test clean train-data train-data-mixture train-data-labels train-default peers
 
 setup: $(VENV)/.installed
 
@@ -85,6 +85,20 @@ $(TRAIN_DATA)/mixture/.built: | setup
 	$(LENS) data beir $(DATA)/beir/scifact --split train --negatives 3 --holdout 0.2 --instruction auto \
 		--out $(TRAIN_DATA)/mixture/scifact-train.jsonl.gz
 	$(LENS) data stats $(TRAIN_DATA)/mixture/*.jsonl.gz
+	touch $@
+
+# Issue 11's label augmentation (ATEB): the classification and NLI sets as retrieval of label documents (label text
+# + explanation + id; the other labels of the task as negatives), 2% of queries held out as in mixture-val/.
+LABEL_SETS ?= tweeteval clinc150 banking77 trec-qc snli-cad
+train-data-labels: $(TRAIN_DATA)/labels/.built
+
+$(TRAIN_DATA)/labels/.built: | setup
+	mkdir -p $(TRAIN_DATA)/labels $(TRAIN_DATA)/labels-val
+	for s in $(LABEL_SETS); do \
+		$(LENS) data labels $(DATA)/train/$$s --instruction auto --holdout 0.02 \
+			--out $(TRAIN_DATA)/labels/$$s.jsonl.gz --holdout-out $(TRAIN_DATA)/labels-val/$$s.jsonl.gz || exit 1; \
+	done
+	$(LENS) data stats $(TRAIN_DATA)/labels/*.jsonl.gz
 	touch $@
 
 train-default: train-data

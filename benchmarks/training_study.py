@@ -37,11 +37,17 @@ logger = logging.getLogger("training_study")
 
 MIXTURE = ["squad", "tweeteval", "clinc150", "banking77", "trec-qc", "snli-cad", "nq-qed", "wikiqa",
            "pubmedqa-labeled", "scifact-train"]
+# Issue 11: the retrieval sets alone, and with the label-augmented classification / NLI sets (`make
+# train-data-labels`: label text + explanation + id as positives, other labels as negatives) in their place.
+RETRIEVAL = ["squad", "nq-qed", "wikiqa", "pubmedqa-labeled", "scifact-train"]
+LABELS = ["labels/tweeteval", "labels/clinc150", "labels/banking77", "labels/trec-qc", "labels/snli-cad"]
+SHIPPED = {"attention": "causal", "lr": 1e-3, "head_lr": 2e-3, "loss": "infonce+0.2*flops"}
 
 BASE = {
     "clusters": 4000, "attention": "bidirectional",  # the starting model directory (study-specific)
     "lora_layers": 8, "lr": 5e-4, "head_lr": 1e-3, "warmup_steps": 10, "batch_size": 16, "temperature": 0.02,
     "query_max_length": 64, "doc_max_length": 128, "max_length": 256, "loss": "infonce", "max_negatives": 1,
+    "mixture": MIXTURE,  # files under --data/mixture (or --data/labels for "labels/<set>")
 }
 
 # name -> (what it changes, overrides of BASE). The order runs the variants sharing the base's prefix cache first.
@@ -61,6 +67,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                        {"attention": "causal", "lr": 1e-3, "head_lr": 2e-3}),
     "layers-16": ("top 16 layers trained", {"lora_layers": 16}),
     "layers-all": ("all 30 layers trained", {"lora_layers": None}),
+    "retrieval-only": ("shipped settings (causal, lr 1e-3, 0.2 x FLOPS); retrieval sets only, no classification "
+                       "or NLI data", {**SHIPPED, "mixture": RETRIEVAL}),
+    "label-augmented": ("shipped settings; retrieval sets + label-augmented classification and NLI (label text + "
+                        "explanation + id)", {**SHIPPED, "mixture": RETRIEVAL + LABELS}),
 }
 
 JUDGE_DOC_LENGTH = 256
@@ -104,7 +114,11 @@ def train_config(settings: dict, model: Path, data: Path, val_file: Path, steps:
                  threads: int | None):
     from lens.train.config import TrainConfig
 
-    stage = {"name": "mixture", "data": [str(data / "mixture" / f"{s}.jsonl.gz") for s in MIXTURE],
+    files = [data / (s if s.startswith("labels/") else f"mixture/{s}") for s in settings["mixture"]]
+    missing = [str(f) + ".jsonl.gz" for f in files if not f.with_name(f.name + ".jsonl.gz").is_file()]
+    if missing:
+        raise SystemExit(f"missing training files {missing}: run `make train-data-mixture train-data-labels` first")
+    stage = {"name": "mixture", "data": [f"{f}.jsonl.gz" for f in files],
              "loss": settings["loss"], "steps": steps, "max_negatives": settings["max_negatives"],
              "max_per_task": per_task}
     keys = ("lora_layers", "lr", "head_lr", "warmup_steps", "batch_size", "temperature", "query_max_length",
@@ -168,7 +182,7 @@ def run_variant(name: str, settings: dict, args, rerank, sts, val_file: Path, st
 def write_markdown(results: dict, path: Path, command: str) -> None:
     base = results.get("base")
     lines = [
-        "# Training studies (issue 10)", "",
+        "# Training studies (issues 10 and 11)", "",
         f"Command: `{command}`", "",
         f"Each variant: {results.get('_meta', {}).get('steps')} steps of batch 16 (one task per batch) on the mixture "
         f"(`make train-data-mixture`, at most {results.get('_meta', {}).get('per_task')} examples per task), "
