@@ -8,6 +8,8 @@ lexicon cosine to float32 on SciFact documents (mean, min) for:
 
 - ``shipped``: the shipped recipe (16 outlier channels picked per call);
 - ``weights``: weight rounding alone; ``activations``: activation rounding alone (16 per-call outliers);
+- ``w8-a7``: the shipped recipe on the other grid fbgemm's AVX2 kernel allows without int16 saturation: 8-bit
+  weights (|q| <= 127) and 7-bit activations (``reduce_range``);
 - ``static-N``: N outlier channels fixed per layer from a calibration pass (the channels with the largest |x|);
 - ``static-N-gptq``: the same, with weights rounded by GPTQ (Frantar et al. 2022: columns in order of decreasing
   Hessian diagonal, each column's rounding error spread over the columns not yet rounded, weighted by the inverse
@@ -40,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
 WEIGHT_LEVELS, ACT_LEVELS = 63, 255
-CONFIGS = ["shipped", "weights", "activations", "static-16", "static-16-gptq", "static-32-gptq"]
+CONFIGS = ["shipped", "weights", "activations", "static-16", "static-16-gptq", "static-32-gptq", "w8-a7"]
 
 
 def read_texts(path: Path, field: str, every: int, offset: int, n: int) -> list[str]:
@@ -86,23 +88,24 @@ def gptq(w: Tensor, h: Tensor, levels: int = WEIGHT_LEVELS, block: int = 128, da
     return q[:, torch.argsort(perm)].float()
 
 
-def round_activations(x: Tensor) -> Tensor:
+def round_activations(x: Tensor, levels: int = ACT_LEVELS) -> Tensor:
     """Per-token scaling to max |x| = 1, then 8-bit asymmetric rounding of the row (as fbgemm's dynamic linear)."""
     r = x.abs().amax(1, keepdim=True).clamp(min=1e-12)
     xs = x / r
     lo, hi = xs.amin(1, keepdim=True).clamp(max=0), xs.amax(1, keepdim=True).clamp(min=0)
-    step = (hi - lo).clamp(min=1e-12) / ACT_LEVELS
+    step = (hi - lo).clamp(min=1e-12) / levels
     zero = (-lo / step).round()
-    return ((((xs / step).round() + zero).clamp(0, ACT_LEVELS)) - zero) * step * r
+    return ((((xs / step).round() + zero).clamp(0, levels)) - zero) * step * r
 
 
 class FakeInt8Linear(nn.Module):
     """float32 ``x @ q.T`` with ``q`` pre-rounded weights; outlier columns exact (per call or fixed)."""
 
-    def __init__(self, linear: nn.Linear, q: Tensor, acts: bool, outliers: int = 0, fixed: Tensor | None = None):
+    def __init__(self, linear: nn.Linear, q: Tensor, acts: bool, outliers: int = 0, fixed: Tensor | None = None,
+                 act_levels: int = ACT_LEVELS):
         super().__init__()
         self.w, self.q, self.b = linear.weight.detach().float(), q, linear.bias
-        self.acts, self.outliers, self.fixed = acts, outliers, fixed
+        self.acts, self.outliers, self.fixed, self.act_levels = acts, outliers, fixed, act_levels
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
@@ -114,7 +117,7 @@ class FakeInt8Linear(nn.Module):
             extra = x.index_select(1, cols) @ self.w.index_select(1, cols).t()
             x = x.index_fill(1, cols, 0.0)
         if self.acts:
-            x = round_activations(x)
+            x = round_activations(x, self.act_levels)
         y = x @ self.q.t() + extra
         if self.b is not None:
             y = y + self.b
@@ -156,6 +159,8 @@ def apply(config: str, encoder, targets, calibration: list[str]) -> None:
             new = FakeInt8Linear(child, round_weights(w), acts=True, outliers=16)
         elif config == "weights":
             new = FakeInt8Linear(child, round_weights(w), acts=False)
+        elif config == "w8-a7":  # the other grid the AVX2 kernel allows: 8-bit weights, 7-bit activations
+            new = FakeInt8Linear(child, round_weights(w, 127), acts=True, outliers=16, act_levels=127)
         elif config == "activations":
             new = FakeInt8Linear(child, w, acts=True, outliers=16)
         else:
@@ -216,7 +221,7 @@ def main(argv=None) -> int:
     lines = ["# int8 error sources (float32 simulation)", "", f"Command: `{command}`  ", f"Date: {result['date']}; "
              f"torch {torch.__version__}; {len(docs)} SciFact documents (every 40th), {len(calibration)} "
              f"{'SQuAD train paragraphs' if args.calibrate_on == 'squad' else 'other SciFact documents'} for "
-             "calibration; the first {args.float32_layers} blocks float32 (as shipped). See the "
+             f"calibration; the first {args.float32_layers} blocks float32 (as shipped). See the "
              "script's docstring for what each row simulates.", "",
              "| config | lexicon cosine to float32, mean (min) | 1 - cosine | calibration + rounding s |",
              "|---|---|---:|---:|"]
