@@ -71,6 +71,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                        "or NLI data", {**SHIPPED, "mixture": RETRIEVAL}),
     "label-augmented": ("shipped settings; retrieval sets + label-augmented classification and NLI (label text + "
                         "explanation + id)", {**SHIPPED, "mixture": RETRIEVAL + LABELS}),
+    "retrieval-only-k2000": ("retrieval-only with 2000 clusters", {**SHIPPED, "mixture": RETRIEVAL, "clusters": 2000}),
 }
 
 JUDGE_DOC_LENGTH = 256
