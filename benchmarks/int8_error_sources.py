@@ -27,7 +27,7 @@ recipe; it is the evidence for the next one.
 from __future__ import annotations
 
 import argparse
-import gzip
+import itertools
 import json
 import platform
 import sys
@@ -41,20 +41,14 @@ from torch import Tensor, nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = ROOT.parent / "shared" / "data"
+SCIFACT = DATA / "beir" / "scifact"
+SQUAD = DATA / "train" / "squad" / "pairs.jsonl.gz"
 WEIGHT_LEVELS, ACT_LEVELS = 63, 255
 CONFIGS = ["shipped", "weights", "activations", "static-16", "static-16-gptq", "static-32-gptq", "w8-a7"]
 
 
-def read_texts(path: Path, field: str, every: int, offset: int, n: int) -> list[str]:
-    out: list[str] = []
-    with gzip.open(path, "rt") as f:
-        for i, line in enumerate(f):
-            if i % every == offset:
-                r = json.loads(line)
-                out.append((r.get("title", "") + "\n" + r[field]).strip() if field == "text" else r[field])
-            if len(out) >= n:
-                break
-    return out
+def every_nth(items, step: int, offset: int, n: int) -> list:
+    return list(itertools.islice(items, offset, offset + step * n, step))
 
 
 def round_weights(w: Tensor, levels: int = WEIGHT_LEVELS) -> Tensor:
@@ -125,8 +119,9 @@ class FakeInt8Linear(nn.Module):
 
 
 def linears(encoder, float32_layers: int) -> list[tuple[nn.Module, str, nn.Linear]]:
-    decoder = next(m for m in encoder.model.modules() if isinstance(getattr(m, "layers", None), nn.ModuleList))
-    return [(parent, name, child) for block in list(decoder.layers)[float32_layers:] for parent in block.modules()
+    """The linear layers ``quantize_decoder`` would replace: every block's but the first ``float32_layers``."""
+    return [(parent, name, child) for block in list(encoder.model.decoder.layers)[float32_layers:]
+            for parent in block.modules()
             for name, child in parent.named_children() if type(child) is nn.Linear]
 
 
@@ -177,6 +172,9 @@ def apply(config: str, encoder, targets, calibration: list[str]) -> None:
 
 
 def main(argv=None) -> int:
+    from int8_recipe import cosines
+
+    from lens.corpus import iter_corpus, read_jsonl
     from lens.encoder import LensEncoder
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -192,10 +190,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    docs = read_texts(DATA / "beir" / "scifact" / "corpus.jsonl.gz", "text", 40, 0, args.docs)
-    calibration = (read_texts(DATA / "train" / "squad" / "pairs.jsonl.gz", "positive", 97, 3, args.calibration)
+    docs = [d.full_text for d in every_nth(iter_corpus(SCIFACT), 40, 0, args.docs)]
+    calibration = ([r["positive"] for _, r in every_nth(read_jsonl(SQUAD), 97, 3, args.calibration)]
                    if args.calibrate_on == "squad" else
-                   read_texts(DATA / "beir" / "scifact" / "corpus.jsonl.gz", "text", 40, 7, args.calibration))
+                   [d.full_text for d in every_nth(iter_corpus(SCIFACT), 40, 7, args.calibration)])
     ref = np.asarray(LensEncoder.from_pretrained(args.model).encode_documents(
         docs, batch_size=16, show_progress_bar=False, output="lexicon"), np.float64)
     rows = []
@@ -208,7 +206,7 @@ def main(argv=None) -> int:
         setup_s = time.perf_counter() - t
         d = np.asarray(encoder.encode_documents(docs, batch_size=16, show_progress_bar=False, output="lexicon"),
                        np.float64)
-        cos = (d * ref).sum(1) / (np.linalg.norm(d, axis=1) * np.linalg.norm(ref, axis=1))
+        cos = cosines(d, ref)
         rows.append({"config": config, "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
                      "one_minus_cos": float(1 - cos.mean()), "setup_s": setup_s, "layers": len(targets)})
         print(rows[-1], flush=True)

@@ -19,7 +19,6 @@ and PIQA are evaluated whole; e-SNLI and HH-RLHF (9,842 and 2,312 rows of long t
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import subprocess
 import sys
@@ -51,25 +50,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def lens_command() -> list[str]:
-    return [sys.executable, "-m", "lens.cli"]
-
-
 def evaluate(model: str, out: Path, args) -> None:
     """``lens bench ateb`` for one model: the small sets whole, the large ones on the seeded subset."""
-    common = ["bench", "ateb", "--model", model, "--systems", SYSTEMS, "--threads", str(args.threads),
-              "--output", str(out), "--no-plot"]
-    subprocess.run([*lens_command(), *common, "--tasks", ",".join(WHOLE)], check=True, cwd=REPO)
-    subprocess.run([*lens_command(), *common, "--tasks", ",".join(SUBSET), "--max-rows", str(args.max_rows)],
-                   check=True, cwd=REPO)
+    common = [sys.executable, "-m", "lens.cli", "bench", "ateb", "--model", model, "--systems", SYSTEMS,
+              "--threads", str(args.threads), "--output", str(out), "--no-plot"]
+    subprocess.run([*common, "--tasks", ",".join(WHOLE)], check=True, cwd=REPO)
+    subprocess.run([*common, "--tasks", ",".join(SUBSET), "--max-rows", str(args.max_rows)], check=True, cwd=REPO)
 
 
-def collect(out: Path, models: dict[str, Path]) -> list[dict]:
+def collect(models: dict[str, Path]) -> list[dict]:
     """One row per (task, formulation, measure): random, MiniLM and each model's lexicon and hybrid scores."""
+    from lens.atomic import read_json
+
     rows: dict[tuple, dict] = {}
     for label, root in models.items():
         for path in sorted(root.glob("*/results.json")):
-            r = json.loads(path.read_text())
+            r = read_json(path, "ATEB results")
             for kind, f in r["formulations"].items():
                 for m in f["metrics"]:
                     row = rows.setdefault((r["task"], kind, m), {
@@ -129,7 +125,7 @@ def write_markdown(path: Path, rows: list[dict], study: dict, labels: list[str],
 
 
 def main(argv=None) -> int:
-    from lens.atomic import write_json
+    from lens.atomic import read_json, write_json
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -146,8 +142,8 @@ def main(argv=None) -> int:
         roots[label] = args.output / label
         logger.info("ATEB for %s (%s)", label, model)
         evaluate(model, roots[label], args)
-    rows = collect(args.output, roots)
-    study = json.loads(study_out.with_suffix(".json").read_text())
+    rows = collect(roots)
+    study = read_json(study_out.with_suffix(".json"), "study results")
     command = "python benchmarks/label_augmentation.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_json(args.output.with_suffix(".json"), {"study": study, "ateb": rows, "command": command})
     write_markdown(args.output.with_suffix(".md"), rows, study, list(models), command, args)

@@ -115,11 +115,11 @@ def train_config(settings: dict, model: Path, data: Path, val_file: Path, steps:
                  threads: int | None):
     from lens.train.config import TrainConfig
 
-    files = [data / (s if s.startswith("labels/") else f"mixture/{s}") for s in settings["mixture"]]
-    missing = [str(f) + ".jsonl.gz" for f in files if not f.with_name(f.name + ".jsonl.gz").is_file()]
+    files = [data / f"{s if s.startswith('labels/') else 'mixture/' + s}.jsonl.gz" for s in settings["mixture"]]
+    missing = [str(f) for f in files if not f.is_file()]
     if missing:
         raise SystemExit(f"missing training files {missing}: run `make train-data-mixture train-data-labels` first")
-    stage = {"name": "mixture", "data": [f"{f}.jsonl.gz" for f in files],
+    stage = {"name": "mixture", "data": [str(f) for f in files],
              "loss": settings["loss"], "steps": steps, "max_negatives": settings["max_negatives"],
              "max_per_task": per_task}
     keys = ("lora_layers", "lr", "head_lr", "warmup_steps", "batch_size", "temperature", "query_max_length",

@@ -1,10 +1,15 @@
-"""Tiny BEIR-layout datasets written on the fly for the bench tests (imported by tests/test_bench_*.py)."""
+"""Helpers of the bench tests: tiny BEIR-layout datasets written on the fly, and benchmark scripts loaded as
+modules (imported by tests/test_bench_*.py and the tests of benchmarks/*.py)."""
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 # BM25 finds d1 for q1 and d2 for q2 only (their words appear nowhere else); q3's words appear nowhere.
 DOCS = [
@@ -37,3 +42,11 @@ def write_beir(directory: Path, docs=DOCS, queries=QUERIES, qrels=TEST_QRELS, sp
     (directory / "qrels").mkdir(exist_ok=True)
     (directory / "qrels" / f"{split}.tsv").write_bytes((end.join(lines) + end).encode())
     return directory
+
+
+def load_script(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (the scripts are not a package), to test their pure parts."""
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "label_augmentation.py"
+from bench_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("label_augmentation_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("label_augmentation")
 
 
 def _results(root: Path, task: str, kind: str, lexicon: float, minilm: float, random: float) -> None:
@@ -35,7 +30,7 @@ def test_collect_and_goal_lines(bench, tmp_path):
     _results(a, "hh_rlhf_harmless", "preference", lexicon=0.45, minilm=0.40, random=0.5)
     _results(b, "piqa", "multiple-choice", lexicon=0.50, minilm=0.55, random=0.5)
     _results(b, "hh_rlhf_harmless", "preference", lexicon=0.52, minilm=0.40, random=0.5)
-    rows = bench.collect(tmp_path, {"a": a, "b": b})
+    rows = bench.collect({"a": a, "b": b})
     piqa = next(r for r in rows if r["task"] == "piqa")
     assert (piqa["a/lexicon"], piqa["b/lexicon"], piqa["minilm"], piqa["rows"]) == (0.60, 0.50, 0.55, 10)
     assert piqa["a/hybrid"] == pytest.approx(0.575)

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "top_m.py"
+from bench_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def top_m():
-    spec = importlib.util.spec_from_file_location("top_m_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("top_m")
 
 
 def test_csr_bytes_matches_scipy_with_narrow_ids(top_m):
