@@ -7,7 +7,7 @@ LENS := $(VENV)/bin/lens
 DEMO_DIR ?= demo-out/smollm2-k4000
 DEMO_INDEX ?= demo-out/pydoc-index
 
-.PHONY: setup demo test clean train-data train-data-mixture train-data-labels train-default peers
+.PHONY: setup demo test clean train-data train-data-mixture train-data-labels train-data-teacher train-default peers
 
 setup: $(VENV)/.installed
 
@@ -99,6 +99,19 @@ $(TRAIN_DATA)/labels/.built: | setup
 			--out $(TRAIN_DATA)/labels/$$s.jsonl.gz --holdout-out $(TRAIN_DATA)/labels-val/$$s.jsonl.gz || exit 1; \
 	done
 	$(LENS) data stats $(TRAIN_DATA)/labels/*.jsonl.gz
+	touch $@
+
+# MiniLM's cosines (query vs positive and negatives) on a seeded 1000 per task of the retrieval sets: the
+# bce-teacher study's graded targets (benchmarks/training_study.py, variant retrieval-only-bce-teacher).
+TEACHER_SETS = squad nq-qed wikiqa pubmedqa-labeled scifact-train
+train-data-teacher: $(TRAIN_DATA)/teacher/.built
+
+$(TRAIN_DATA)/teacher/.built: | train-data-mixture
+	mkdir -p $(TRAIN_DATA)/teacher
+	for s in $(TEACHER_SETS); do \
+		$(LENS) data teacher $(TRAIN_DATA)/mixture/$$s.jsonl.gz --max-per-task 1000 \
+			--out $(TRAIN_DATA)/teacher/$$s.jsonl.gz || exit 1; \
+	done
 	touch $@
 
 train-default: train-data

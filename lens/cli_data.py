@@ -39,8 +39,18 @@ def cmd_beir(args: argparse.Namespace) -> None:
         from lens.instructions import get_instruction
 
         instruction = get_instruction(Path(args.dir).resolve().name)
+    miner = "bm25"
+    if args.miner != "bm25":  # a LENS model ranks the corpus (re-mining with a model trained one stage)
+        from lens.encoder import LensEncoder
+        from lens.train.mining import encoder_miner
+
+        encoder = LensEncoder.from_pretrained(args.miner, quantize=args.quantize)
+        miner = encoder_miner(encoder, instruction=instruction, batch_size=args.batch_size)
+    elif args.quantize:
+        raise ValueError("--quantize applies to a model miner: pass --miner MODEL")
     _write(args, beir_pairs(args.dir, split=args.split, num_negatives=args.negatives, seed=args.seed,
-                            instruction=instruction, max_queries=args.max_queries, holdout=args.holdout))
+                            instruction=instruction, max_queries=args.max_queries, holdout=args.holdout,
+                            miner=miner))
 
 
 def cmd_weak(args: argparse.Namespace) -> None:
@@ -116,6 +126,17 @@ def cmd_labels(args: argparse.Namespace) -> None:
         print(_summary(args.holdout_out, held))
 
 
+def cmd_teacher(args: argparse.Namespace) -> None:
+    from lens.dense import DenseEncoder
+    from lens.train.data import read_examples, sample_examples
+    from lens.train.teacher import add_teacher_scores
+
+    examples = read_examples(args.input)
+    if args.max_per_task is not None:
+        examples = sample_examples(examples, args.seed, max_per_task=args.max_per_task)
+    _write(args, add_teacher_scores(examples, DenseEncoder.from_pretrained(args.model), batch_size=args.batch_size))
+
+
 def cmd_stats(args: argparse.Namespace) -> None:
     from lens.train.data import read_examples
 
@@ -149,6 +170,11 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                         "(lens.train.data.holdout_queries picks the same ones every time)")
     b.add_argument("--instruction", default=None,
                    help="query instruction stored with each example; 'auto' = the benchmark's for this dataset")
+    b.add_argument("--miner", default="bm25",
+                   help="'bm25' or a LENS model (directory, 'default') whose ranking gives the negatives "
+                        "(re-mining with a model trained one stage)")
+    b.add_argument("--quantize", choices=["int8"], default=None, help="the model miner in int8 (CPU)")
+    b.add_argument("--batch-size", type=int, default=16, help="the model miner's encoding batch")
     b.set_defaults(func=cmd_beir, command="data beir")
 
     w = sub.add_parser("weak", help="weak (title, text) or (first sentence, rest) pairs from any corpus")
@@ -198,6 +224,18 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
 
     for p in (b, w, s, h, lb):
         p.add_argument("--out", required=True, type=Path, help="the .jsonl or .jsonl.gz file to write")
+
+    te = sub.add_parser("teacher", help="add a dense teacher's cosines (query vs positive and negatives) for the "
+                        "bce-teacher and kl losses")
+    te.add_argument("input", type=Path, help="a training-example file (JSONL or JSONL.gz)")
+    te.add_argument("--out", type=Path, required=True, help="the scored copy to write")
+    te.add_argument("--model", default="minilm",
+                    help="'minilm' (the packaged all-MiniLM-L6-v2) or a local sentence-transformers directory")
+    te.add_argument("--max-per-task", type=int, default=None,
+                    help="score only a seeded subset of at most this many examples per task")
+    te.add_argument("--seed", type=int, default=0)
+    te.add_argument("--batch-size", type=int, default=64)
+    te.set_defaults(func=cmd_teacher, command="data teacher")
 
     st = sub.add_parser("stats", help="examples per task, mean negatives, share with score/teacher/instruction")
     st.add_argument("files", nargs="+", type=Path)

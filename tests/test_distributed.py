@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 import torch
 
-LOSSES = ["infonce", "gte", "bce", "bce-graded", "kl"]
 Q = ["cancer drug trial", "gene expression in mouse", "protein level in blood", "brain cells",
      "clinical treatment risk", "high dose response", "new method analysis", "human disease study"]
 P = ["the drug trial in cancer patients", "mouse gene expression levels", "blood protein levels increase",
@@ -85,12 +84,20 @@ def _lora_state(trainer) -> dict[str, torch.Tensor]:
 # checkpoint; "train": a whole run through Trainer.train(), recording which rank wrote what.
 GRAD_JOBS = {
     **{f"grads-{loss}": dict(loss=loss, lora_layers=1) for loss in ("infonce", "bce")},  # per-rank batch 2
-    **{f"grads-{loss}": dict(loss=loss, batch_size=5) for loss in ("gte", "bce-graded", "kl")},  # 3 + 2 queries
+    **{f"grads-{loss}": dict(loss=loss, batch_size=5) for loss in ("gte", "bce-graded", "bce-teacher", "kl")},  # 3 + 2
+    "grads-flops": dict(loss="infonce+0.2*flops", lora_layers=1),
     "grads-infonce-full": dict(loss="infonce"),  # every layer trained, no prefix cache
     "grads-cached": dict(loss="infonce+0.5*bce", cache_chunk=1, gradient_checkpointing=True),
     "grads-tiny-batch": dict(loss="infonce", batch_size=2, max_examples=3),  # 1 query and 2 documents per rank
 }
 RESUME_JOB = dict(two_stages=True, lora_layers=1)
+
+
+def test_every_registered_objective_has_a_two_rank_gradient_job():
+    from lens.train.objectives import OBJECTIVES, parse_loss
+
+    covered = {name for kw in GRAD_JOBS.values() for name in parse_loss(kw["loss"])}
+    assert set(OBJECTIVES) <= covered
 TRAIN_JOB = dict(lora_layers=1, eval_every=2, steps=3)
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lens.train.losses import (
+    teacher_targets,
     binary_targets,
     cosine_scores,
     graded_targets,
@@ -143,6 +144,24 @@ def test_graded_targets_hand_values_and_errors():
         graded_targets(torch.tensor([1.0]), max_label=0)
     with pytest.raises(ValueError, match="floor"):
         graded_targets(torch.tensor([1.0]), max_label=3, floor=1.5)
+
+
+def test_teacher_targets_against_the_formula_and_errors():
+    teacher = torch.tensor([[0.9, 0.5, 0.1], [0.2, 0.6, 0.5]])
+    labels = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    got = teacher_targets(teacher, labels, center=0.5, width=0.1, floor=0.7)
+    for i in range(2):
+        for j in range(3):
+            p = 1 / (1 + math.exp(-(float(teacher[i, j]) - 0.5) / 0.1))
+            assert float(got[i, j]) == pytest.approx(0.7 * float(labels[i, j]) + 0.3 * p, abs=1e-6)
+    assert float(got[0, 1]) == pytest.approx(0.15)  # a negative as close as the centre: half its share
+    assert bool((got[labels == 1] >= 0.7).all()) and bool((got[labels == 0] <= 0.3).all())
+    with pytest.raises(ValueError, match="width"):
+        teacher_targets(teacher, labels, width=0.0)
+    with pytest.raises(ValueError, match="floor"):
+        teacher_targets(teacher, labels, floor=-0.1)
+    with pytest.raises(ValueError, match="shape"):
+        teacher_targets(teacher, labels[:, :2])
 
 
 def test_binary_targets():

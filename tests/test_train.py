@@ -220,6 +220,48 @@ def test_kl_distillation_stage(tiny_lens_dir, tmp_path):
         t.train_step()
 
 
+def test_bce_teacher_is_pairwise_bce_with_blended_targets():
+    """The objective against a hand-built target matrix: each query's own block [positive, negatives] gets
+    floor * label + (1 - floor) * sigmoid((teacher - centre) / width); other columns 0; copies of a positive masked."""
+    from lens.train.losses import cosine_scores, pairwise_bce
+    from lens.train.objectives import Objective, batch_layout
+
+    ex = [TrainExample("q0", "p0", negatives=["n0", "n1"], teacher=[0.8, 0.55, 0.1]),
+          TrainExample("q1", "p1", negatives=["p0"], teacher=[0.6, 0.7]),
+          TrainExample("q2", "p0", negatives=[], teacher=[0.3])]
+    layout = batch_layout(ex, lambda e: e.negatives)
+    g = torch.Generator().manual_seed(0)
+    q, d = torch.randn(3, 5, generator=g), torch.randn(len(layout.doc_texts), 5, generator=g)
+    bias = torch.tensor(-1.5)
+    loss, terms = Objective("bce-teacher", temperature=0.02, bce_scale=20.0, graded_floor=0.7, teacher_center=0.5,
+                            teacher_width=0.1)(q, d, layout, ex, bias)
+    sig = lambda c: 1 / (1 + np.exp(-(c - 0.5) / 0.1))  # noqa: E731
+    targets = torch.zeros(3, len(layout.doc_texts))
+    for i, e in enumerate(ex):
+        start = layout.positive_index[i]
+        for j, c in enumerate(e.teacher):
+            targets[i, start + j] = 0.7 * (j == 0) + 0.3 * sig(c)
+    want = pairwise_bce(cosine_scores(q, d), targets, 20.0, bias, torch.tensor(layout.valid))
+    assert float(loss) == pytest.approx(float(want), rel=1e-6)
+    assert not layout.valid[2][0] and not layout.valid[0][4]  # "p0" elsewhere is q2's / q0's positive: masked
+    with pytest.raises(ValueError, match="lens data teacher"):
+        Objective("bce-teacher", temperature=0.02, bce_scale=20.0, graded_floor=0.7)(
+            q, d, layout, [TrainExample("q0", "p0", negatives=["n0", "n1"])] + ex[1:], bias)
+
+
+def test_bce_teacher_stage_trains(tiny_lens_dir, tmp_path):
+    ex = [TrainExample(q, p, negatives=[P[(i + 3) % len(P)]], teacher=[0.7, 0.4], task="toy")
+          for i, (q, p) in enumerate(zip(Q, P))]
+    path = tmp_path / "teacher.jsonl"
+    write_examples(path, ex)
+    cfg = _config(tiny_lens_dir, path, lora_layers=1,
+                  stages=[StageConfig("t", [str(path)], loss="infonce+0.5*bce-teacher", steps=2)])
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    rows = [t.train_step(), t.train_step()]
+    assert all(np.isfinite(r["loss_bce-teacher"]) and r["loss_bce-teacher"] > 0 for r in rows)
+    assert rows[0]["bias"] != rows[1]["bias"]  # the learned bias is trained
+
+
 def test_a_step_is_the_plain_forward_and_backward_bit_for_bit(tiny_lens_dir, data_file, tmp_path):
     """One process: the gradients of a step (two micro-batches) are exactly those of embedding each micro-batch's
     queries and documents in one pass and backpropagating loss / 2, as the trainer always did."""

@@ -422,3 +422,65 @@ def test_plan_refuses_a_stage_without_a_usable_batch():
                              seed=0)
     with pytest.raises(ValueError, match="share their query or positive"):
         plan_steps(config, [same])
+
+
+class _FakeEncoder:
+    """Unnormalised fixed vectors per text, so the test also checks that cosines are computed, not dot products."""
+
+    def __init__(self):
+        self.calls = []
+
+    def encode(self, texts, batch_size=64, show_progress_bar=None):
+        self.calls.append(list(texts))
+        return np.array([[len(t), t.count("a") + 1.0, 2.0 * t.count("e")] for t in texts], dtype=np.float32)
+
+
+def test_teacher_scores_are_cosines_and_each_text_is_encoded_once():
+    from lens.train.teacher import add_teacher_scores
+
+    ex = [TrainExample("a query", "a positive passage", negatives=["shared label", "other text"], task="t"),
+          TrainExample("another query", "shared label", negatives=["a positive passage"], teacher=[9.0, 9.0])]
+    enc = _FakeEncoder()
+    out = add_teacher_scores(ex, enc)
+    assert len(enc.calls) == 1 and sorted(enc.calls[0]) == sorted(set(enc.calls[0]))  # distinct texts only
+
+    def cos(a, b):
+        va, vb = enc.encode([a, b])
+        return float(va @ vb / np.linalg.norm(va) / np.linalg.norm(vb))
+
+    for e, o in zip(ex, out):
+        assert o.teacher == pytest.approx([cos(e.query, t) for t in (e.positive, *e.negatives)], abs=1e-5)
+        assert (o.query, o.positive, o.negatives, o.task) == (e.query, e.positive, e.negatives, e.task)
+    assert ex[1].teacher == [9.0, 9.0]  # the input is not modified
+    assert add_teacher_scores([], enc) == []
+
+
+def test_cli_teacher_writes_scored_examples(tmp_path, monkeypatch, capsys):
+    from lens import dense
+
+    src = tmp_path / "in.jsonl"
+    write_examples(src, [TrainExample(f"query {i}", f"passage {i}", negatives=["x"], task="a" if i < 6 else "b")
+                         for i in range(8)])
+    monkeypatch.setattr(dense.DenseEncoder, "from_pretrained", classmethod(lambda cls, path: _FakeEncoder()))
+    out = tmp_path / "scored.jsonl.gz"
+    assert data_main(["data", "teacher", str(src), "--max-per-task", "3", "--out", str(out)]) == 0
+    got = read_examples(out)
+    assert sorted(e.task for e in got) == ["a", "a", "a", "b", "b"]
+    assert all(len(e.teacher) == 2 for e in got)
+    assert data_main(["data", "teacher", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+
+
+def test_model_miner_ranks_by_the_encoders_cosines(beir_dir, tiny_lens_dir, tiny_encoder, tmp_path):
+    from lens.train.mining import encoder_miner
+
+    miner = encoder_miner(tiny_encoder, instruction="find it")
+    docs, queries = ["apple pie recipe", "car engine", "pie crust"], ["apple pie", "engines"]
+    want = tiny_encoder.encode_queries(queries, instruction="find it") @ tiny_encoder.encode_documents(docs).T
+    np.testing.assert_allclose(miner(queries, docs), want, rtol=1e-5, atol=1e-6)
+    # the CLI's --miner MODEL mines exactly as beir_pairs with that miner
+    out = tmp_path / "mined.jsonl"
+    assert data_main(["data", "beir", str(beir_dir), "--negatives", "2", "--miner", str(tiny_lens_dir),
+                      "--instruction", "find it", "--out", str(out)]) == 0
+    assert read_examples(out) == beir_pairs(beir_dir, num_negatives=2, miner=miner, instruction="find it")
+    assert read_examples(out) != beir_pairs(beir_dir, num_negatives=2, instruction="find it")  # not BM25's
+    assert data_main(["data", "beir", str(beir_dir), "--quantize", "int8", "--out", str(out)]) == 2

@@ -63,6 +63,10 @@ class TrainConfig:
     temperature: float = 0.02
     bce_scale: float = 20.0
     graded_floor: float = 0.7
+    # bce-teacher: a teacher cosine c (`lens data teacher`, MiniLM by default) is the probability
+    # sigmoid((c - teacher_center) / teacher_width), blended with the 0/1 label (graded_floor weighs the label)
+    teacher_center: float = 0.5
+    teacher_width: float = 0.1
     query_max_length: int = 64  # instruction + query
     doc_max_length: int = 192
     max_length: int | None = None  # the trained model's encoding length (None: keep the starting model's)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 __all__ = [
     "binary_targets", "cosine_scores", "flops", "graded_targets", "improved_info_nce", "info_nce", "initial_bias",
-    "kl_distillation", "pairwise_bce",
+    "kl_distillation", "pairwise_bce", "teacher_targets",
 ]
 
 
@@ -155,6 +155,26 @@ def binary_targets(positive_index: Tensor, num_docs: int, labels: Tensor | None 
     out = torch.zeros(B, num_docs, dtype=values.dtype, device=positive_index.device)
     out[torch.arange(B, device=out.device), positive_index] = values
     return out
+
+
+def teacher_targets(teacher: Tensor, labels: Tensor, center: float = 0.5, width: float = 0.1,
+                    floor: float = 0.7) -> Tensor:
+    """Soft BCE targets blending a label (1 relevant, 0 not) with a teacher's cosine turned into a probability.
+
+    ``p = sigmoid((teacher - center) / width)``; target ``floor * label + (1 - floor) * p``. A labelled positive
+    lands in ``[floor, 1]`` and a mined negative in ``[0, 1 - floor]``: the teacher grades within each side (as
+    BiXSE's graded labels do) but never turns a positive into a negative, so a false negative is pushed down
+    less. Shapes of ``teacher`` and ``labels`` match; any shape.
+    """
+    if not width > 0:
+        raise ValueError(f"width must be > 0, got {width}")
+    if not 0 <= floor <= 1:
+        raise ValueError(f"floor must lie in [0, 1], got {floor}")
+    if teacher.shape != labels.shape:
+        raise ValueError(f"teacher and labels must have one shape, got {tuple(teacher.shape)} and "
+                         f"{tuple(labels.shape)}")
+    p = torch.sigmoid((_float(teacher) - center) / width)
+    return floor * _float(labels) + (1 - floor) * p
 
 
 def initial_bias(num_candidates: int) -> float:

@@ -60,6 +60,8 @@ class LossInputs:
     bce_scale: float
     graded_floor: float
     bias: Tensor  # the learned BCE logit bias
+    teacher_center: float = 0.5  # bce-teacher: a teacher cosine c is the probability sigmoid((c - center) / width)
+    teacher_width: float = 0.1
 
 
 def _infonce(x: LossInputs) -> Tensor:
@@ -79,9 +81,25 @@ def _bce(x: LossInputs, graded: bool = False) -> Tensor:
     return L.pairwise_bce(x.scores, targets.to(x.scores.device), x.bce_scale, x.bias, x.valid)
 
 
-def _kl(x: LossInputs) -> Tensor:
+def _need_teacher(x: LossInputs, name: str) -> None:
     if any(e.teacher is None for e in x.examples):
-        raise ValueError("loss 'kl' needs teacher scores on every example of its stage")
+        raise ValueError(f"loss {name!r} needs teacher scores on every example of its stage: add them with "
+                         "`lens data teacher FILE --out SCORED`")
+
+
+def _bce_teacher(x: LossInputs) -> Tensor:
+    _need_teacher(x, "bce-teacher")
+    targets = torch.zeros_like(x.scores, dtype=torch.float32)
+    for i, (e, start, n) in enumerate(zip(x.examples, x.layout.positive_index, x.layout.counts)):
+        labels = torch.zeros(n)
+        labels[0] = 1.0  # the block is [positive, hard negatives...]
+        targets[i, start: start + n] = L.teacher_targets(torch.tensor(e.teacher[:n]), labels, x.teacher_center,
+                                                          x.teacher_width, x.graded_floor).to(targets.device)
+    return L.pairwise_bce(x.scores, targets, x.bce_scale, x.bias, x.valid)
+
+
+def _kl(x: LossInputs) -> Tensor:
+    _need_teacher(x, "kl")
     teacher = torch.zeros_like(x.scores)
     own = torch.zeros_like(x.valid)
     for i, (e, start, n) in enumerate(zip(x.examples, x.layout.positive_index, x.layout.counts)):
@@ -100,10 +118,11 @@ OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
     "gte": _gte,  # GTE's improved contrastive loss (adds query-query and document-document negatives)
     "bce": _bce,  # SigLIP-style pointwise sigmoid loss with a learned bias
     "bce-graded": lambda x: _bce(x, graded=True),  # BiXSE: targets from graded labels
+    "bce-teacher": _bce_teacher,  # BiXSE with a teacher's grades: positive and hard negatives get soft targets
     "kl": _kl,  # distillation from teacher scores
     "flops": _flops,  # sparsity: SPLADE's FLOPS regulariser on the unit query and document vectors (add it: infonce+0.5*flops)
 }
-USES_BIAS = ("bce", "bce-graded")
+USES_BIAS = ("bce", "bce-graded", "bce-teacher")
 
 
 def parse_loss(expression: str, where: str = "loss") -> dict[str, float]:
@@ -125,9 +144,10 @@ class Objective:
     """A weighted sum of registered losses, evaluated on a batch's embeddings."""
 
     def __init__(self, expression: str | dict[str, float], *, temperature: float, bce_scale: float,
-                 graded_floor: float):
+                 graded_floor: float, teacher_center: float = 0.5, teacher_width: float = 0.1):
         self.weights = parse_loss(expression) if isinstance(expression, str) else dict(expression)
         self.temperature, self.bce_scale, self.graded_floor = temperature, bce_scale, graded_floor
+        self.teacher_center, self.teacher_width = teacher_center, teacher_width
 
     @property
     def uses_bias(self) -> bool:
@@ -138,7 +158,7 @@ class Objective:
         """The weighted loss and each term's value."""
         x = LossInputs(q, d, L.cosine_scores(q, d), torch.tensor(layout.positive_index, device=q.device),
                        torch.tensor(layout.valid, device=q.device), layout, examples, self.temperature,
-                       self.bce_scale, self.graded_floor, bias)
+                       self.bce_scale, self.graded_floor, bias, self.teacher_center, self.teacher_width)
         terms = {name: OBJECTIVES[name](x) for name in self.weights}
         loss = sum(self.weights[n] * t for n, t in terms.items())
         return loss, {n: float(t.detach()) for n, t in terms.items()}

@@ -125,7 +125,8 @@ class Trainer:
         self.model.head.weight.requires_grad_(cfg.train_head)
         self.bias = nn.Parameter(torch.zeros((), device=self.device))
         self.objectives = [Objective(s.loss, temperature=cfg.temperature, bce_scale=cfg.bce_scale,
-                                     graded_floor=cfg.graded_floor) for s in cfg.stages]
+                                     graded_floor=cfg.graded_floor, teacher_center=cfg.teacher_center,
+                                     teacher_width=cfg.teacher_width) for s in cfg.stages]
         self.validation_objective = Objective("infonce", temperature=cfg.temperature, bce_scale=cfg.bce_scale,
                                               graded_floor=cfg.graded_floor)
         self._load_data()
