@@ -121,7 +121,8 @@ class Int8Linear(nn.Module):
             q = torch.quantize_per_channel(weight, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0,
                                            torch.qint8)
         self._packed = torch.ops.quantized.linear_prepack(q, None)
-        self.register_buffer("weight", weight, persistent=False)  # float32, for the outlier columns
+        # float32 and transposed (K, N): an outlier channel's weights are one contiguous row to gather
+        self.register_buffer("weight_t", weight.t().contiguous(), persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone(), persistent=False)
 
     @classmethod
@@ -131,15 +132,17 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape
         x = x.reshape(-1, self.in_features).float()  # (M, K)
-        extra = None
+        magnitude = x.abs()
         if self.outliers:
-            cols = x.abs().amax(dim=0).topk(self.outliers).indices  # the channels that would set the scales
-            extra = x.index_select(1, cols) @ self.weight.index_select(1, cols).t()  # (M, N), float32
-            x = x.index_fill(1, cols, 0.0)
-        rows = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-12)  # (M, 1): one scale per token
-        y = torch.ops.quantized.linear_dynamic(x / rows, self._packed, reduce_range=False).mul_(rows)
-        if extra is not None:
-            y += extra
+            cols = magnitude.amax(dim=0).topk(self.outliers).indices  # the channels that would set the scales
+            magnitude.index_fill_(1, cols, 0.0)
+        rows = magnitude.amax(dim=1, keepdim=True).clamp_(min=1e-12)  # (M, 1): one scale per token
+        scaled = x / rows  # a new tensor: the caller's is never changed
+        if self.outliers:
+            scaled.index_fill_(1, cols, 0.0)
+        y = torch.ops.quantized.linear_dynamic(scaled, self._packed, reduce_range=False).mul_(rows)
+        if self.outliers:  # the outlier channels' share, in float32
+            y.addmm_(x.index_select(1, cols), self.weight_t.index_select(0, cols))
         if self.bias is not None:
             y += self.bias
         return y.reshape(*shape[:-1], self.out_features)

@@ -74,6 +74,31 @@ def test_no_int16_saturation_at_full_range():
     assert rel_error(got, x @ w.t()) < 0.01
 
 
+def naive_int8(linear: torch.nn.Linear, x: torch.Tensor, outliers: int) -> torch.Tensor:
+    """The recipe written out step by step: float32 outlier channels, per-token scaling, the packed 7-bit weights."""
+    w = linear.weight.detach().float()
+    cols = x.abs().max(dim=0).values.argsort(descending=True)[:outliers]
+    rest = x.clone()
+    rest[:, cols] = 0.0
+    rows = rest.abs().max(dim=1, keepdim=True).values.clamp(min=1e-12)
+    scale = w.abs().max(dim=1).values.clamp(min=1e-12) / 63
+    q = torch.quantize_per_channel(w, scale.double(), torch.zeros_like(scale, dtype=torch.long), 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(q, None)
+    y = torch.ops.quantized.linear_dynamic(rest / rows, packed, reduce_range=False) * rows
+    return y + x[:, cols] @ w[:, cols].t() + linear.bias.detach()
+
+
+@pytest.mark.parametrize("outliers", [0, 3])
+def test_int8_linear_computes_the_recipe_and_leaves_its_input_alone(linear, outliers):
+    x = activations(24, 64, outlier=30.0)
+    before = x.clone()
+    with torch.inference_mode():
+        got = Int8Linear.from_linear(linear, outliers=outliers)(x)
+        want = naive_int8(linear, x, outliers)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(x, before)
+
+
 def test_3d_input_and_bias(linear):
     x = activations(10, 64, outlier=5.0).reshape(2, 5, 64)
     with torch.inference_mode():
