@@ -40,8 +40,8 @@ WEIGHT_LEVELS = 63  # 7-bit symmetric weights: u8 activation x s8 weight pairs s
 # Input channels per call kept in float32, and the first decoder blocks left whole in float32 (their activations carry
 # the model's largest outliers). Chosen on the shipped default (SmolLM2-135M) by `benchmarks/int8_recipe.py`
 # (results/int8_recipe.md): lexicon cosine to float32 on SciFact documents 0.9919 with 4 outliers and no float32
-# block, 0.9958 with 16 and 2. The closeness costs speed: `speed_encode.md` measured int8 at 1.8-2.1x float32's
-# docs/s with these settings, 2.5x with 4 outliers and none. SmoothQuant-style channel scaling (alpha 0.5) was no
+# block, 0.9958 with 16 and 2. The closeness costs speed: the float32 outlier product is ~20% of an int8 linear's
+# time here; `speed_encode.md` measured int8 at 1.9-2.5x float32's docs/s with these settings. SmoothQuant-style channel scaling (alpha 0.5) was no
 # closer than none (an exploration, not committed).
 DEFAULT_OUTLIERS = 16
 DEFAULT_FLOAT32_LAYERS = 2
