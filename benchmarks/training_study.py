@@ -40,6 +40,8 @@ MIXTURE = ["squad", "tweeteval", "clinc150", "banking77", "trec-qc", "snli-cad",
 # Issue 11: the retrieval sets alone, and with the label-augmented classification / NLI sets (`make
 # train-data-labels`: label text + explanation + id as positives, other labels as negatives) in their place.
 RETRIEVAL = ["squad", "nq-qed", "wikiqa", "pubmedqa-labeled", "scifact-train"]
+# The same sets with MiniLM's cosines as teacher scores (`make train-data-teacher`: a seeded 1000 per task).
+TEACHER = ["teacher/" + s for s in RETRIEVAL]
 LABELS = ["labels/tweeteval", "labels/clinc150", "labels/banking77", "labels/trec-qc", "labels/snli-cad"]
 SHIPPED = {"attention": "causal", "lr": 1e-3, "head_lr": 2e-3, "loss": "infonce+0.2*flops"}
 
@@ -47,7 +49,7 @@ BASE = {
     "clusters": 4000, "attention": "bidirectional",  # the starting model directory (study-specific)
     "lora_layers": 8, "lr": 5e-4, "head_lr": 1e-3, "warmup_steps": 10, "batch_size": 16, "temperature": 0.02,
     "query_max_length": 64, "doc_max_length": 128, "max_length": 256, "loss": "infonce", "max_negatives": 1,
-    "mixture": MIXTURE,  # files under --data/mixture (or --data/labels for "labels/<set>")
+    "mixture": MIXTURE,  # files under --data/mixture ("<dir>/<set>": under --data/<dir>)
 }
 
 # name -> (what it changes, overrides of BASE). The order runs the variants sharing the base's prefix cache first.
@@ -72,6 +74,14 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "label-augmented": ("shipped settings; retrieval sets + label-augmented classification and NLI (label text + "
                         "explanation + id)", {**SHIPPED, "mixture": RETRIEVAL + LABELS}),
     "retrieval-only-k2000": ("retrieval-only with 2000 clusters", {**SHIPPED, "mixture": RETRIEVAL, "clusters": 2000}),
+    "retrieval-only-k8000": ("retrieval-only with 8000 clusters", {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000}),
+    "retrieval-only-docs-256": ("retrieval-only with documents cut at 256 tokens in training",
+                                {**SHIPPED, "mixture": RETRIEVAL, "doc_max_length": 256}),
+    "retrieval-only-layers-16": ("retrieval-only with the top 16 layers trained",
+                                 {**SHIPPED, "mixture": RETRIEVAL, "lora_layers": 16}),
+    "retrieval-only-bce-teacher": ("retrieval-only + 0.5 x pointwise BCE with graded targets from MiniLM's cosines "
+                                   "(BiXSE-style, learned bias)",
+                                   {**SHIPPED, "mixture": TEACHER, "loss": "infonce+0.2*flops+0.5*bce-teacher"}),
 }
 
 JUDGE_DOC_LENGTH = 256
@@ -91,6 +101,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--force", action="store_true", help="rerun variants already in the results")
     p.add_argument("--no-untrained", action="store_true", help="skip the untrained starting model's row")
+    p.add_argument("--models", default="",
+                   help="comma-separated saved models (e.g. default) judged as they are, beside the variants")
     return p.parse_args(argv)
 
 
@@ -115,10 +127,11 @@ def train_config(settings: dict, model: Path, data: Path, val_file: Path, steps:
                  threads: int | None):
     from lens.train.config import TrainConfig
 
-    files = [data / f"{s if s.startswith('labels/') else 'mixture/' + s}.jsonl.gz" for s in settings["mixture"]]
+    files = [data / f"{s if '/' in s else 'mixture/' + s}.jsonl.gz" for s in settings["mixture"]]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:
-        raise SystemExit(f"missing training files {missing}: run `make train-data-mixture train-data-labels` first")
+        raise SystemExit(f"missing training files {missing}: run `make train-data-mixture train-data-labels "
+                         "train-data-teacher` first")
     stage = {"name": "mixture", "data": [str(f) for f in files],
              "loss": settings["loss"], "steps": steps, "max_negatives": settings["max_negatives"],
              "max_per_task": per_task}
@@ -142,20 +155,36 @@ def validation_file(data: Path, out: Path, per_set: int = 32) -> Path:
     return out
 
 
-def judge(trainer, rerank, sts) -> dict:
-    """The three development measures of the trainer's model as it stands."""
+def judge(encode, rerank, sts, validate=None) -> dict:
+    """The development measures of a model: ``encode(texts, instruction=None, max_length=None)`` gives its unit
+    lexicon vectors (queries when an instruction is given); ``validate()`` its validation loss (a trainer's)."""
     from lens.eval.dev import rerank_ndcg
     from lens.eval.sts import STS_INSTRUCTION, pair_cosines, spearman
     from lens.instructions import get_instruction
 
     t = time.perf_counter()
-    q = trainer.encode(rerank.query_texts, instruction=get_instruction("scifact"))
-    d = trainer.encode(rerank.doc_texts, max_length=JUDGE_DOC_LENGTH)
-    s1 = trainer.encode(sts[0], instruction=STS_INSTRUCTION)
-    s2 = trainer.encode(sts[1])
+    q = encode(rerank.query_texts, instruction=get_instruction("scifact"))
+    d = encode(rerank.doc_texts, max_length=JUDGE_DOC_LENGTH)
+    s1 = encode(sts[0], instruction=STS_INSTRUCTION)
+    s2 = encode(sts[1])
     return {"scifact_ndcg": rerank_ndcg(rerank, q, d), "stsb_dev": 100 * spearman(pair_cosines(s1, s2), sts[2]),
             "doc_nonzero": float((d > 0).sum(axis=1).mean()), "doc_dims": int(d.shape[1]),
-            "val_loss": trainer.validate(), "judge_s": time.perf_counter() - t}
+            "val_loss": validate() if validate else None, "judge_s": time.perf_counter() - t}
+
+
+def judge_model(path: str, rerank, sts) -> dict:
+    """A saved LENS model (e.g. the shipped ``default``) on the same judges; no validation loss (no trainer)."""
+    from lens.encoder import LensEncoder
+
+    encoder = LensEncoder.from_pretrained(path)
+    encoder.max_seq_length = JUDGE_DOC_LENGTH
+
+    def encode(texts, instruction=None, max_length=None):
+        if instruction is None:
+            return encoder.encode_documents(texts, batch_size=16)
+        return encoder.encode_queries(texts, instruction=instruction, batch_size=16)
+
+    return {"variant": f"model:{path}", **judge(encode, rerank, sts)}
 
 
 def run_variant(name: str, settings: dict, args, rerank, sts, val_file: Path, steps: int) -> dict:
@@ -174,7 +203,8 @@ def run_variant(name: str, settings: dict, args, rerank, sts, val_file: Path, st
         trainer.train(resume=True)
     train_s = time.perf_counter() - t1
     row = {"variant": name, "steps": steps, "threads": args.threads, "setup_s": setup_s, "train_s": train_s,
-           "step_s": train_s / steps if steps else None, "cache_s": trainer.cache_seconds, **judge(trainer, rerank, sts)}
+           "step_s": train_s / steps if steps else None, "cache_s": trainer.cache_seconds,
+           **judge(trainer.encode, rerank, sts, trainer.validate)}
     del trainer
     gc.collect()
     return row
@@ -200,12 +230,19 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
     for name, r in results.items():
         if name.startswith("_"):
             continue
-        what = VARIANTS[name][0] if name in VARIANTS else "the clustered backbone before any training (k 4000)"
+        if name in VARIANTS:
+            what = VARIANTS[name][0]
+        elif name.startswith("model:"):
+            what = f"a saved model ({name[6:]}), judged as it is: no training here"
+        else:
+            what = "the clustered backbone before any training (k 4000)"
         delta = "" if base is None or name == "base" else f" ({r['scifact_ndcg'] - base['scifact_ndcg']:+.4f})"
         step = f"{r['step_s']:.2f} ({r.get('threads') or '-'})" if r.get("step_s") else "-"
         nonzero = f"{r['doc_nonzero']:.0f} of {r['doc_dims']}" if "doc_nonzero" in r else "-"
+        val = "-" if r.get("val_loss") is None else f"{r['val_loss']:.3f}"
+        cache = "-" if r.get("cache_s") is None else f"{r['cache_s']:.0f}"
         lines.append(f"| {name} | {what} | {r['scifact_ndcg']:.4f}{delta} | {r['stsb_dev']:.1f} | "
-                     f"{r['val_loss']:.3f} | {nonzero} | {step} | {r['cache_s']:.0f} |")
+                     f"{val} | {nonzero} | {step} | {cache} |")
     lines += ["", "Hardware: this machine's CPU (2 cores, AVX2), float32. One seed per variant: differences within "
               "about 0.01 nDCG are within run-to-run noise at this budget. s/step is wall time and depends on what "
               "else ran on the machine (a 2-thread run sharing the cores slows several-fold): compare quality, not "
@@ -242,12 +279,14 @@ def main(argv=None) -> int:
     command = "python benchmarks/training_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
     todo = ([] if args.no_untrained else [("untrained", BASE, 0)]) + [
         (n, {**copy.deepcopy(BASE), **VARIANTS[n][1]}, args.steps) for n in names]
+    todo += [(f"model:{m}", None, 0) for m in args.models.split(",") if m]
     for name, settings, steps in todo:
         if name in results and not args.force:
             logger.info("%s: already measured, skipped", name)
             continue
         logger.info("%s: %s", name, json.dumps(settings))
-        results[name] = run_variant(name, settings, args, rerank, sts, val_file, steps)
+        results[name] = (judge_model(name[6:], rerank, sts) if settings is None else
+                         run_variant(name, settings, args, rerank, sts, val_file, steps))
         logger.info("%s: %s", name, results[name])
         write_json(json_path, results)
         write_markdown(results, args.output.with_suffix(".md"), command)

@@ -1,0 +1,38 @@
+"""The pure parts of benchmarks/training_study.py: where a variant's training files come from and the table."""
+
+from __future__ import annotations
+
+import pytest
+from bench_helpers import load_script
+
+
+@pytest.fixture(scope="module")
+def study():
+    return load_script("training_study")
+
+
+def test_mixture_names_map_to_files_and_missing_ones_name_the_make_targets(study, tmp_path):
+    settings = {**study.BASE, **study.VARIANTS["retrieval-only-bce-teacher"][1]}
+    for name in settings["mixture"]:
+        (tmp_path / f"{name}.jsonl.gz").parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"{name}.jsonl.gz").write_bytes(b"")
+    config = study.train_config(settings, tmp_path / "model", tmp_path, tmp_path / "val.jsonl.gz", 5, 0, 10, 1)
+    assert config.stages[0].data == [str(tmp_path / "teacher" / f"{s}.jsonl.gz") for s in study.RETRIEVAL]
+    assert config.stages[0].loss == "infonce+0.2*flops+0.5*bce-teacher"
+    plain = {**study.BASE, "mixture": ["squad"]}  # a bare name lives under mixture/
+    with pytest.raises(SystemExit, match=r"mixture/squad\.jsonl\.gz.*make train-data-mixture"):
+        study.train_config(plain, tmp_path / "model", tmp_path, tmp_path / "val.jsonl.gz", 5, 0, 10, 1)
+
+
+def test_markdown_rows_for_variants_and_saved_models(study, tmp_path):
+    row = {"scifact_ndcg": 0.61234, "stsb_dev": 66.96, "doc_nonzero": 700.2, "doc_dims": 4000}
+    results = {"_meta": {"steps": 300, "per_task": 1000, "judge_queries": 100, "bm25_ndcg": 0.69},
+               "retrieval-only": {**row, "val_loss": 1.5832, "step_s": 4.1, "threads": 2, "cache_s": 842.0},
+               "model:default": {**row, "scifact_ndcg": 0.6612, "val_loss": None}}
+    out = tmp_path / "study.md"
+    study.write_markdown(results, out, "python benchmarks/training_study.py")
+    lines = out.read_text().splitlines()
+    trained = next(line for line in lines if line.startswith("| retrieval-only |"))
+    saved = next(line for line in lines if line.startswith("| model:default |"))
+    assert "| 0.6123 | 67.0 | 1.583 | 700 of 4000 | 4.10 (2) | 842 |" in trained
+    assert "a saved model (default)" in saved and "| 0.6612 | 67.0 | - | 700 of 4000 | - | - |" in saved
