@@ -12,7 +12,8 @@ by `make train-data-mixture` with at most `--per-task` examples of each task, th
 - ``val_loss``: InfoNCE over fixed batches of the 2% of each new set's queries held out (``mixture-val``).
 
 No test split and no evaluation corpus is trained on. Results land in ``<output>.json`` after every variant (a rerun
-skips the variants already there; ``--force`` reruns them) and in ``<output>.md``.
+skips the variants already there; ``--force`` judges them again) and in ``<output>.md``. A variant stopped midway
+resumes from its last checkpoint (every 50 steps, under ``--work``/runs/<variant>).
 
     python benchmarks/training_study.py --steps 150 --threads 2
     python benchmarks/training_study.py --variants base,causal --steps 150
@@ -139,7 +140,7 @@ def train_config(settings: dict, model: Path, data: Path, val_file: Path, steps:
             "doc_max_length", "max_length")
     return TrainConfig.from_dict({
         "model": str(model), "stages": [stage], "seed": seed, "threads": threads, "val_data": [str(val_file)],
-        "val_examples": 10**6, "checkpoint_every": steps, "eval_every": steps, **{k: settings[k] for k in keys}})
+        "val_examples": 10**6, "checkpoint_every": min(steps, 50), "eval_every": steps, **{k: settings[k] for k in keys}})
 
 
 def validation_file(data: Path, out: Path, per_set: int = 32) -> Path:
@@ -243,6 +244,8 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
         cache = "-" if r.get("cache_s") is None else f"{r['cache_s']:.0f}"
         lines.append(f"| {name} | {what} | {r['scifact_ndcg']:.4f}{delta} | {r['stsb_dev']:.1f} | "
                      f"{val} | {nonzero} | {step} | {cache} |")
+    notes = [f"- **{name}**: {r['note']}" for name, r in results.items() if not name.startswith("_") and r.get("note")]
+    lines += ["", "Notes (added to a row's `note` in the results file after reading its run):", *notes] if notes else []
     lines += ["", "Hardware: this machine's CPU (2 cores, AVX2), float32. One seed per variant: differences within "
               "about 0.01 nDCG are within run-to-run noise at this budget. s/step is wall time and depends on what "
               "else ran on the machine (a 2-thread run sharing the cores slows several-fold): compare quality, not "
