@@ -140,7 +140,8 @@ def train_config(settings: dict, model: Path, data: Path, val_file: Path, steps:
             "doc_max_length", "max_length")
     return TrainConfig.from_dict({
         "model": str(model), "stages": [stage], "seed": seed, "threads": threads, "val_data": [str(val_file)],
-        "val_examples": 10**6, "checkpoint_every": min(steps, 50), "eval_every": steps, **{k: settings[k] for k in keys}})
+        "val_examples": 10**6, "checkpoint_every": min(steps, 50), "eval_every": steps,
+        **{k: settings[k] for k in keys}})
 
 
 def validation_file(data: Path, out: Path, per_set: int = 32) -> Path:
