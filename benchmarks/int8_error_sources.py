@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import platform
 import sys
 import time
@@ -40,10 +39,12 @@ from torch import Tensor, nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
-SCIFACT = DATA / "beir" / "scifact"
-SQUAD = DATA / "train" / "squad" / "pairs.jsonl.gz"
-WEIGHT_LEVELS, ACT_LEVELS = 63, 255
+from lens.eval.beir import data_dir  # noqa: E402
+from lens.quantize import WEIGHT_LEVELS  # noqa: E402  (the shipped grid, simulated here)
+
+SCIFACT = data_dir() / "beir" / "scifact"
+SQUAD = data_dir() / "train" / "squad" / "pairs.jsonl.gz"
+ACT_LEVELS = 255
 CONFIGS = ["shipped", "weights", "activations", "static-16", "static-16-gptq", "static-32-gptq", "w8-a7"]
 
 
@@ -174,6 +175,7 @@ def apply(config: str, encoder, targets, calibration: list[str]) -> None:
 def main(argv=None) -> int:
     from int8_recipe import cosines
 
+    from lens.atomic import write_json
     from lens.corpus import iter_corpus, read_jsonl
     from lens.encoder import LensEncoder
 
@@ -215,7 +217,7 @@ def main(argv=None) -> int:
               "machine": platform.processor() or platform.machine(), "docs": len(docs),
               "calibration": len(calibration), "calibrate_on": args.calibrate_on,
               "float32_layers": args.float32_layers, "rows": rows}
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     lines = ["# int8 error sources (float32 simulation)", "", f"Command: `{command}`  ", f"Date: {result['date']}; "
              f"torch {torch.__version__}; {len(docs)} SciFact documents (every 40th), {len(calibration)} "
              f"{'SQuAD train paragraphs' if args.calibrate_on == 'squad' else 'other SciFact documents'} for "

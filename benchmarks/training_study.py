@@ -86,6 +86,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 }
 
 JUDGE_DOC_LENGTH = 256
+MODEL_ROW = "model:"  # a saved model's row in the results: "model:<path>"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -186,7 +187,7 @@ def judge_model(path: str, rerank, sts) -> dict:
             return encoder.encode_documents(texts, batch_size=16)
         return encoder.encode_queries(texts, instruction=instruction, batch_size=16)
 
-    return {"variant": f"model:{path}", **judge(encode, rerank, sts)}
+    return {"variant": MODEL_ROW + path, **judge(encode, rerank, sts)}
 
 
 def run_variant(name: str, settings: dict, args, rerank, sts, val_file: Path, steps: int) -> dict:
@@ -234,8 +235,8 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
             continue
         if name in VARIANTS:
             what = VARIANTS[name][0]
-        elif name.startswith("model:"):
-            what = f"a saved model ({name[6:]}), judged as it is: no training here"
+        elif name.startswith(MODEL_ROW):
+            what = f"a saved model ({name.removeprefix(MODEL_ROW)}), judged as it is: no training here"
         else:
             what = "the clustered backbone before any training (k 4000)"
         delta = "" if base is None or name == "base" else f" ({r['scifact_ndcg'] - base['scifact_ndcg']:+.4f})"
@@ -283,13 +284,13 @@ def main(argv=None) -> int:
     command = "python benchmarks/training_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
     todo = ([] if args.no_untrained else [("untrained", BASE, 0)]) + [
         (n, {**copy.deepcopy(BASE), **VARIANTS[n][1]}, args.steps) for n in names]
-    todo += [(f"model:{m}", None, 0) for m in args.models.split(",") if m]
+    todo += [(MODEL_ROW + m, None, 0) for m in args.models.split(",") if m]
     for name, settings, steps in todo:
         if name in results and not args.force:
             logger.info("%s: already measured, skipped", name)
             continue
         logger.info("%s: %s", name, json.dumps(settings))
-        results[name] = (judge_model(name[6:], rerank, sts) if settings is None else
+        results[name] = (judge_model(name.removeprefix(MODEL_ROW), rerank, sts) if settings is None else
                          run_variant(name, settings, args, rerank, sts, val_file, steps))
         logger.info("%s: %s", name, results[name])
         write_json(json_path, results)

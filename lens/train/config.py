@@ -64,7 +64,8 @@ class TrainConfig:
     bce_scale: float = 20.0
     graded_floor: float = 0.7
     # bce-teacher: a teacher cosine c (`lens data teacher`, MiniLM by default) is the probability
-    # sigmoid((c - teacher_center) / teacher_width), blended with the 0/1 label (graded_floor weighs the label)
+    # sigmoid((c - teacher_center) / teacher_width), blended with the 0/1 label (graded_floor weighs the label);
+    # the defaults are lens.train.losses.TEACHER_CENTER / TEACHER_WIDTH (written out: this module imports no torch)
     teacher_center: float = 0.5
     teacher_width: float = 0.1
     query_max_length: int = 64  # instruction + query

@@ -157,7 +157,12 @@ def binary_targets(positive_index: Tensor, num_docs: int, labels: Tensor | None 
     return out
 
 
-def teacher_targets(teacher: Tensor, labels: Tensor, center: float = 0.5, width: float = 0.1,
+# A teacher cosine becomes a probability around this centre and width (MiniLM's cosines: unrelated pairs ~0.1,
+# relevant ones ~0.6); TrainConfig.teacher_center / teacher_width default to these.
+TEACHER_CENTER, TEACHER_WIDTH = 0.5, 0.1
+
+
+def teacher_targets(teacher: Tensor, labels: Tensor, center: float = TEACHER_CENTER, width: float = TEACHER_WIDTH,
                     floor: float = 0.7) -> Tensor:
     """Soft BCE targets blending a label (1 relevant, 0 not) with a teacher's cosine turned into a probability.
 

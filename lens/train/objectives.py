@@ -60,8 +60,8 @@ class LossInputs:
     bce_scale: float
     graded_floor: float
     bias: Tensor  # the learned BCE logit bias
-    teacher_center: float = 0.5  # bce-teacher: a teacher cosine c is the probability sigmoid((c - center) / width)
-    teacher_width: float = 0.1
+    teacher_center: float  # bce-teacher: a teacher cosine c is the probability sigmoid((c - center) / width)
+    teacher_width: float
 
 
 def _infonce(x: LossInputs) -> Tensor:
@@ -81,30 +81,31 @@ def _bce(x: LossInputs, graded: bool = False) -> Tensor:
     return L.pairwise_bce(x.scores, targets.to(x.scores.device), x.bce_scale, x.bias, x.valid)
 
 
-def _need_teacher(x: LossInputs, name: str) -> None:
+def _teacher_blocks(x: LossInputs, name: str):
+    """(row, its columns [positive, hard negatives...], the teacher's scores for them) per query."""
     if any(e.teacher is None for e in x.examples):
         raise ValueError(f"loss {name!r} needs teacher scores on every example of its stage: add them with "
                          "`lens data teacher FILE --out SCORED`")
+    for i, (e, start, n) in enumerate(zip(x.examples, x.layout.positive_index, x.layout.counts)):
+        yield i, slice(start, start + n), torch.tensor(e.teacher[:n])
 
 
 def _bce_teacher(x: LossInputs) -> Tensor:
-    _need_teacher(x, "bce-teacher")
     targets = torch.zeros_like(x.scores, dtype=torch.float32)
-    for i, (e, start, n) in enumerate(zip(x.examples, x.layout.positive_index, x.layout.counts)):
-        labels = torch.zeros(n)
-        labels[0] = 1.0  # the block is [positive, hard negatives...]
-        targets[i, start: start + n] = L.teacher_targets(torch.tensor(e.teacher[:n]), labels, x.teacher_center,
-                                                          x.teacher_width, x.graded_floor).to(targets.device)
+    for i, cols, teacher in _teacher_blocks(x, "bce-teacher"):
+        labels = torch.zeros_like(teacher)
+        labels[0] = 1.0  # the block's first column is the positive
+        targets[i, cols] = L.teacher_targets(teacher, labels, x.teacher_center, x.teacher_width,
+                                             x.graded_floor).to(targets.device)
     return L.pairwise_bce(x.scores, targets, x.bce_scale, x.bias, x.valid)
 
 
 def _kl(x: LossInputs) -> Tensor:
-    _need_teacher(x, "kl")
     teacher = torch.zeros_like(x.scores)
     own = torch.zeros_like(x.valid)
-    for i, (e, start, n) in enumerate(zip(x.examples, x.layout.positive_index, x.layout.counts)):
-        teacher[i, start: start + n] = torch.tensor(e.teacher[:n])
-        own[i, start: start + n] = True
+    for i, cols, scores in _teacher_blocks(x, "kl"):
+        teacher[i, cols] = scores.to(teacher.dtype)
+        own[i, cols] = True
     return L.kl_distillation(x.scores, teacher, x.temperature, valid=own)
 
 
@@ -144,7 +145,8 @@ class Objective:
     """A weighted sum of registered losses, evaluated on a batch's embeddings."""
 
     def __init__(self, expression: str | dict[str, float], *, temperature: float, bce_scale: float,
-                 graded_floor: float, teacher_center: float = 0.5, teacher_width: float = 0.1):
+                 graded_floor: float, teacher_center: float = L.TEACHER_CENTER,
+                 teacher_width: float = L.TEACHER_WIDTH):
         self.weights = parse_loss(expression) if isinstance(expression, str) else dict(expression)
         self.temperature, self.bce_scale, self.graded_floor = temperature, bce_scale, graded_floor
         self.teacher_center, self.teacher_width = teacher_center, teacher_width
