@@ -13,11 +13,16 @@ pytestmark = [pytest.mark.real_model, requires_default]
 
 
 @pytest.fixture(scope="module")
-def default_k4000(tmp_path_factory):
+def default_clusters(tmp_path_factory):
+    """A fresh `lens cluster-vocab` run with the shipped default's k and attention: its starting point."""
     from lens.cli import main
+    from lens.config import LensConfig
+    from lens.model_dir import DEFAULT_MODEL_DIR
 
-    out = tmp_path_factory.mktemp("smollm2") / "k4000"
-    assert main(["cluster-vocab", "--clusters", "4000", "--out", str(out)]) == 0
+    shipped = LensConfig.load(DEFAULT_MODEL_DIR)
+    k = shipped.num_clusters
+    out = tmp_path_factory.mktemp("smollm2") / f"k{k}"
+    assert main(["cluster-vocab", "--clusters", str(k), "--attention", shipped.attention, "--out", str(out)]) == 0
     return out
 
 
@@ -28,9 +33,10 @@ def default_tokenizer():
     return load_tokenizer(resolve_backbone("default"))
 
 
-def test_review_cluster_holds_review_and_reviews(default_k4000, default_tokenizer):
+def test_review_cluster_holds_review_and_reviews(default_clusters, default_tokenizer):
     """The paper's Table 4, seen on SmolLM2: surface forms of one word land in one cluster."""
-    assignment = load_file(default_k4000 / "clusters.safetensors")["assignment"]
+    assignment = load_file(default_clusters / "clusters.safetensors")["assignment"]
+    k = int(assignment.max()) + 1
 
     def cluster(token: str) -> int:
         ids = default_tokenizer(token, add_special_tokens=False)["input_ids"]
@@ -38,16 +44,16 @@ def test_review_cluster_holds_review_and_reviews(default_k4000, default_tokenize
         return int(assignment[ids[0]])
 
     assert cluster(" review") == cluster("Review") == cluster(" reviews")
-    assert np.bincount(assignment, minlength=4000).min() >= 1
+    assert np.bincount(assignment, minlength=k).min() >= 1
 
 
-def test_default_encoder_end_to_end(default_k4000):
+def test_default_encoder_end_to_end(default_clusters):
     """The shipped default was trained from a fresh cluster-vocab run's clusters; loading verifies the GGUF's
     LM-head hash and merges the adapter."""
     from lens.encoder import LensEncoder
 
     enc = LensEncoder.from_pretrained("default")
-    fresh = load_file(default_k4000 / "clusters.safetensors")
+    fresh = load_file(default_clusters / "clusters.safetensors")
     assert np.array_equal(enc.assignment, fresh["assignment"])
     assert enc.config.adapter == "adapter" and enc.fingerprint()["lens_adapter"]
     # the decoder attends the way the saved config says (the shipped default won the causal-vs-bidirectional study)
@@ -55,12 +61,13 @@ def test_default_encoder_end_to_end(default_k4000):
     assert enc.model.decoder.config.is_causal is (enc.config.attention == "causal")
     docs = ["A systematic review of statin trials.", "Photosynthesis converts light into chemical energy."]
     out = enc.encode_documents(docs, output="both")
-    assert out.lexicon.shape == (2, 4000) and out.dense.shape == (2, 576)
+    k = len(fresh["centroids"])
+    assert out.lexicon.shape == (2, k) and out.dense.shape == (2, 576)
     assert np.isfinite(out.lexicon).all() and (np.linalg.norm(out.lexicon, axis=1) > 0.99).all()
     alone = enc.encode_documents(docs[1])
     np.testing.assert_allclose(out.lexicon[1], alone, atol=1e-4)  # padded batch vs alone: float32 noise only
     q = enc.encode_queries("statin trials", instruction="Given a claim, find documents that support it")
-    assert q.shape == (4000,) and q.sum() > 0
+    assert q.shape == (k,) and q.sum() > 0
     assert len(enc.explain(docs[0], top_k=5)) == 5
 
 
@@ -94,7 +101,7 @@ def test_converted_cache_gives_the_same_model(tmp_path, monkeypatch):
 
 
 @pytest.mark.real_data
-def test_trained_default_beats_the_untrained_clusters_on_adi(default_k4000):
+def test_trained_default_beats_the_untrained_clusters_on_adi(default_clusters):
     """Training is what makes the lexicon useful: on ADI (82 docs, 35 queries, never trained on) the shipped
     default's lexicon nDCG@10 is far above the untrained clustering's."""
     from conftest import SHARED
@@ -107,7 +114,7 @@ def test_trained_default_beats_the_untrained_clusters_on_adi(default_k4000):
     corpus, queries, qrels = load_beir(SHARED / "classic" / "adi")
     ids = [d.id for d in corpus]
     scores = {}
-    for name in ("default", default_k4000):
+    for name in ("default", default_clusters):
         enc = LensEncoder.from_pretrained(name)
         docs = enc.encode_documents([d.full_text for d in corpus], batch_size=8)
         qids = list(queries)
@@ -115,7 +122,7 @@ def test_trained_default_beats_the_untrained_clusters_on_adi(default_k4000):
         sims = q @ docs.T
         run = {qid: {ids[j]: float(sims[r, j]) for j in np.argsort(-sims[r])[:100]} for r, qid in enumerate(qids)}
         scores[str(name)] = evaluate(qrels, run).mean["ndcg@10"]
-    trained, untrained = scores["default"], scores[str(default_k4000)]
+    trained, untrained = scores["default"], scores[str(default_clusters)]
     assert trained > untrained + 0.1, scores
 
 

@@ -303,3 +303,13 @@ def test_shipped_configs_load():
     TrainConfig.load(configs / "default-cpu.json")
     with pytest.raises(ValueError, match="cache_chunk"):
         TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)
+
+
+def test_model_card_command_is_written_as_the_lens_command():
+    """`python -m lens.cli train ...` (how torchrun and accelerate start it) is retyped as `lens train ...`."""
+    from lens.train.report import command_line
+
+    assert command_line(["/repo/lens/cli.py", "train", "--out", "a b"]) == "lens train --out 'a b'"
+    assert command_line(["/venv/bin/lens", "-v", "train"]) == "lens -v train"
+    assert command_line(["/x/my_train.py", "--resume"]) == "my_train.py --resume"
+    assert command_line(["/elsewhere/cli.py", "x"]) == "cli.py x"  # another project's cli.py is left alone

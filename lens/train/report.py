@@ -38,11 +38,20 @@ def machine_description() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {gpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
+def command_line(argv: list[str]) -> str:
+    """The command as a user would retype it: ``python -m lens.cli ...`` (torchrun, accelerate) and the ``lens``
+    entry point are both written ``lens ...``."""
+    program = Path(argv[0]).name
+    if program in ("cli.py", "__main__.py") and Path(argv[0]).parent.name == "lens":
+        program = "lens"
+    return " ".join(shlex.quote(a) for a in [program, *argv[1:]])
+
+
 def model_card(cfg, *, backbone: str, num_clusters: int, max_length: int, steps: int, cache_seconds: float, stage_examples,
                rows: list[dict], command: str | None = None, world_size: int = 1) -> str:
     """The model card's Markdown: the command, the settings of ``cfg`` (a ``TrainConfig``), the data per stage;
     ``world_size`` is the number of data-parallel processes (torchrun), named when above one."""
-    command = command or " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).name, *sys.argv[1:]])
+    command = command or command_line(sys.argv)
     val = [r["val_loss"] for r in rows if isinstance(r.get("val_loss"), float) and not math.isnan(r["val_loss"])]
     lines = [
         "# LENS model card", "",
