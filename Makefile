@@ -7,7 +7,7 @@ LENS := $(VENV)/bin/lens
 DEMO_DIR ?= demo-out/smollm2-k8000
 DEMO_INDEX ?= demo-out/pydoc-index
 
-.PHONY: setup demo test clean train-data train-data-mixture train-default-gpu train-data-labels train-data-teacher train-default peers
+.PHONY: setup demo test clean train-data train-data-mixture train-data-labels train-data-teacher train-default train-default-gpu peers
 
 setup: $(VENV)/.installed
 
@@ -115,15 +115,15 @@ $(TRAIN_DATA)/teacher/.built: | train-data-mixture
 	done
 	touch $@
 
+# The starting point of a trained default: its vocabulary clustered into k (the % of the name), causal attention.
+$(TRAIN_DATA)/smollm2-k%-causal/config.json: | setup
+	$(LENS) cluster-vocab --model default --clusters $* --attention causal --out $(@D)
+
 # The shipped default (lens/default_model) since issue 10's GPU run: k 8000, LoRA on all 30 layers, batches of 64
 # with up to 7 hard negatives (lens/train/configs/default-gpu.json); about 20 minutes on one H100. Needs CUDA.
-train-default-gpu: train-data
-	test -f $(TRAIN_DATA)/smollm2-k8000-causal/config.json || $(LENS) cluster-vocab --model default --clusters 8000 \
-		--attention causal --out $(TRAIN_DATA)/smollm2-k8000-causal
+train-default-gpu: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.json
 	$(LENS) -v train --config lens/train/configs/default-gpu.json --out train-out/default-gpu --resume
 
 # The CPU recipe (the default shipped before the GPU run; about 2.7 hours on 2 cores).
-train-default: train-data
-	test -f $(TRAIN_DATA)/smollm2-k4000-causal/config.json || $(LENS) cluster-vocab --model default --clusters 4000 \
-		--attention causal --out $(TRAIN_DATA)/smollm2-k4000-causal
+train-default: train-data $(TRAIN_DATA)/smollm2-k4000-causal/config.json
 	$(LENS) -v train --config lens/train/configs/default-cpu.json --out $(TRAIN_OUT) --threads 2 --resume

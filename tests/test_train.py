@@ -300,7 +300,10 @@ def test_shipped_configs_load():
     assert paper.cache_chunk == 32 and paper.bf16 and paper.gradient_checkpointing
     assert [s.batch_size for s in paper.stages] == [512, 256] and paper.stages[0].max_negatives == 7
     assert any("torchrun --nnodes 2 --nproc_per_node 8" in n for n in paper.notes)
-    TrainConfig.load(configs / "default-cpu.json")
+    shipped = sorted(configs.glob("*.json"))
+    assert {c.name for c in shipped} >= {"default-cpu.json", "default-gpu.json", "paper-mistral-7b.json"}
+    for config in shipped:  # every shipped config loads (default-gpu.json made lens/default_model)
+        TrainConfig.load(config)
     with pytest.raises(ValueError, match="cache_chunk"):
         TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)
 
@@ -313,3 +316,17 @@ def test_model_card_command_is_written_as_the_lens_command():
     assert command_line(["/venv/bin/lens", "-v", "train"]) == "lens -v train"
     assert command_line(["/x/my_train.py", "--resume"]) == "my_train.py --resume"
     assert command_line(["/elsewhere/cli.py", "x"]) == "cli.py x"  # another project's cli.py is left alone
+
+
+def test_model_card_says_whether_a_prefix_cache_was_used():
+    from lens.train.report import model_card
+
+    cfg = TrainConfig(stages=[StageConfig("s", ["x.jsonl"])])
+    rows = [{"loss": 1.0, "step_s": 2.0}]
+
+    def card(cache_seconds):
+        return model_card(cfg, backbone="default", num_clusters=8, max_length=32, steps=1,
+                          cache_seconds=cache_seconds, stage_examples=[[]], rows=rows, command="lens train")
+
+    assert "no prefix cache (no frozen layers), training steps 2 s." in card(None)
+    assert "prefix cache 12 s (computed in this run), training steps 2 s." in card(12.0)

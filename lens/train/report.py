@@ -47,10 +47,11 @@ def command_line(argv: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in [program, *argv[1:]])
 
 
-def model_card(cfg, *, backbone: str, num_clusters: int, max_length: int, steps: int, cache_seconds: float, stage_examples,
-               rows: list[dict], command: str | None = None, world_size: int = 1) -> str:
+def model_card(cfg, *, backbone: str, num_clusters: int, max_length: int, steps: int, cache_seconds: float | None,
+               stage_examples, rows: list[dict], command: str | None = None, world_size: int = 1) -> str:
     """The model card's Markdown: the command, the settings of ``cfg`` (a ``TrainConfig``), the data per stage;
-    ``world_size`` is the number of data-parallel processes (torchrun), named when above one."""
+    ``world_size`` is the number of data-parallel processes (torchrun), named when above one; ``cache_seconds`` is
+    None when the run had no frozen-prefix cache."""
     command = command or command_line(sys.argv)
     val = [r["val_loss"] for r in rows if isinstance(r.get("val_loss"), float) and not math.isnan(r["val_loss"])]
     lines = [
@@ -69,7 +70,9 @@ def model_card(cfg, *, backbone: str, num_clusters: int, max_length: int, steps:
             "embeddings all-gathered, gradients averaged."] if world_size > 1 else []),
         *([f"- Cached contrastive loss (GradCache), chunks of {cfg.cache_chunk} texts."]
           if cfg.cache_chunk else []),
-        f"- Steps: {steps}; prefix cache {cache_seconds:.0f} s (computed in this run), "
+        f"- Steps: {steps}; "
+        + ("no prefix cache (no frozen layers), " if cache_seconds is None else
+           f"prefix cache {cache_seconds:.0f} s (computed in this run), ") +
         f"training steps {sum(float(r['step_s']) for r in rows):.0f} s.",
         f"- Final batch loss {rows[-1]['loss']:.3f}" if rows else "- No step was taken.",
     ]

@@ -475,7 +475,8 @@ class Trainer:
             "train_config": TRAIN_CONFIG_NAME,
         })
         card = model_card(self.config, backbone=self.encoder.config.backbone, num_clusters=config.num_clusters,
-                          max_length=config.max_length, steps=self.step, cache_seconds=self.cache_seconds,
+                          max_length=config.max_length, steps=self.step,
+                          cache_seconds=self.cache_seconds if self.cache is not None else None,
                           stage_examples=self.data, rows=rows, world_size=self.dist.world_size)
         write_model_dir(path, config, self.encoder.assignment, self.model.head.weight.detach().float().cpu().numpy(),
                         self.tokenizer, centroids_dtype=np.float16 if self.config.train_head else np.float32,
