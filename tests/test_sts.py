@@ -40,3 +40,33 @@ def test_evaluate_sts_ranks_pairs(sts_file):
     enc = lambda s1, s2: (np.array([vecs[s] for s in s1], float), np.array([vecs[s] for s in s2], float))
     r = evaluate_sts(enc, sts_file, "test")
     assert r["pairs"] == 3 and r["spearman"] == pytest.approx(100.0)
+
+
+class _Recorder:
+    """Stands in for a LensEncoder: each side's vectors say which method encoded them and with what instruction."""
+
+    def __init__(self):
+        self.calls = []
+
+    def _encode(self, kind, texts, instruction=None, **kw):
+        self.calls.append((kind, instruction, kw["output"]))
+        return np.full((len(texts), 2), 1.0 if kind == "query" else 2.0)
+
+    def encode_queries(self, texts, instruction=None, **kw):
+        return self._encode("query", texts, instruction, **kw)
+
+    def encode_documents(self, texts, **kw):
+        return self._encode("document", texts, **kw)
+
+
+def test_pairing_symmetric_by_default_asymmetric_on_request():
+    from lens.eval.sts import STS_INSTRUCTION, lens_pair_encoder
+
+    enc = _Recorder()
+    a, b = lens_pair_encoder(enc, output="both")(["x", "y"], ["z", "w"])
+    assert enc.calls == [("query", STS_INSTRUCTION, "both")] * 2 and (b == 1.0).all()
+    enc = _Recorder()
+    a, b = lens_pair_encoder(enc, pairing="asymmetric", instruction="Find it")(["x"], ["z"])
+    assert enc.calls == [("query", "Find it", "lexicon"), ("document", None, "lexicon")] and (b == 2.0).all()
+    with pytest.raises(ValueError, match="unknown STS pairing 'both'.*symmetric, asymmetric"):
+        lens_pair_encoder(enc, pairing="both")

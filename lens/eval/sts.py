@@ -1,8 +1,9 @@
 """Semantic textual similarity: Spearman correlation between gold scores and the cosine of each pair's vectors.
 
-The sets are gzipped TSVs with ``sentence1, sentence2, score, split`` (STS-Benchmark, SICK-R). Following the
-paper's asymmetric use of instructions, ``sentence1`` is encoded as a query behind the STS instruction and
-``sentence2`` as a document; the score is the cosine of the two (lexicon, dense or hybrid) vectors.
+The sets are gzipped TSVs with ``sentence1, sentence2, score, split`` (STS-Benchmark, SICK-R). STS is a symmetric
+task: as in MTEB (and ``lens.integrations.mteb``), both sentences are encoded as queries behind the STS instruction
+(``pairing="symmetric"``, the default); ``pairing="asymmetric"`` encodes ``sentence2`` as a document instead, the
+protocol of this package's earlier STS results. The score is the cosine of the two (lexicon, dense or hybrid) vectors.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from index.vectors import l2_normalize
 from lens.corpus import read_sts
 
 STS_INSTRUCTION = "Retrieve semantically similar text"
+PAIRINGS = ("symmetric", "asymmetric")
 
 
 def load_sts(path: str | os.PathLike, split: str = "test") -> tuple[list[str], list[str], np.ndarray]:
@@ -43,10 +45,18 @@ def evaluate_sts(encode_pairs: Callable[[list[str], list[str]], tuple[np.ndarray
     return {"spearman": 100 * spearman(pair_cosines(a, b), gold), "pairs": len(gold), "split": split}
 
 
-def lens_pair_encoder(encoder, output: str = "lexicon", instruction: str = STS_INSTRUCTION, batch_size: int = 32):
-    """``encode_pairs`` for a LensEncoder: sentence1 as a query behind ``instruction``, sentence2 as a document."""
+def lens_pair_encoder(encoder, output: str = "lexicon", instruction: str = STS_INSTRUCTION, batch_size: int = 32,
+                      pairing: str = "symmetric"):
+    """``encode_pairs`` for a LensEncoder: both sentences as queries behind ``instruction`` (``"symmetric"``), or
+    sentence2 as a document (``"asymmetric"``)."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"unknown STS pairing {pairing!r}; choose one of {', '.join(PAIRINGS)}")
+
     def encode_pairs(s1: list[str], s2: list[str]):
         kw = dict(batch_size=batch_size, output=output, show_progress_bar=False)
-        return encoder.encode_queries(s1, instruction=instruction, **kw), encoder.encode_documents(s2, **kw)
+        first = encoder.encode_queries(s1, instruction=instruction, **kw)
+        if pairing == "symmetric":
+            return first, encoder.encode_queries(s2, instruction=instruction, **kw)
+        return first, encoder.encode_documents(s2, **kw)
 
     return encode_pairs
