@@ -191,7 +191,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's choice); 1 is steadier when other jobs share the CPU")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "speed_encode.json")
+    ap.add_argument("--markdown-only", action="store_true",
+                    help="measure nothing: rewrite --out's .md from its saved .json (after a change of the table)")
     args = ap.parse_args()
+    if args.markdown_only:
+        args.out.with_suffix(".md").write_text(_markdown(json.loads(args.out.read_text())))
+        return
 
     from lens.encoder import LensEncoder
     from lens.inputs import encode_texts
@@ -343,14 +348,18 @@ def _markdown(r: dict) -> str:
         "plain batch_size-row batches (the encoder before the token cap). Load average at start and after each row: "
         f"{r['loadavg_start']} -> {[row['loadavg_after'] for row in r['encode']]}", "",
         "| batch size | " + " | ".join(systems) + " | LENS fp32 / bare (CPU) | LENS int8 / bare (CPU) | "
-        "fraction of peak (CPU): bare, fp32, int8 |",
-        "|---:|" + "---:|" * (len(systems) + 3),
+        "LENS int8 / fp32: wall (CPU) | fraction of peak (CPU): bare, fp32, int8 |",
+        "|---:|" + "---:|" * (len(systems) + 4),
     ]
     for row in r["encode"]:
         cells = [f"{row['systems'][s]['docs_per_s']:.2f} ({row['systems'][s]['docs_per_cpu_s']:.2f})"
                  if s in row["systems"] else "" for s in systems]
         ratios = [f"{row['ratio_to_bare_cpu'][k]:.3f}" if k in row["ratio_to_bare_cpu"] else ""
                   for k in ("lens_fp32", "lens_int8")]
+        got = row["systems"]
+        ratios.append(f"{got['lens_int8']['docs_per_s'] / got['lens_fp32']['docs_per_s']:.2f} "
+                      f"({got['lens_int8']['docs_per_cpu_s'] / got['lens_fp32']['docs_per_cpu_s']:.2f})"
+                      if "lens_int8" in got and "lens_fp32" in got else "")
         frac = ", ".join(f"{v:.2f}" for v in row["fraction_of_peak"].values())
         lines.append(f"| {row['batch_size']} | " + " | ".join(cells + ratios) + f" | {frac} |")
     lines += ["", f"Queries, one at a time at 1 thread ({r['inputs']['queries']} queries, mean "
