@@ -195,6 +195,8 @@ def main() -> None:
                     help="measure nothing: rewrite --out's .md from its saved .json (after a change of the table)")
     args = ap.parse_args()
     if args.markdown_only:
+        if not args.out.is_file():
+            ap.error(f"--markdown-only renders {args.out}, which does not exist: run the benchmark with --out first")
         args.out.with_suffix(".md").write_text(_markdown(json.loads(args.out.read_text())))
         return
 
