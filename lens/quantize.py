@@ -38,11 +38,13 @@ logger = logging.getLogger(__name__)
 QUANTIZE_MODES = ("int8",)  # None (the default everywhere) means float32
 WEIGHT_LEVELS = 63  # 7-bit symmetric weights: u8 activation x s8 weight pairs stay within int16 (no saturation)
 # Input channels per call kept in float32, and the first decoder blocks left whole in float32 (their activations carry
-# the model's largest outliers). Chosen on the shipped default (SmolLM2-135M) by `benchmarks/int8_recipe.py`
-# (results/int8_recipe.md): lexicon cosine to float32 on SciFact documents 0.9919 with 4 outliers and no float32
-# block, 0.9958 with 16 and 2. The closeness costs speed: the float32 outlier product is ~20% of an int8 linear's
-# time here; `speed_encode.md` measured int8 at 1.9-2.5x float32's docs/s with these settings. SmoothQuant-style
-# channel scaling (alpha 0.5) was no closer than none (an exploration, not committed).
+# the model's largest outliers). Chosen on the default of the time (SmolLM2-135M, k 4000) by
+# `benchmarks/int8_recipe.py` (results/int8_recipe-previous-default.md): lexicon cosine to float32 on SciFact
+# documents 0.9919 with 4 outliers and no float32 block, 0.9958 with 16 and 2; the shipped default (k 8000, all
+# layers trained) gives 0.9913 and 0.9953 (results/int8_recipe.md). The closeness costs speed: the float32 outlier
+# product is ~20% of an int8 linear's time here; `speed_encode.md` measured int8 at 1.9-2.0x float32's docs/s with
+# these settings. SmoothQuant-style channel scaling (alpha 0.5) was no closer than none (an exploration, not
+# committed).
 DEFAULT_OUTLIERS = 16
 DEFAULT_FLOAT32_LAYERS = 2
 # Bumped whenever the arithmetic above changes, so cached int8 vectors of an older recipe are never reused.
