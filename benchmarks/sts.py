@@ -34,7 +34,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from lens.eval.sts import PAIRINGS, evaluate_sts, lens_pair_encoder
+    from lens.eval.sts import PAIRINGS, lens_pair_encoder, load_sts, sts_score
     from lens.dense import DenseEncoder
     from lens.encoder import LensEncoder
 
@@ -45,27 +45,23 @@ def main() -> int:
     lens = LensEncoder.from_pretrained(args.model)
     minilm = DenseEncoder.from_pretrained()
     rows = []
+
+    def add(name: str, system: str, pairing: str, a, b, gold, started: float) -> None:
+        rows.append({"set": name, "split": args.split, "system": system, "pairing": pairing,
+                     "spearman": sts_score(a, b, gold), "pairs": len(gold),
+                     "seconds": time.perf_counter() - started})
+        print(json.dumps(rows[-1]), flush=True)
+
     for name in args.sets.split(","):
-        path = args.data / SETS[name]
-        systems = {"minilm": ("-", lambda a, b: (minilm.encode(a, show_progress_bar=False),
-                                                 minilm.encode(b, show_progress_bar=False)))}
-        for pairing in pairings:
-            encoded: dict = {}  # the set's LENS vectors, encoded once (output="both") for lexicon and dense
-
-            def both(s1, s2, pairing=pairing, encoded=encoded):
-                if not encoded:
-                    encoded["v"] = lens_pair_encoder(lens, output="both", pairing=pairing)(s1, s2)
-                return encoded["v"]
-
-            systems[f"lens-lexicon/{pairing}"] = (pairing, lambda a, b, f=both: (f(a, b)[0].lexicon,
-                                                                               f(a, b)[1].lexicon))
-            systems[f"lens-dense/{pairing}"] = (pairing, lambda a, b, f=both: (f(a, b)[0].dense, f(a, b)[1].dense))
-        for system, (pairing, fn) in systems.items():
+        s1, s2, gold = load_sts(args.data / SETS[name], args.split)  # read once per set
+        t = time.perf_counter()
+        add(name, "minilm", "-", minilm.encode(s1, show_progress_bar=False), minilm.encode(s2, show_progress_bar=False),
+            gold, t)
+        for pairing in pairings:  # LENS encodes each pairing once (output="both"): lexicon and dense share it
             t = time.perf_counter()
-            r = evaluate_sts(fn, path, args.split)
-            rows.append({"set": name, "split": args.split, "system": system.split("/")[0], "pairing": pairing,
-                         "spearman": r["spearman"], "pairs": r["pairs"], "seconds": time.perf_counter() - t})
-            print(json.dumps(rows[-1]), flush=True)
+            a, b = lens_pair_encoder(lens, output="both", pairing=pairing)(s1, s2)
+            add(name, "lens-lexicon", pairing, a.lexicon, b.lexicon, gold, t)
+            add(name, "lens-dense", pairing, a.dense, b.dense, gold, time.perf_counter())
     from lens.eval.beir import command_line
     from lens.eval.report import write_benchmark
 

@@ -162,7 +162,7 @@ def judge(encode, rerank, sts, validate=None) -> dict:
     """The development measures of a model: ``encode(texts, instruction=None, max_length=None)`` gives its unit
     lexicon vectors (queries when an instruction is given); ``validate()`` its validation loss (a trainer's)."""
     from lens.eval.dev import rerank_ndcg
-    from lens.eval.sts import STS_INSTRUCTION, pair_cosines, spearman
+    from lens.eval.sts import STS_INSTRUCTION, sts_score
     from lens.instructions import get_instruction
 
     t = time.perf_counter()
@@ -170,7 +170,7 @@ def judge(encode, rerank, sts, validate=None) -> dict:
     d = encode(rerank.doc_texts, max_length=JUDGE_DOC_LENGTH)
     s1 = encode(sts[0], instruction=STS_INSTRUCTION)
     s2 = encode(sts[1])
-    return {"scifact_ndcg": rerank_ndcg(rerank, q, d), "stsb_dev": 100 * spearman(pair_cosines(s1, s2), sts[2]),
+    return {"scifact_ndcg": rerank_ndcg(rerank, q, d), "stsb_dev": sts_score(s1, s2, sts[2]),
             "doc_nonzero": float((d > 0).sum(axis=1).mean()), "doc_dims": int(d.shape[1]),
             "val_loss": validate() if validate else None, "judge_s": time.perf_counter() - t}
 

@@ -37,12 +37,17 @@ def spearman(pred: np.ndarray, gold: np.ndarray) -> float:
     return float(spearmanr(pred, gold).statistic)
 
 
+def sts_score(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> float:
+    """Spearman x 100 between ``gold`` and the row-wise cosine of the pair matrices ``a`` and ``b``."""
+    return 100 * spearman(pair_cosines(a, b), gold)
+
+
 def evaluate_sts(encode_pairs: Callable[[list[str], list[str]], tuple[np.ndarray, np.ndarray]],
                  path: str | os.PathLike, split: str = "test") -> dict:
     """Spearman x 100 of one STS split; ``encode_pairs(s1s, s2s)`` returns the two vector matrices."""
     s1, s2, gold = load_sts(path, split)
     a, b = encode_pairs(s1, s2)
-    return {"spearman": 100 * spearman(pair_cosines(a, b), gold), "pairs": len(gold), "split": split}
+    return {"spearman": sts_score(a, b, gold), "pairs": len(gold), "split": split}
 
 
 def lens_pair_encoder(encoder, output: str = "lexicon", instruction: str = STS_INSTRUCTION, batch_size: int = 32,
