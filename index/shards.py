@@ -27,6 +27,8 @@ import numpy as np
 
 from lens.atomic import atomic_dir, parse_json, write_json
 
+from .vectors import mean_weights, weight_pair
+
 from .manifest import (
     DOCS_FILE,
     FORMAT_VERSION,
@@ -45,8 +47,10 @@ __all__ = ["SHARED_SETTINGS", "ShardWriter", "ShardedIndex", "merge_hits", "merg
 
 logger = logging.getLogger(__name__)
 
-# manifest fields every shard of one index (and every input of a merge) must have in common
-SHARED_SETTINGS = ("mode", "lexicon_dim", "dense_dim", "weights", "index_type", "top_m", "fingerprint")
+# manifest fields every shard of one index (and every input of a merge) must have in common. Not the default query
+# weights: indexes built apart may differ in them (``lens index build --weights balanced`` measures each corpus), so
+# a merge keeps their document-weighted mean in the top manifest and a sharded search uses that for every shard.
+SHARED_SETTINGS = ("mode", "lexicon_dim", "dense_dim", "index_type", "top_m", "fingerprint")
 
 
 def shard_dir(i: int) -> str:
@@ -58,7 +62,9 @@ class ShardedIndex:
     """Shard :class:`HybridIndex` objects of one index, searched together; the interface of ``HybridIndex`` for
     searching, describing, removing and saving (adding goes through a new build or ``lens index merge``)."""
 
-    def __init__(self, shards: Sequence[HybridIndex], info: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, shards: Sequence[HybridIndex], info: Mapping[str, Any] | None = None,
+                 weights: Sequence[float] | None = None) -> None:
+        """``weights``: the default query weights of every shard's search (default: their mean, by documents)."""
         shards = list(shards)
         if not shards:
             raise ValueError("a sharded index needs at least one shard")
@@ -70,6 +76,8 @@ class ShardedIndex:
                                  "built the same way")
         self._shards = shards
         self._info = dict(info) if info is not None else shards[0].info
+        self._weights = (weight_pair(weights) if weights is not None
+                         else mean_weights([s.weights for s in shards], [len(s) for s in shards]))
 
     # ---- description -----------------------------------------------------------------------
 
@@ -100,7 +108,7 @@ class ShardedIndex:
 
     @property
     def weights(self) -> tuple[float, float]:
-        return self._shards[0].weights
+        return self._weights
 
     @property
     def fingerprint(self) -> dict[str, Any] | None:
@@ -144,6 +152,7 @@ class ShardedIndex:
     def search(self, lexicon: Any = None, dense: Any = None, k: int = 10, weights: Any = None,
                query_top_m: int | None = None) -> list[SearchResult]:
         """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``)."""
+        weights = self._weights if weights is None else weights  # one default for all shards: comparable scores
         per_shard = [s.search(lexicon, dense, k=k, weights=weights, query_top_m=query_top_m) for s in self._shards]
         return [merge_hits([hits[q] for hits in per_shard], k) for q in range(len(per_shard[0]))]
 
@@ -177,7 +186,7 @@ class ShardedIndex:
             writer = ShardWriter(tmp)
             for shard in self._shards:
                 writer.add(shard)
-            writer.finish(self._info)
+            writer.finish(self._info, self._weights)
         logger.info("saved %d documents in %d shards to %s", len(self), len(self._shards), directory)
         return Path(directory)
 
@@ -203,7 +212,7 @@ class ShardedIndex:
                 raise ValueError(f"saved index {directory} is inconsistent: {entry['dir']} holds {shard_m['count']} "
                                  f"documents, the manifest says {entry['count']}; rebuild the index")
             shards.append(HybridIndex._from_files(directory / entry["dir"], shard_m, sub, None, search_options))
-        index = cls(shards, m.get("info"))
+        index = cls(shards, m.get("info"), m["weights"])
         diffs = _differences(_settings_of(m), _settings(shards[0]))
         if diffs:
             raise ValueError(f"saved index {directory} is inconsistent: its shards differ from its manifest in "
@@ -265,11 +274,19 @@ class ShardWriter:
             _place(f, source / name, target / name)
         self.manifests.append(dict(manifest))
 
-    def finish(self, info: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Write the top manifest (``info``: the index's free-form facts; default shard 0's) and return it."""
+    def finish(self, info: Mapping[str, Any] | None = None,
+               weights: Sequence[float] | None = None) -> dict[str, Any]:
+        """Write the top manifest (``info``: the index's free-form facts, default shard 0's; ``weights``: the default
+        query weights, default the shards' mean by documents) and return it."""
         if not self.manifests:
             raise ValueError("a sharded index needs at least one shard")
         first = self.manifests[0]
+        if weights is None:
+            pairs = [tuple(m["weights"]) for m in self.manifests]
+            weights = mean_weights(pairs, [m["count"] for m in self.manifests])
+            if len(set(pairs)) > 1:
+                logger.info("the shards' default query weights differ (%s): the index's are their mean by documents, "
+                            "(%.3f, %.3f)", ", ".join(f"({a:.3f}, {b:.3f})" for a, b in sorted(set(pairs))), *weights)
         files: dict[str, Any] = {}
         shards = []
         for i, m in enumerate(self.manifests):
@@ -282,6 +299,7 @@ class ShardWriter:
             "format_version": FORMAT_VERSION,
             "layout": "sharded",
             **{key: first.get(key) for key in SHARED_SETTINGS},
+            "weights": [float(w) for w in weights],
             "index_options": first["index_options"],
             "trained": all(m["trained"] for m in self.manifests),
             "count": count,
@@ -298,9 +316,10 @@ class ShardWriter:
 def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> dict[str, Any]:
     """Merge saved indexes into a new sharded index at ``output`` (atomically); returns its manifest.
 
-    Every input (single or sharded) must have the same encoder fingerprint, dims, weights, index type and
-    ``top_m``, and no document id may be in two inputs; each input is verified (checksums) before its files are
-    linked or copied into the output. Nothing is re-encoded or re-trained.
+    Every input (single or sharded) must have the same encoder fingerprint, dims, index type and ``top_m``, and no
+    document id may be in two inputs; default query weights may differ (the output's are their mean by documents).
+    Each input is verified (checksums) before its files are linked or copied into the output. Nothing is re-encoded
+    or re-trained.
     """
     output, inputs = Path(output), [Path(p) for p in inputs]
     if len(inputs) < 2:

@@ -9,17 +9,22 @@ chosen at query time, without re-indexing.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 __all__ = [
+    "BALANCED",
     "as_matrix",
+    "balanced_weights",
+    "cosine_spread",
     "check_dim",
     "check_finite",
     "document_vectors",
     "l2_normalize",
+    "mean_weights",
     "query_vectors",
+    "resolve_weights",
     "weight_pair",
 ]
 
@@ -137,6 +142,80 @@ def weight_pair(weights: Any, what: str = "weights") -> tuple[float, float]:
         raise ValueError(f"{what} must be two numbers LEX,DENSE (finite, >= 0, not both 0) such as 0.5,0.5; "
                          f"got {weights!r}")
     return w
+
+
+BALANCED = "balanced"  # the weights spec that ``balanced_weights`` resolves from the documents
+BALANCED_ROWS = 2048  # documents a spread is measured over
+BALANCED_QUERIES = 256  # of them, the ones used as queries
+
+
+def cosine_spread(x: np.ndarray, queries: int = BALANCED_QUERIES, seed: int = 0) -> float:
+    """Mean, over ``queries`` rows of ``x`` taken as queries, of the standard deviation of their cosines to the
+    other rows: how far this part of a score moves one query's documents apart. 0.0 for fewer than 3 nonzero rows.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1)
+    x = x[norms > _TINY] / norms[norms > _TINY, None]
+    n = x.shape[0]
+    if n < 3:
+        return 0.0
+    rows = np.random.default_rng(seed).permutation(n)[: min(queries, n)]
+    cos = (x[rows] @ x.T).astype(np.float64)
+    cos[np.arange(len(rows)), rows] = np.nan  # a query's cosine to itself is not a score it ever ranks
+    return float(np.mean(np.nanstd(cos, axis=1)))
+
+
+def balanced_weights(lexicon: np.ndarray, dense: np.ndarray, max_rows: int = BALANCED_ROWS,
+                     queries: int = BALANCED_QUERIES, seed: int = 0) -> tuple[float, float]:
+    """``(w_lex, w_dense)``, summing to 1, that give the two parts of a hybrid score the same spread.
+
+    Each weight is inversely proportional to its part's :func:`cosine_spread` over the documents (rows of
+    ``lexicon`` and ``dense``, the same documents in the same order; a seeded sample of ``max_rows`` of them, with
+    ``queries`` of those as queries). Documents stand in for queries, which a build does not have. Why: the
+    lexicon's cosines spread about half as much as MiniLM's, so equal weights give the dense part twice the say.
+    Equal say is better only where the lexicon is not the weaker part (``benchmarks/results/hybrid_weights.md``),
+    hence an option (``lens index build --weights balanced``), not the default. Gives (0.5, 0.5) when either part
+    has no spread (nothing to balance: fewer than 3 documents, or identical ones).
+    """
+    lexicon, dense = np.asarray(lexicon), np.asarray(dense)
+    if lexicon.ndim != 2 or dense.ndim != 2 or lexicon.shape[0] != dense.shape[0]:
+        raise ValueError(f"balanced_weights needs the same documents' lexicon (N, k) and dense (N, d) vectors, got "
+                         f"shapes {lexicon.shape} and {dense.shape}")
+    if lexicon.shape[0] > max_rows:
+        pick = np.sort(np.random.default_rng(seed).choice(lexicon.shape[0], size=max_rows, replace=False))
+        lexicon, dense = lexicon[pick], dense[pick]
+    s_lex, s_dense = cosine_spread(lexicon, queries, seed), cosine_spread(dense, queries, seed)
+    if not (s_lex > 0 and s_dense > 0):
+        return (0.5, 0.5)
+    return (s_dense / (s_lex + s_dense), s_lex / (s_lex + s_dense))
+
+
+def mean_weights(pairs: Sequence[Sequence[float]], counts: Sequence[int]) -> tuple[float, float]:
+    """The mean of weight pairs, each counted ``counts`` times (documents): the default of indexes merged into one.
+    Equal pairs give that pair exactly; with no documents at all, the plain mean."""
+    pairs = [weight_pair(p) for p in pairs]
+    if not pairs:
+        raise ValueError("mean_weights needs at least one weight pair")
+    if len(set(pairs)) == 1:
+        return pairs[0]
+    c = np.asarray(counts, dtype=np.float64)
+    if c.shape != (len(pairs),) or (c < 0).any():
+        raise ValueError(f"mean_weights needs one count >= 0 per pair, got {list(counts)} for {len(pairs)} pairs")
+    c = c if c.sum() > 0 else np.ones(len(pairs))
+    w = (np.asarray(pairs) * c[:, None]).sum(axis=0) / c.sum()
+    return (float(w[0]), float(w[1]))
+
+
+def resolve_weights(weights: Any, lexicon: np.ndarray | None, dense: np.ndarray | None) -> tuple[float, float] | None:
+    """A weights spec as a pair: None stays None (the index default), ``"balanced"`` is :func:`balanced_weights`
+    of the documents (a hybrid needs both parts; one part alone keeps its default), anything else ``weight_pair``."""
+    if weights is None:
+        return None
+    if isinstance(weights, str) and weights.strip().lower() == BALANCED:
+        if lexicon is None or dense is None:
+            return None
+        return balanced_weights(lexicon, dense)
+    return weight_pair(weights)
 
 
 def _weights(w: float | np.ndarray, n: int, what: str) -> np.ndarray:

@@ -258,7 +258,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
         try:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
-                                   devices=devices, shards=args.shards, top_m=args.top_m)
+                                   devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights)
         except KeyboardInterrupt:
             work = args.output.parent / f".{args.output.name}.partial"
             if any(work.glob("chunk-*.npz")):
@@ -309,6 +309,10 @@ def cmd_index_merge(args: argparse.Namespace) -> None:
     manifest = merge_indexes(args.out, args.inputs)
     print(f"merged {len(args.inputs)} indexes into {args.out}: {manifest['count']} documents in "
           f"{len(manifest['shards'])} shards ({manifest['mode']}, {manifest['index_type']})")
+
+
+def _build_weights(value: str) -> tuple[float, float] | str:
+    return "balanced" if value.strip().lower() == "balanced" else _weights(value)
 
 
 def _weights(value: str) -> tuple[float, float]:
@@ -508,6 +512,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the index, queries are not pruned")
     b.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
                    help=_QUANTIZE_HELP + "; recorded in the index")
+    b.add_argument("--weights", type=_build_weights, default=None, metavar="LEX,DENSE|balanced",
+                   help="the index's default query weights (`lens search --weights` overrides them per search): two "
+                        "numbers (default 0.5,0.5), or 'balanced': each part weighted inversely to the spread of its "
+                        "cosines over a sample of the corpus (see benchmarks/results/hybrid_weights.md)")
     b.set_defaults(func=cmd_index_build, command="index build")
     i = ix.add_parser("info", help="describe a saved index after checking its files (exit 2 if damaged)")
     i.add_argument("dir", type=Path)
@@ -526,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-k", type=int, default=10)
     s.add_argument("--weights", type=_weights, default=None,
                    help="LEX,DENSE query weights, each >= 0; negative weights are not supported (default: the "
-                        "index's, 0.5,0.5). A value starting with '-' must be written --weights=VALUE")
+                        "index's: see `lens index info`). A value starting with '-' must be written --weights=VALUE")
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")

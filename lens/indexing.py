@@ -36,6 +36,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from index.vectors import BALANCED, BALANCED_ROWS, prune_top_m, resolve_weights, weight_pair
 from lens.atomic import DirectoryLock, StorageError, atomic_write_bytes, read_json, write_json
 from lens.chunks import (FLOAT32, RECORD_VERSION, Chunk, chunk_bytes, chunk_path, fingerprint_sha, ids_sha, parse_chunk,
                          quantize_label, read_bytes, read_record, record_name)
@@ -115,21 +116,24 @@ def build_index(docs: Sequence[Document], output: str | Path, encoder, **options
 def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_type: str = "flat",
                 chunk_size: int = 64, batch_size: int = 16, resume: bool = False, info: dict | None = None,
                 show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
-                shards: int = 1, top_m: int | None = None) -> dict | None:
+                shards: int = 1, top_m: int | None = None, weights: Any = None) -> dict | None:
     """:func:`build_index` without loading the result: returns the saved manifest (None on a torchrun rank > 0).
 
     ``workers``: encoding processes (CPU; ``devices`` such as ``["cuda:0", "cuda:1"]`` puts one on each; under
     torchrun each rank is one worker). ``shards``: shard indexes to write (``ivf-ondisk``: parts merged into one
-    on-disk file). ``top_m``: lexicon weights kept per document (None: all).
+    on-disk file). ``top_m``: lexicon weights kept per document (None: all). ``weights``: the index's default query
+    weights: None (``HybridIndex``'s, 0.5 / 0.5), a pair (w_lex, w_dense) or ``"balanced"``
+    (``index.vectors.balanced_weights`` of a seeded sample of the corpus's vectors: each part weighted inversely to
+    the spread of its cosines); an index of one part alone ignores them.
     """
     manifest, _ = _build(docs, Path(output), encoder, index_type=index_type, chunk_size=chunk_size,
                          batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar,
-                         workers=workers, devices=devices, shards=shards, top_m=top_m)
+                         workers=workers, devices=devices, shards=shards, top_m=top_m, weights=weights)
     return manifest
 
 
 def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, batch_size=16, resume=False, info=None,
-           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None):
+           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
     from index.store import check_save_target
@@ -138,6 +142,8 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"--chunk-size must be a positive integer, got {chunk_size!r}")
     get_index_type(index_type)
+    if weights is not None and not (isinstance(weights, str) and weights.strip().lower() == BALANCED):
+        weights = weight_pair(weights)  # a bad pair fails before anything is encoded
     launch = torchrun_rank()
     if launch is not None and workers != 1:
         raise ValueError(f"under torchrun each of the {launch[1]} ranks is one worker: leave --workers out (set the "
@@ -147,7 +153,7 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     check_documents(docs)
     work = output.parent / f".{output.name}.partial"
     state = {"version": STATE_VERSION, "corpus_sha256": corpus_hash(docs), "chunk_size": chunk_size}
-    settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info)
+    settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights)
     if launch is not None:
         return _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_size, batch_size, resume,
                              show_progress_bar, settings)
@@ -432,7 +438,7 @@ class _Chunks:
 
 
 def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index_type: str, shards: int,
-              top_m: int | None, info: dict | None):
+              top_m: int | None, info: dict | None, weights: Any = None):
     """Train (once), fill and save the index from the encoded chunks; returns (manifest, in-memory index or None)."""
     from index import HybridIndex
     from index.factory import get_index_type
@@ -451,8 +457,15 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
         plan = itype.training_plan(itype.resolve_options({}), len(docs))
         if len(docs) >= plan.min_train:  # else the documents stay in exact staging, as HybridIndex.add does
             options, train_size = plan.options, plan.train_size
-    template = HybridIndex(*chunks.dims, index_type, fingerprint=chunks.fingerprint, info=info, top_m=top_m,
-                           **options)
+    if not all(chunks.dims):
+        weights = None  # one part alone: its own default
+    elif isinstance(weights, str):  # "balanced": from the same seeded sample whatever the workers or shards
+        lex, dense = _sample(chunks, len(docs), BALANCED_ROWS)
+        weights = resolve_weights(weights, lex if top_m is None else prune_top_m(lex, top_m), dense)  # as stored
+        info = {**(info or {}), "weights_source": "balanced (index.vectors.balanced_weights of the corpus)"}
+        logger.info("balanced query weights for this corpus: lexicon %.3f, dense %.3f", *weights)
+    template = HybridIndex(*chunks.dims, index_type, weights=weights, fingerprint=chunks.fingerprint, info=info,
+                           top_m=top_m, **options)
     if train_size:
         template.train(*_sample(chunks, len(docs), train_size))
     parts = [shard_slice(len(docs), s, shards) for s in range(shards)]

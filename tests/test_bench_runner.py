@@ -162,9 +162,12 @@ def test_command_line_and_argument_errors():
     parser = argparse.ArgumentParser()
     beir.add_arguments(parser)
     assert parser.parse_args(["d"]).systems is None  # the runner then takes default_systems()
-    for bad in (["d", "--systems", "bm25,nope"], ["d", "--weights", "1"], ["d", "--weights", "-1,2"]):
+    for bad in (["d", "--systems", "bm25,nope"], ["d", "--weights", "1"], ["d", "--weights", "-1,2"],
+                ["d", "--weights", "balance"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+    assert parser.parse_args(["d"]).weights == (0.5, 0.5)  # as `lens index build`
+    assert parser.parse_args(["d", "--weights", "Balanced"]).weights == "balanced"
 
 
 def test_lens_systems_with_the_tiny_model_and_the_cache(tmp_path, tiny_lens_dir):
@@ -172,7 +175,8 @@ def test_lens_systems_with_the_tiny_model_and_the_cache(tmp_path, tiny_lens_dir)
     ds = write_beir(tmp_path / "tiny")
     out, cache = tmp_path / "out", tmp_path / "cache"
     argv = [str(ds), "--systems", "lens-lexicon,lens-dense,lens-hybrid", "--model", str(tiny_lens_dir),
-            "--output-dir", str(out), "--cache-dir", str(cache), "--no-plot", "--instruction", "Find it"]
+            "--output-dir", str(out), "--cache-dir", str(cache), "--no-plot", "--instruction", "Find it",
+            "--weights", "balanced"]
     run_bench(argv)
     first = read(out / "tiny" / "results.json")
     assert set(first["systems"]) == {"lens-lexicon", "lens-dense", "lens-hybrid"}
@@ -181,7 +185,18 @@ def test_lens_systems_with_the_tiny_model_and_the_cache(tmp_path, tiny_lens_dir)
         assert all(math.isfinite(s[m]) and 0 <= s[m] <= 1 for m in ("ndcg@10", "recall@100", "mrr@10"))
     info = read(out / "tiny" / "run_info.json")
     assert info["instruction"] == "Find it" and info["instruction_source"] == "override"
-    assert info["lens"]["num_clusters"] == 16
+    assert info["lens"]["num_clusters"] == 16 and info["weights_lens_hybrid"] == "balanced"
+    # the hybrid's weights are balanced on this corpus's cached vectors, as `lens index build --weights balanced`
+    from index.vectors import balanced_weights
+    from lens.corpus import load_corpus
+    from lens.eval.systems import LensResource, MiniLMResource
+
+    texts = [d.full_text for d in load_corpus(ds)]
+    lex = LensResource(str(tiny_lens_dir), cache_root=cache).documents(texts).arrays["lexicon"]
+    dense = MiniLMResource(cache_root=cache).documents(texts).arrays["vectors"]
+    w = balanced_weights(lex, dense)
+    described = first["systems"]["lens-hybrid"]["description"]
+    assert f"weights (lex, dense) = ({w[0]:.3f}, {w[1]:.3f}) (balanced" in described
     n_chunk_files = len(list(cache.rglob("chunk-*.npz")))
     assert n_chunk_files >= 2  # LENS (lexicon + dense together) and MiniLM
 

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from index.vectors import as_matrix, check_dim, check_finite, document_vectors, l2_normalize, query_vectors
+from index.vectors import (as_matrix, balanced_weights, check_dim, check_finite, cosine_spread, document_vectors,
+                           l2_normalize, mean_weights, query_vectors, resolve_weights)
 
 
 def naive_unit(row):
@@ -147,3 +148,65 @@ def test_prune_top_m_rejects_bad_m():
         prune_top_m(np.ones((2, 3)), 0)
     with pytest.raises(ValueError, match="2-D"):
         prune_top_m(np.ones(3), 1)
+
+
+# ----------------------------------------------------------------------------------------- balanced weights
+def naive_spread(rows, query_rows):
+    """Mean over the query rows of the population std of their cosines to every other nonzero row."""
+    live = [r for r in rows if any(v != 0 for v in r)]
+    stds = []
+    for qi in query_rows:
+        cos = [naive_cos(live[qi], live[j]) for j in range(len(live)) if j != qi]
+        mean = sum(cos) / len(cos)
+        stds.append(math.sqrt(sum((c - mean) ** 2 for c in cos) / len(cos)))
+    return sum(stds) / len(stds)
+
+
+def test_cosine_spread_matches_naive():
+    rng = np.random.default_rng(3)
+    x = np.abs(rng.normal(size=(12, 5))).astype(np.float32)
+    x[4] = 0  # a zero row is not a document with a direction: left out
+    live = np.delete(x, 4, axis=0)
+    queries = np.random.default_rng(0).permutation(len(live))[:5]
+    assert cosine_spread(x, queries=5, seed=0) == pytest.approx(naive_spread(x.tolist(), queries), rel=1e-5)
+    assert cosine_spread(x[:2]) == 0.0  # fewer than 3 rows: nothing to spread
+
+
+def test_balanced_weights_are_inverse_to_spread():
+    rng = np.random.default_rng(1)
+    lex = np.abs(rng.normal(size=(40, 8)))
+    dense = rng.normal(size=(40, 6))
+    s_lex, s_dense = cosine_spread(lex), cosine_spread(dense)
+    w = balanced_weights(lex, dense)
+    assert sum(w) == pytest.approx(1.0)
+    assert w[0] * s_lex == pytest.approx(w[1] * s_dense)  # both parts move a ranking alike
+    assert s_lex < s_dense and w[0] > w[1]  # non-negative vectors spread less, so the lexicon weighs more
+    assert balanced_weights(lex, lex) == pytest.approx((0.5, 0.5))  # the same vectors twice: equal say
+    assert balanced_weights(lex * 7.0, dense) == pytest.approx(w)  # cosines: the scale of a vector does not count
+    assert balanced_weights(np.ones((5, 3)), dense[:5]) == (0.5, 0.5)  # identical documents: nothing to balance
+    with pytest.raises(ValueError, match="same documents"):
+        balanced_weights(lex, dense[:10])
+
+
+def test_balanced_weights_sample_large_inputs_reproducibly():
+    rng = np.random.default_rng(2)
+    lex, dense = np.abs(rng.normal(size=(300, 8))), rng.normal(size=(300, 4))
+    w = balanced_weights(lex, dense, max_rows=100, queries=20)
+    assert w == balanced_weights(lex, dense, max_rows=100, queries=20)
+    assert w == pytest.approx(balanced_weights(lex, dense), abs=0.05)  # a sample of 100 is close to all 300
+
+
+def test_resolve_and_mean_weights():
+    rng = np.random.default_rng(4)
+    lex, dense = np.abs(rng.normal(size=(20, 8))), rng.normal(size=(20, 4))
+    assert resolve_weights(None, lex, dense) is None
+    assert resolve_weights("Balanced", lex, dense) == balanced_weights(lex, dense)
+    assert resolve_weights("balanced", lex, None) is None  # one part alone keeps its default
+    assert resolve_weights("0.7,0.3", lex, dense) == (0.7, 0.3)
+    with pytest.raises(ValueError, match="two numbers"):
+        resolve_weights("blanced", lex, dense)
+    assert mean_weights([(0.6, 0.4), (0.6, 0.4)], [0, 0]) == (0.6, 0.4)
+    assert mean_weights([(0.6, 0.4), (0.8, 0.2)], [30, 10]) == pytest.approx((0.65, 0.35))
+    assert mean_weights([(0.6, 0.4), (0.8, 0.2)], [0, 0]) == pytest.approx((0.7, 0.3))
+    with pytest.raises(ValueError, match="one count"):
+        mean_weights([(0.6, 0.4), (0.8, 0.2)], [1])

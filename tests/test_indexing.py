@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from index import HybridIndex
+from index.vectors import balanced_weights
 from lens.cli import main
 from lens.corpus import load_corpus, pydoc_passages
 from lens.encoder import LensEncoder
@@ -40,6 +41,34 @@ def test_build_and_search_match_the_encoder(tiny_encoder, corpus_file, tmp_path)
     assert hits.ids == [docs[i].id for i in order]
     np.testing.assert_allclose(hits.scores, expected[order], atol=1e-5)
     assert hits.metadata[0]["title"] == docs[order[0]].title
+
+
+def test_default_weights_equal_balanced_on_the_corpus_or_as_given(tiny_encoder, tiny_lens_dir, corpus_file, tmp_path,
+                                                                   capsys):
+    docs = load_corpus(corpus_file)
+    both = tiny_encoder.encode_documents([d.full_text for d in docs], output="both")
+    index = build_index(docs, tmp_path / "ix", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
+                        show_progress_bar=False)
+    assert index.weights == (0.5, 0.5) and "weights_source" not in (index.info or {})
+    balanced = build_index(docs, tmp_path / "bal", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
+                           show_progress_bar=False, weights="balanced")
+    want = balanced_weights(both.lexicon, both.dense)
+    assert want != pytest.approx((0.5, 0.5), abs=1e-3)  # the check below would not tell the default apart
+    assert balanced.weights == pytest.approx(want, abs=1e-6)
+    assert HybridIndex.load(tmp_path / "bal").info["weights_source"].startswith("balanced")
+    given = build_index(docs, tmp_path / "given", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
+                        show_progress_bar=False, weights=(0.7, 0.3))
+    assert given.weights == (0.7, 0.3)
+    lexicon_only = build_index(docs, tmp_path / "lex", HybridEncoder(tiny_encoder, "none"), chunk_size=5,
+                               show_progress_bar=False, weights="balanced")
+    assert lexicon_only.weights == (1.0, 0.0)  # one part: nothing to balance
+    assert main(["index", "build", "--corpus", str(corpus_file), "--output", str(tmp_path / "cli"), "--model",
+                 str(tiny_lens_dir), "--dense", "lens", "--weights", "0.6,0.4"]) == 0
+    assert HybridIndex.load(tmp_path / "cli").weights == (0.6, 0.4)
+    capsys.readouterr()
+    assert main(["index", "build", "--corpus", str(corpus_file), "--output", str(tmp_path / "bad"), "--model",
+                 str(tiny_lens_dir), "--weights", "balance"]) == 2
+    assert "two numbers" in capsys.readouterr().err and not (tmp_path / "bad").exists()
 
 
 def test_interrupted_build_resumes_from_its_last_chunk(tiny_encoder, corpus_file, tmp_path, monkeypatch):

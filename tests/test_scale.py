@@ -16,7 +16,7 @@ import lens.indexing as indexing
 from index import HybridIndex
 from index.ondisk import is_mapped
 from index.shards import ShardedIndex, ShardWriter, merge_indexes
-from index.vectors import l2_normalize, prune_top_m
+from index.vectors import balanced_weights, l2_normalize, mean_weights, prune_top_m
 from lens.atomic import atomic_dir
 from lens.cli import main
 from lens.corpus import Document, load_corpus
@@ -204,7 +204,7 @@ def test_sharded_index_searches_like_one_flat_index(tmp_path):
 def test_cli_sharded_build_with_top_m(tiny_lens_dir, tiny_encoder, corpus_file, tmp_path, capsys):
     ix = tmp_path / "ix"
     assert main(["index", "build", "--corpus", str(corpus_file), "--output", str(ix), "--model", str(tiny_lens_dir),
-                 "--dense", "lens", "--chunk-size", "4", "--shards", "3", "--top-m", "4"]) == 0
+                 "--dense", "lens", "--chunk-size", "4", "--shards", "3", "--top-m", "4", "--weights", "balanced"]) == 0
     assert "23 documents" in capsys.readouterr().out
     assert main(["index", "info", str(ix)]) == 0
     out = capsys.readouterr().out
@@ -218,7 +218,12 @@ def test_cli_sharded_build_with_top_m(tiny_lens_dir, tiny_encoder, corpus_file, 
     docs = load_corpus(corpus_file)
     both = tiny_encoder.encode_documents([d.full_text for d in docs], output="both")
     q = tiny_encoder.encode_queries(["cancer drug"], output="both")
-    expected = 0.5 * (l2_normalize(prune_top_m(both.lexicon, 4)) @ q.lexicon[0]) + 0.5 * (both.dense @ q.dense[0])
+    pruned = l2_normalize(prune_top_m(both.lexicon, 4))
+    # balanced weights come from the corpus the index holds (pruned lexicon, as stored), one pair for all shards
+    w = balanced_weights(pruned, both.dense)
+    assert all(s.weights == pytest.approx(w, abs=1e-6) for s in index.shards)
+    assert index.weights == pytest.approx(w, abs=1e-6)
+    expected = w[0] * (pruned @ q.lexicon[0]) + w[1] * (both.dense @ q.dense[0])
     assert main(["search", str(ix), "cancer drug", "-k", "5", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)[0]["hits"]
     order = np.argsort(-expected)[:5]
@@ -292,14 +297,28 @@ def test_merge_equals_one_build(tiny_encoder, corpus_file, tmp_path, capsys):
     docs = load_corpus(corpus_file)
     enc = HybridEncoder(tiny_encoder, "lens")
     whole = build_index(docs, tmp_path / "whole", enc, chunk_size=5, show_progress_bar=False)
-    build_index(docs[:9], tmp_path / "a", enc, chunk_size=5, show_progress_bar=False)
-    build_index(docs[9:16], tmp_path / "b", enc, chunk_size=5, show_progress_bar=False)
-    build_index(docs[16:], tmp_path / "c", enc, chunk_size=5, shards=2, show_progress_bar=False)  # a sharded input
+    kw = dict(chunk_size=5, show_progress_bar=False, weights="balanced")  # each part's default from its own documents
+    build_index(docs[:9], tmp_path / "a", enc, **kw)
+    build_index(docs[9:16], tmp_path / "b", enc, **kw)
+    build_index(docs[16:], tmp_path / "c", enc, shards=2, **kw)  # a sharded input
     assert main(["index", "merge", str(tmp_path / "m"), *(str(tmp_path / x) for x in "abc")]) == 0
     assert "23 documents in 4 shards" in capsys.readouterr().out
     merged = HybridIndex.load(tmp_path / "m")
     q = tiny_encoder.encode_queries(["cancer drug", "brain blood", "gene"], output="both")
-    assert_same_hits(merged.search(q.lexicon, q.dense, k=23), whole.search(q.lexicon, q.dense, k=23))
+    for w in ((0.5, 0.5), (0.8, 0.2)):
+        assert_same_hits(merged.search(q.lexicon, q.dense, k=23, weights=w),
+                         whole.search(q.lexicon, q.dense, k=23, weights=w))
+    # the parts' default weights differ; the merge's default is their mean by documents
+    parts = [HybridIndex.load(tmp_path / x) for x in "abc"]
+    assert len({p.weights for p in parts}) > 1
+    expected = mean_weights([p.weights for p in parts], [len(p) for p in parts])
+    assert merged.weights == pytest.approx(expected, abs=1e-9)
+    # a search without weights uses the merged default on every shard: the scores of one index with those weights
+    one = HybridIndex(merged.lexicon_dim, merged.dense_dim, "flat")
+    one.add(*(lambda v: ([d.id for d in docs], v.lexicon, v.dense))(
+        tiny_encoder.encode_documents([d.full_text for d in docs], output="both")))
+    for a, b in zip(merged.search(q.lexicon, q.dense, k=23), one.search(q.lexicon, q.dense, k=23, weights=expected)):
+        np.testing.assert_allclose(a.scores, b.scores, atol=1e-5, rtol=0)
     assert main(["index", "info", str(tmp_path / "m")]) == 0
     out = capsys.readouterr().out
     assert "23 documents" in out and "shards: 4 searched together" in out and "merged_from" in out

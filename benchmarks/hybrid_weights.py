@@ -1,0 +1,238 @@
+"""Which weights should ``lens-hybrid`` use? A development study, never a test split (issue 10).
+
+``lens-hybrid`` scores a document ``w_lex cos_lex + w_dense cos_dense`` (``index.HybridIndex``; LENS lexicon and
+MiniLM dense). Only the ratio of the two weights changes a ranking, so the sweep sets ``w_dense = 1 - w_lex``. Each
+weight is judged by nDCG@10 of full retrieval (top 1000) on queries that no shipped model trains on:
+
+- ``scifact-heldout``: the SciFact *train* queries that ``lens data beir --holdout 0.2`` keeps out of the training
+  mixture (``lens.train.data.holdout_queries``), against the whole corpus (SciFact's test queries are never read);
+- ``squad-val``: the 2% of SQuAD queries held out of the mixture (``make train-data-mixture`` writes them to
+  ``mixture-val/squad.jsonl.gz``); the corpus is every positive and same-article negative paragraph of those rows.
+
+Their documents are not new to the model: the default trained on SciFact's other train queries against the same
+corpus, and SQuAD paragraphs repeat across questions. Both sets favour the trained lexicon over MiniLM, more than
+collections from other domains do; the notes in the results say what that did to the choice (``--note`` adds one).
+
+Beside the fixed weights: ``lens balanced``, the weights ``index.vectors.balanced_weights`` takes from the corpus
+(each part weighted inversely to the spread of its cosines, documents standing in for queries; ``lens index build
+--weights balanced``), and ``lens z-score``, each query's own spreads over the corpus (which a build cannot know; the
+upper reference of the idea). The same run scores BM25, MiniLM and the two BM25+MiniLM fusions of ``lens bench beir``
+on the same queries, so a weight can be compared with the peers it must beat. Document vectors come from the cache
+(``.cache/lens-bench``), so a corpus that ``lens bench beir`` encoded before costs nothing here.
+
+    python benchmarks/hybrid_weights.py --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from index.fusion import get_fusion  # noqa: E402
+from index.vectors import balanced_weights  # noqa: E402
+from lens.atomic import atomic_write_bytes, write_json  # noqa: E402
+from lens.corpus import Document, document_text, load_beir, read_jsonl  # noqa: E402
+from lens.metrics import evaluate  # noqa: E402
+
+logger = logging.getLogger("hybrid_weights")
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_GRID = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
+DEPTH = 1000
+
+
+class DevSet:
+    """Queries (id -> text, with the LENS instruction), a corpus and qrels."""
+
+    def __init__(self, name, docs, queries, qrels, instruction, source):
+        self.name, self.docs, self.queries, self.qrels = name, docs, queries, qrels
+        self.instruction, self.source = instruction, source
+
+
+def scifact_heldout(data_dir: Path, fraction: float) -> DevSet:
+    from lens.instructions import get_instruction
+    from lens.train.data import holdout_queries
+
+    corpus, queries, qrels = load_beir(data_dir / "beir" / "scifact", "train")
+    qids = sorted(q for q in qrels if any(g > 0 for g in qrels[q].values()))
+    held = holdout_queries(qids, fraction)
+    return DevSet("scifact-heldout", corpus, {q: queries[q] for q in held}, {q: qrels[q] for q in held},
+                  get_instruction("scifact"),
+                  f"SciFact train queries held out of training (fraction {fraction}), whole corpus")
+
+
+def squad_val(path: Path, max_queries: int | None) -> DevSet:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run `make train-data-mixture` first (it writes mixture-val/)")
+    rows = [r for _, r in read_jsonl(path)][:max_queries]
+    texts: dict[str, str] = {}  # text -> doc id, first come
+
+    def doc_id(text: str) -> str:
+        return texts.setdefault(text, f"p{len(texts)}")
+
+    queries, qrels, instruction = {}, {}, None
+    for i, r in enumerate(rows):
+        qid = f"q{i}"
+        queries[qid] = r["query"]
+        qrels[qid] = {doc_id(r["positive"]): 1}
+        for n in r.get("negatives") or ([r["negative"]] if r.get("negative") else []):
+            doc_id(n)
+        instruction = instruction or r.get("instruction")
+    docs = [Document(i, t) for t, i in texts.items()]
+    return DevSet("squad-val", docs, queries, qrels, instruction,
+                  f"{path.name}: {len(rows)} held-out SQuAD queries; corpus = their positive and negative paragraphs")
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(n > 0, n, 1.0)
+
+
+def top_run(scores: np.ndarray, qids: list[str], doc_ids: list[str], k: int = DEPTH) -> dict[str, dict[str, float]]:
+    """Each query's top ``k`` documents by score."""
+    k = min(k, scores.shape[1])
+    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    return {q: {doc_ids[j]: float(scores[i, j]) for j in top[i]} for i, q in enumerate(qids)}
+
+
+def ndcg(dev: DevSet, run) -> float:
+    return evaluate(dev.qrels, run, ("ndcg@10",)).mean["ndcg@10"]
+
+
+def study(dev: DevSet, lens, minilm, grid) -> dict:
+    from lens.bm25 import BM25Index
+
+    qids = list(dev.queries)
+    qtexts = [dev.queries[q] for q in qids]
+    doc_ids = [d.id for d in dev.docs]
+    texts = [document_text(d.title, d.text) for d in dev.docs]
+    t0 = time.perf_counter()
+    d_lex = lens.documents(texts).arrays["lexicon"]
+    d_dense = minilm.documents(texts).arrays["vectors"]
+    q_lex = unit(lens.encoder.encode_queries(qtexts, instruction=dev.instruction, output="lexicon", batch_size=16,
+                                             show_progress_bar=False))
+    q_dense = unit(minilm.encoder.encode(qtexts, batch_size=64, show_progress_bar=False))
+    logger.info("%s: vectors in %.0fs", dev.name, time.perf_counter() - t0)
+    cos_lex, cos_dense = q_lex @ unit(d_lex).T, q_dense @ unit(d_dense).T
+
+    rows = {}
+    bm25 = BM25Index(texts).search(qtexts, DEPTH)
+    runs = {"bm25": {q: {doc_ids[int(j)]: float(s) for j, s in zip(*bm25[i])} for i, q in enumerate(qids)},
+            "minilm": top_run(cos_dense, qids, doc_ids)}
+    for name, method, weights in (("bm25+minilm", "minmax", [0.5, 0.5]), ("bm25+minilm-rrf", "rrf", None)):
+        fuse = get_fusion(method)
+        runs[name] = {}
+        for q in qids:
+            ids, scores = fuse([runs["bm25"][q], runs["minilm"][q]], weights=weights, limit=DEPTH)
+            runs[name][q] = {i: float(s) for i, s in zip(ids, scores)}
+    for name, run in runs.items():
+        rows[name] = ndcg(dev, run)
+    for w in grid:
+        rows[f"lens w_lex={w:g}"] = ndcg(dev, top_run(w * cos_lex + (1.0 - w) * cos_dense, qids, doc_ids))
+    w_bal = balanced_weights(d_lex, d_dense)  # the rule `lens index build` and `lens bench beir` use by default
+    rows["lens balanced"] = ndcg(dev, top_run(w_bal[0] * cos_lex + w_bal[1] * cos_dense, qids, doc_ids))
+    # Each component divided by the spread of its cosines over the corpus, per query (z-score fusion; the mean
+    # shift is the same for every document of a query, so this is a query-side weight: 1 / std).
+    z_lex = cos_lex / np.maximum(cos_lex.std(axis=1, keepdims=True), 1e-12)
+    z_dense = cos_dense / np.maximum(cos_dense.std(axis=1, keepdims=True), 1e-12)
+    for w in grid:
+        if 0.0 < w < 1.0:
+            rows[f"lens z-score w_lex={w:g}"] = ndcg(dev, top_run(w * z_lex + (1.0 - w) * z_dense, qids, doc_ids))
+    spread = {"lexicon": float(np.mean(np.std(cos_lex, axis=1))), "dense": float(np.mean(np.std(cos_dense, axis=1)))}
+    return {"source": dev.source, "queries": len(qids), "documents": len(doc_ids), "ndcg@10": rows,
+            "balanced_weights": list(w_bal),
+            "mean per-query std of cosines over the corpus": spread}
+
+
+def render(results: dict) -> str:
+    sets = [s for s in results if not s.startswith("_")]
+    meta = results["_meta"]
+    names = list(results[sets[0]]["ndcg@10"])
+    lines = ["# lens-hybrid weights on development sets (issue 10)", "",
+             f"Command: `{meta['command']}`", "",
+             "nDCG@10 of full retrieval (top 1000). `lens w_lex=w` scores `w cos_lex + (1 - w) cos_MiniLM` (w = 1: the "
+             "lexicon alone, w = 0: MiniLM alone); `lens balanced` takes its weights from the corpus "
+             "(`index.vectors.balanced_weights`, the default of `lens index build` and `lens bench beir`): "
+             + ", ".join(f"{s} ({results[s]['balanced_weights'][0]:.3f}, {results[s]['balanced_weights'][1]:.3f})"
+                         for s in sets)
+             + "; `lens z-score w_lex=w` divides each part by the spread of that query's cosines over the corpus. "
+             "The peers are `lens bench beir`'s systems on the same queries. No test split is read.", "",
+             "| system | " + " | ".join(sets) + " | mean |", "|---|" + "---|" * (len(sets) + 1)]
+    for n in names:
+        vals = [results[s]["ndcg@10"][n] for s in sets]
+        lines.append(f"| {n} | " + " | ".join(f"{v:.4f}" for v in vals) + f" | {np.mean(vals):.4f} |")
+    lines += ["", "Sets:"] + [f"- **{s}** ({results[s]['queries']} queries, {results[s]['documents']} documents): "
+                              f"{results[s]['source']}" for s in sets]
+    if meta.get("notes"):
+        lines += ["", "Notes:"] + [f"- {n}" for n in meta["notes"]]
+    lines += ["", "Mean over queries of the standard deviation of each cosine over the corpus (how far a weight moves "
+              "a ranking): " + "; ".join(
+                  f"{s}: lexicon {results[s]['mean per-query std of cosines over the corpus']['lexicon']:.4f}, "
+                  f"MiniLM {results[s]['mean per-query std of cosines over the corpus']['dense']:.4f}" for s in sets),
+              "", f"LENS model: `{meta['model']}`. Hardware: {meta['machine']}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="default", help="LENS model directory or 'default'")
+    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    p.add_argument("--squad-val", type=Path, default=ROOT / ".cache" / "lens-train" / "mixture-val" / "squad.jsonl.gz")
+    p.add_argument("--squad-queries", type=int, default=None, help="keep the first N SQuAD val queries")
+    p.add_argument("--fraction", type=float, default=0.2, help="SciFact holdout fraction (the Makefile's)")
+    p.add_argument("--grid", default=",".join(f"{w:g}" for w in DEFAULT_GRID), help="w_lex values, comma-separated")
+    p.add_argument("--cache-dir", type=Path, default=Path(".cache/lens-bench"))
+    p.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "hybrid_weights")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--markdown-only", action="store_true", help="re-render the .md from the saved .json")
+    p.add_argument("--note", action="append", default=[],
+                   help="a note (after reading the results) to keep in the saved results; with --markdown-only, "
+                        "added to the saved ones")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    json_path, md_path = args.output.with_suffix(".json"), args.output.with_suffix(".md")
+    if args.markdown_only:
+        if not json_path.is_file():
+            raise SystemExit(f"{json_path} not found: run without --markdown-only first")
+        results = json.loads(json_path.read_text())
+        if args.note:
+            results["_meta"]["notes"] = results["_meta"].get("notes", []) + args.note
+            write_json(json_path, results)
+        atomic_write_bytes(md_path, render(results).encode())
+        return 0
+
+    import platform
+
+    import torch
+
+    from lens.eval.systems import LensResource, MiniLMResource
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    grid = [float(w) for w in args.grid.split(",")]
+    lens = LensResource(args.model, cache_root=args.cache_dir, batch_size=4)
+    minilm = MiniLMResource(cache_root=args.cache_dir)
+    results = {}
+    for dev in (scifact_heldout(args.data_dir, args.fraction), squad_val(args.squad_val, args.squad_queries)):
+        results[dev.name] = study(dev, lens, minilm, grid)
+        logger.info("%s: %s", dev.name, json.dumps(results[dev.name]["ndcg@10"]))
+    results["_meta"] = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+                        "notes": args.note, "model": args.model, "machine": f"{platform.processor() or platform.machine()}, "
+                        f"{torch.get_num_threads()} torch threads"}
+    write_json(json_path, results)
+    atomic_write_bytes(md_path, render(results).encode())
+    print(md_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
