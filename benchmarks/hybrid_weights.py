@@ -37,9 +37,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from index.fusion import get_fusion  # noqa: E402
-from index.vectors import balanced_weights  # noqa: E402
+from index.vectors import balanced_weights, l2_normalize  # noqa: E402
 from lens.atomic import atomic_write_bytes, write_json  # noqa: E402
-from lens.corpus import Document, document_text, load_beir, read_jsonl  # noqa: E402
+from lens.eval.dev import RetrievalSet, holdout_retrieval_set, pairs_retrieval_set, top_run  # noqa: E402
 from lens.metrics import evaluate  # noqa: E402
 
 logger = logging.getLogger("hybrid_weights")
@@ -49,80 +49,30 @@ DEFAULT_GRID = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
 DEPTH = 1000
 
 
-class DevSet:
-    """Queries (id -> text, with the LENS instruction), a corpus and qrels."""
-
-    def __init__(self, name, docs, queries, qrels, instruction, source):
-        self.name, self.docs, self.queries, self.qrels = name, docs, queries, qrels
-        self.instruction, self.source = instruction, source
+def dev_sets(data_dir: Path, fraction: float, squad_val: Path, squad_queries: int | None) -> list[RetrievalSet]:
+    return [holdout_retrieval_set(data_dir / "beir" / "scifact", fraction),
+            pairs_retrieval_set(squad_val, squad_queries, name="squad-val")]
 
 
-def scifact_heldout(data_dir: Path, fraction: float) -> DevSet:
-    from lens.instructions import get_instruction
-    from lens.train.data import holdout_queries
-
-    corpus, queries, qrels = load_beir(data_dir / "beir" / "scifact", "train")
-    qids = sorted(q for q in qrels if any(g > 0 for g in qrels[q].values()))
-    held = holdout_queries(qids, fraction)
-    return DevSet("scifact-heldout", corpus, {q: queries[q] for q in held}, {q: qrels[q] for q in held},
-                  get_instruction("scifact"),
-                  f"SciFact train queries held out of training (fraction {fraction}), whole corpus")
-
-
-def squad_val(path: Path, max_queries: int | None) -> DevSet:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run `make train-data-mixture` first (it writes mixture-val/)")
-    rows = [r for _, r in read_jsonl(path)][:max_queries]
-    texts: dict[str, str] = {}  # text -> doc id, first come
-
-    def doc_id(text: str) -> str:
-        return texts.setdefault(text, f"p{len(texts)}")
-
-    queries, qrels, instruction = {}, {}, None
-    for i, r in enumerate(rows):
-        qid = f"q{i}"
-        queries[qid] = r["query"]
-        qrels[qid] = {doc_id(r["positive"]): 1}
-        for n in r.get("negatives") or ([r["negative"]] if r.get("negative") else []):
-            doc_id(n)
-        instruction = instruction or r.get("instruction")
-    docs = [Document(i, t) for t, i in texts.items()]
-    return DevSet("squad-val", docs, queries, qrels, instruction,
-                  f"{path.name}: {len(rows)} held-out SQuAD queries; corpus = their positive and negative paragraphs")
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    n = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(n > 0, n, 1.0)
-
-
-def top_run(scores: np.ndarray, qids: list[str], doc_ids: list[str], k: int = DEPTH) -> dict[str, dict[str, float]]:
-    """Each query's top ``k`` documents by score."""
-    k = min(k, scores.shape[1])
-    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    return {q: {doc_ids[j]: float(scores[i, j]) for j in top[i]} for i, q in enumerate(qids)}
-
-
-def ndcg(dev: DevSet, run) -> float:
+def ndcg(dev: RetrievalSet, run) -> float:
     return evaluate(dev.qrels, run, ("ndcg@10",)).mean["ndcg@10"]
 
 
-def study(dev: DevSet, lens, minilm, grid) -> dict:
+def study(dev: RetrievalSet, lens, minilm, grid) -> dict:
     from lens.bm25 import BM25Index
 
     qids = list(dev.queries)
     qtexts = [dev.queries[q] for q in qids]
     doc_ids = [d.id for d in dev.docs]
-    texts = [document_text(d.title, d.text) for d in dev.docs]
+    texts = [d.full_text for d in dev.docs]
     t0 = time.perf_counter()
     d_lex = lens.documents(texts).arrays["lexicon"]
     d_dense = minilm.documents(texts).arrays["vectors"]
-    q_lex = unit(lens.encoder.encode_queries(qtexts, instruction=dev.instruction, output="lexicon", batch_size=16,
+    q_lex = l2_normalize(lens.encoder.encode_queries(qtexts, instruction=dev.instruction, output="lexicon", batch_size=16,
                                              show_progress_bar=False))
-    q_dense = unit(minilm.encoder.encode(qtexts, batch_size=64, show_progress_bar=False))
+    q_dense = l2_normalize(minilm.encoder.encode(qtexts, batch_size=64, show_progress_bar=False))
     logger.info("%s: vectors in %.0fs", dev.name, time.perf_counter() - t0)
-    cos_lex, cos_dense = q_lex @ unit(d_lex).T, q_dense @ unit(d_dense).T
+    cos_lex, cos_dense = q_lex @ l2_normalize(d_lex).T, q_dense @ l2_normalize(d_dense).T
 
     rows = {}
     bm25 = BM25Index(texts).search(qtexts, DEPTH)
@@ -222,12 +172,12 @@ def main(argv=None) -> int:
     lens = LensResource(args.model, cache_root=args.cache_dir, batch_size=4)
     minilm = MiniLMResource(cache_root=args.cache_dir)
     results = {}
-    for dev in (scifact_heldout(args.data_dir, args.fraction), squad_val(args.squad_val, args.squad_queries)):
+    for dev in dev_sets(args.data_dir, args.fraction, args.squad_val, args.squad_queries):
         results[dev.name] = study(dev, lens, minilm, grid)
         logger.info("%s: %s", dev.name, json.dumps(results[dev.name]["ndcg@10"]))
     results["_meta"] = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
-                        "notes": args.note, "model": args.model, "machine": f"{platform.processor() or platform.machine()}, "
-                        f"{torch.get_num_threads()} torch threads"}
+                        "notes": args.note, "model": args.model,
+                        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"}
     write_json(json_path, results)
     atomic_write_bytes(md_path, render(results).encode())
     print(md_path.read_text())

@@ -26,6 +26,7 @@ __all__ = [
     "query_vectors",
     "resolve_weights",
     "weight_pair",
+    "weights_spec",
 ]
 
 # Rows whose norm is at or below this are treated as zero: dividing by it would overflow float32.
@@ -206,15 +207,20 @@ def mean_weights(pairs: Sequence[Sequence[float]], counts: Sequence[int]) -> tup
     return (float(w[0]), float(w[1]))
 
 
+def weights_spec(value: Any, what: str = "weights") -> tuple[float, float] | str:
+    """A weights option as given: ``"balanced"`` (any case) or a pair (``weight_pair``'s checks and errors)."""
+    if isinstance(value, str) and value.strip().lower() == BALANCED:
+        return BALANCED
+    return weight_pair(value, what)
+
+
 def resolve_weights(weights: Any, lexicon: np.ndarray | None, dense: np.ndarray | None) -> tuple[float, float] | None:
     """A weights spec as a pair: None stays None (the index default), ``"balanced"`` is :func:`balanced_weights`
     of the documents (a hybrid needs both parts; one part alone keeps its default), anything else ``weight_pair``."""
     if weights is None:
         return None
-    if isinstance(weights, str) and weights.strip().lower() == BALANCED:
-        if lexicon is None or dense is None:
-            return None
-        return balanced_weights(lexicon, dense)
+    if weights_spec(weights) == BALANCED:
+        return balanced_weights(lexicon, dense) if lexicon is not None and dense is not None else None
     return weight_pair(weights)
 
 

@@ -312,14 +312,14 @@ def cmd_index_merge(args: argparse.Namespace) -> None:
 
 
 def _build_weights(value: str) -> tuple[float, float] | str:
-    return "balanced" if value.strip().lower() == "balanced" else _weights(value)
+    return _weights(value, balanced=True)
 
 
-def _weights(value: str) -> tuple[float, float]:
-    from index.vectors import weight_pair
+def _weights(value: str, balanced: bool = False) -> tuple[float, float] | str:
+    from index.vectors import weight_pair, weights_spec
 
     try:
-        return weight_pair(value, "--weights")
+        return (weights_spec if balanced else weight_pair)(value, "--weights")
     except ValueError as e:  # argparse puts "argument --weights: " in front already
         raise argparse.ArgumentTypeError(str(e).removeprefix("--weights: ").removeprefix("--weights ")) from None
 

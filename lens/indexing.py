@@ -36,7 +36,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from index.vectors import BALANCED, BALANCED_ROWS, prune_top_m, resolve_weights, weight_pair
+from index.vectors import BALANCED_ROWS, prune_top_m, resolve_weights, weights_spec
 from lens.atomic import DirectoryLock, StorageError, atomic_write_bytes, read_json, write_json
 from lens.chunks import (FLOAT32, RECORD_VERSION, Chunk, chunk_bytes, chunk_path, fingerprint_sha, ids_sha, parse_chunk,
                          quantize_label, read_bytes, read_record, record_name)
@@ -142,8 +142,8 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"--chunk-size must be a positive integer, got {chunk_size!r}")
     get_index_type(index_type)
-    if weights is not None and not (isinstance(weights, str) and weights.strip().lower() == BALANCED):
-        weights = weight_pair(weights)  # a bad pair fails before anything is encoded
+    if weights is not None:
+        weights = weights_spec(weights)  # a bad value fails before anything is encoded
     launch = torchrun_rank()
     if launch is not None and workers != 1:
         raise ValueError(f"under torchrun each of the {launch[1]} ranks is one worker: leave --workers out (set the "

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("bm25s")
 
-from lens.eval.dev import holdout_rerank_set, rerank_ndcg  # noqa: E402
+from lens.eval.dev import holdout_rerank_set, holdout_retrieval_set, pairs_retrieval_set, rerank_ndcg  # noqa: E402
 from lens.train.data import holdout_queries  # noqa: E402
 
 
@@ -48,3 +48,31 @@ def test_rerank_ndcg_follows_the_vectors(beir_dir):
     assert rerank_ndcg(rs, other + 0.5 * gold, docs) == pytest.approx(1 / np.log2(3))  # the judged one second
     with pytest.raises(ValueError, match="expected"):
         rerank_ndcg(rs, gold[:1], docs)
+
+
+def test_retrieval_set_is_the_held_out_queries_against_the_whole_corpus(beir_dir):
+    rs = holdout_retrieval_set(beir_dir, 0.5)
+    assert list(rs.queries) == holdout_queries(sorted(f"q{i}" for i in range(40)), 0.5)
+    assert len(rs.docs) == 80 and rs.name == "toy-heldout"
+    assert all(rs.qrels[q] == {f"d{q[1:]}": 1} for q in rs.queries)
+    with pytest.raises(ValueError, match="test split"):
+        holdout_retrieval_set(beir_dir, 0.5, split="test")
+
+
+def test_pairs_retrieval_set_dedupes_texts(tmp_path):
+    import gzip
+
+    rows = [{"query": "a?", "positive": "P1", "negatives": ["P2"], "instruction": "Given a question, find"},
+            {"query": "b?", "positive": "P2", "negatives": ["P1", "P3"]},
+            {"query": "c?", "positive": "P3", "negative": "P4"}]
+    path = tmp_path / "squad.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    rs = pairs_retrieval_set(path)
+    text = {d.id: d.text for d in rs.docs}
+    assert sorted(text.values()) == ["P1", "P2", "P3", "P4"] and rs.name == "squad-val"
+    assert [text[next(iter(rs.qrels[q]))] for q in rs.queries] == ["P1", "P2", "P3"]
+    assert rs.instruction == "Given a question, find"
+    assert len(pairs_retrieval_set(path, 2).queries) == 2
+    with pytest.raises(FileNotFoundError, match="make train-data-mixture"):
+        pairs_retrieval_set(tmp_path / "missing.jsonl.gz")

@@ -1,8 +1,7 @@
-"""benchmarks/hybrid_weights.py: its dev sets, and every row against scores computed here from the same vectors."""
+"""benchmarks/hybrid_weights.py: every row against scores computed here from the same vectors; its saved notes."""
 
 from __future__ import annotations
 
-import gzip
 import json
 from types import SimpleNamespace
 
@@ -12,6 +11,7 @@ from bench_helpers import load_script
 
 from index.vectors import balanced_weights
 from lens.corpus import Document
+from lens.eval.dev import RetrievalSet
 from lens.metrics import evaluate
 
 
@@ -43,7 +43,7 @@ def dev_set(hw, n_docs=30, n_queries=8, seed=0):
     texts = [d.text for d in docs] + list(queries.values())
     lex = {t: np.abs(rng.normal(size=12)) * (rng.random(12) < 0.5) + 1e-3 for t in texts}
     dense = {t: rng.normal(size=5) for t in texts}
-    return hw.DevSet("tiny", docs, queries, qrels, "Find it", "made up"), lex, dense
+    return RetrievalSet("tiny", docs, queries, qrels, "Find it", "made up"), lex, dense
 
 
 def ndcg_of(dev, scores):
@@ -74,23 +74,6 @@ def test_every_lens_row_is_its_weighted_cosine(hw):
     assert rows["lens z-score w_lex=0.3"] == pytest.approx(ndcg_of(dev, z))
     assert "lens z-score w_lex=1" not in rows  # one part alone: the fixed row already says it
     assert {"bm25", "bm25+minilm", "bm25+minilm-rrf"} <= set(rows)
-
-
-def test_squad_val_corpus_dedupes_paragraphs(hw, tmp_path):
-    rows = [{"query": "a?", "positive": "P1", "negatives": ["P2"], "instruction": "Given a question, find"},
-            {"query": "b?", "positive": "P2", "negatives": ["P1", "P3"]},
-            {"query": "c?", "positive": "P3", "negative": "P4"}]
-    path = tmp_path / "squad.jsonl.gz"
-    with gzip.open(path, "wt") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    dev = hw.squad_val(path, None)
-    text = {d.id: d.text for d in dev.docs}
-    assert sorted(text.values()) == ["P1", "P2", "P3", "P4"]
-    assert [text[next(iter(dev.qrels[q]))] for q in dev.queries] == ["P1", "P2", "P3"]
-    assert dev.instruction == "Given a question, find"
-    assert len(hw.squad_val(path, 2).queries) == 2
-    with pytest.raises(FileNotFoundError, match="make train-data-mixture"):
-        hw.squad_val(tmp_path / "missing.jsonl.gz", None)
 
 
 def test_markdown_only_keeps_notes_and_needs_the_json(hw, tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from index.vectors import (as_matrix, balanced_weights, check_dim, check_finite, cosine_spread, document_vectors,
-                           l2_normalize, mean_weights, query_vectors, resolve_weights)
+                           l2_normalize, mean_weights, query_vectors, resolve_weights, weights_spec)
 
 
 def naive_unit(row):
@@ -199,6 +199,9 @@ def test_balanced_weights_sample_large_inputs_reproducibly():
 def test_resolve_and_mean_weights():
     rng = np.random.default_rng(4)
     lex, dense = np.abs(rng.normal(size=(20, 8))), rng.normal(size=(20, 4))
+    assert weights_spec(" Balanced ") == "balanced" and weights_spec("0.7,0.3") == (0.7, 0.3)
+    with pytest.raises(ValueError, match="--weights must be two numbers"):
+        weights_spec("balance", "--weights")
     assert resolve_weights(None, lex, dense) is None
     assert resolve_weights("Balanced", lex, dense) == balanced_weights(lex, dense)
     assert resolve_weights("balanced", lex, None) is None  # one part alone keeps its default

@@ -276,9 +276,12 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
 # ------------------------------------------------------------------------------------------- CLI
 def hybrid_weights_arg(value: str) -> tuple[float, float] | str:
     """``--weights`` of the BEIR runner: ``balanced`` (resolved per corpus) or a pair LEX,DENSE."""
-    from index.vectors import BALANCED
+    from index.vectors import weights_spec
 
-    return BALANCED if value.strip().lower() == BALANCED else weights_arg(value)
+    try:
+        return weights_spec(value, "--weights")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def weights_arg(value: str) -> tuple[float, float]:

@@ -43,7 +43,7 @@ from typing import Sequence
 
 import numpy as np
 
-from index.vectors import resolve_weights, weight_pair
+from index.vectors import BALANCED, resolve_weights, weights_spec
 from lens.corpus import Document
 from lens.eval.cache import CacheResult, EmbeddingCache
 
@@ -131,7 +131,7 @@ class LensResource:
 
     def documents(self, texts: list[str]) -> CacheResult:
         """Unit lexicon and dense vectors of documents, from the cache or encoded once (``output="both"``)."""
-        key = (self.encoder.quantize, len(texts), hash(tuple(texts)))
+        key = (self.encoder.quantize, self.encoder.max_seq_length, len(texts), hash(tuple(texts)))
         if self._docs_memo is None or self._docs_memo[0] != key:
             cache = EmbeddingCache(self.cache_root, self.cache_fingerprint(), chunk_size=self.chunk_size)
             enc = self.encoder
@@ -486,8 +486,8 @@ class LensHybrid(_VectorSystem):
         super().__init__()
         self.lens, self.minilm, self.instruction = lens, minilm, instruction
         self.name = name or self.name
-        self.spec = weights  # a pair, or "balanced": resolved from each corpus's vectors in build
-        self.weights = None if isinstance(weights, str) else weight_pair(weights)
+        self.spec = weights_spec(weights)  # a pair, or "balanced": resolved from each corpus's vectors in build
+        self.weights = None if self.spec == BALANCED else self.spec
 
     def _build(self, docs):
         texts = [d.full_text for d in docs]
@@ -504,7 +504,7 @@ class LensHybrid(_VectorSystem):
 
     def describe(self):
         w = "unresolved" if self.weights is None else f"({self.weights[0]:.3f}, {self.weights[1]:.3f})"
-        how = " (balanced on this corpus: index.vectors.balanced_weights)" if isinstance(self.spec, str) else ""
+        how = " (balanced on this corpus: index.vectors.balanced_weights)" if self.spec == BALANCED else ""
         return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + MiniLM dense, "
                 f"weights (lex, dense) = {w}{how}")
 

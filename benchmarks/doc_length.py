@@ -1,0 +1,151 @@
+"""How long should a document be when LENS encodes it? A development study of ``max_seq_length`` (issue 10).
+
+The shipped default encodes at most 256 tokens (``max_length`` in its config.json; it trained on 128-token
+documents), which cuts about two thirds of SciFact's abstracts. Each length here encodes the whole SciFact corpus again
+and is judged by nDCG@10 of full retrieval (top 1000) for the SciFact *train* queries held out of training
+(``lens.eval.dev.holdout_retrieval_set``; no test split is read): the lexicon, the model's own dense vector, and the
+hybrid with MiniLM at equal weights (MiniLM stays at its own 256-token limit). Document vectors go through the
+benchmark cache (``.cache/lens-bench``; the length is part of its key), so the shipped length is free after a
+``lens bench beir`` run on SciFact, and an interrupted run resumes.
+
+    python benchmarks/doc_length.py --lengths 256,512 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from index.vectors import l2_normalize  # noqa: E402
+from lens.atomic import atomic_write_bytes, write_json  # noqa: E402
+from lens.eval.dev import RetrievalSet, holdout_retrieval_set, retrieval_ndcg  # noqa: E402
+
+logger = logging.getLogger("doc_length")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def length_list(value: str) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 16:
+        raise argparse.ArgumentTypeError(f"--lengths takes token counts >= 16 such as 256,512, got {value!r}")
+    return list(dict.fromkeys(out))
+
+
+def study(dev: RetrievalSet, lens, minilm, lengths: list[int]) -> dict:
+    """One row per length: nDCG@10 of lexicon, LENS dense and hybrid; truncated documents; encode seconds."""
+    texts = [d.full_text for d in dev.docs]
+    qtexts = list(dev.queries.values())
+    q = lens.encoder.encode_queries(qtexts, instruction=dev.instruction, output="both", batch_size=16,
+                                    show_progress_bar=False)
+    q_lex, q_dense = l2_normalize(q.lexicon), l2_normalize(q.dense)
+    q_minilm = l2_normalize(minilm.encoder.encode(qtexts, batch_size=64, show_progress_bar=False))
+    cos_minilm = q_minilm @ l2_normalize(minilm.documents(texts).arrays["vectors"]).T
+    tokens = np.array([len(lens.encoder.tokenizer(t)["input_ids"]) for t in texts])
+    rows = {}
+    for length in lengths:
+        lens.encoder.max_seq_length = length  # part of the cache's key and of the resource's memo
+        t0 = time.perf_counter()
+        docs = lens.documents(texts)
+        seconds = time.perf_counter() - t0
+        cos_lex = q_lex @ l2_normalize(docs.arrays["lexicon"]).T
+        rows[str(length)] = {
+            "lexicon": retrieval_ndcg(dev, cos_lex),
+            "lens-dense": retrieval_ndcg(dev, q_dense @ l2_normalize(docs.arrays["dense"]).T),
+            "hybrid": retrieval_ndcg(dev, 0.5 * cos_lex + 0.5 * cos_minilm),
+            # a document longer than the limit once BOS/EOS are added (the encoder's own count is per call)
+            "truncated": int((tokens + 2 > length).sum()),
+            "encode_s": seconds if docs.encoded else None,
+            "docs_per_s": docs.rate,
+            "docs_per_s_source": docs.rate_source,
+        }
+        logger.info("max_seq_length %d: %s", length, json.dumps(rows[str(length)]))
+    return {"source": dev.source, "queries": len(qtexts), "documents": len(texts),
+            "minilm": retrieval_ndcg(dev, cos_minilm), "lengths": rows,
+            "tokens_p50_p90_max": [float(np.percentile(tokens, 50)), float(np.percentile(tokens, 90)),
+                                   int(tokens.max())]}
+
+
+def render(results: dict) -> str:
+    meta = results["_meta"]
+    lines = ["# LENS document length on development data (issue 10)", "", f"Command: `{meta['command']}`", ""]
+    for name, r in results.items():
+        if name.startswith("_"):
+            continue
+        p50, p90, top = r["tokens_p50_p90_max"]
+        lines += [f"**{name}**: {r['source']}; {r['queries']} queries, {r['documents']} documents (tokens p50 "
+                  f"{p50:.0f}, p90 {p90:.0f}, max {top}). nDCG@10 of full retrieval; hybrid = 0.5 LENS lexicon + "
+                  f"0.5 MiniLM (MiniLM alone: {r['minilm']:.4f}).", "",
+                  "| max_seq_length | lexicon | LENS dense | hybrid | documents cut | docs/s |", "|---|---|---|---|---|---|"]
+        for length, row in r["lengths"].items():
+            rate = f"{row['docs_per_s']:.2f}" if row.get("docs_per_s") else "-"
+            lines.append(f"| {length} | {row['lexicon']:.4f} | {row['lens-dense']:.4f} | {row['hybrid']:.4f} | "
+                         f"{row['truncated']} | {rate} |")
+        lines.append("")
+    if meta.get("notes"):
+        lines += ["Notes:"] + [f"- {n}" for n in meta["notes"]] + [""]
+    lines += [f"docs/s: encoding the corpus at that length ({meta['machine']}; as measured when the vectors were "
+              "first encoded and cached). LENS model: " + f"`{meta['model']}`" + (
+                  f", {meta['quantize']} linear layers" if meta.get("quantize") else ", float32") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="default", help="LENS model directory or 'default'")
+    p.add_argument("--lengths", type=length_list, default=[256, 512], help="max_seq_length values (default 256,512)")
+    p.add_argument("--quantize", default=None, help="int8: encode with int8 linear layers (faster, cached apart)")
+    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    p.add_argument("--fraction", type=float, default=0.2, help="SciFact holdout fraction (the Makefile's)")
+    p.add_argument("--cache-dir", type=Path, default=Path(".cache/lens-bench"))
+    p.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "doc_length")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--markdown-only", action="store_true", help="re-render the .md from the saved .json")
+    p.add_argument("--note", action="append", default=[], help="a note to keep in the saved results")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    json_path, md_path = args.output.with_suffix(".json"), args.output.with_suffix(".md")
+    if args.markdown_only:
+        if not json_path.is_file():
+            raise SystemExit(f"{json_path} not found: run without --markdown-only first")
+        results = json.loads(json_path.read_text())
+        if args.note:
+            results["_meta"]["notes"] = results["_meta"].get("notes", []) + args.note
+            write_json(json_path, results)
+        atomic_write_bytes(md_path, render(results).encode())
+        return 0
+
+    import platform
+
+    import torch
+
+    from lens.eval.systems import LensResource, MiniLMResource
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    lens = LensResource(args.model, cache_root=args.cache_dir, batch_size=4, quantize=args.quantize)
+    minilm = MiniLMResource(cache_root=args.cache_dir)
+    dev = holdout_retrieval_set(args.data_dir / "beir" / "scifact", args.fraction)
+    results = {dev.name: study(dev, lens, minilm, args.lengths)}
+    results["_meta"] = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+                        "notes": args.note, "model": args.model, "quantize": args.quantize,
+                        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"}
+    write_json(json_path, results)
+    atomic_write_bytes(md_path, render(results).encode())
+    print(md_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
