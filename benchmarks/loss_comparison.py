@@ -72,7 +72,7 @@ def main() -> int:
                          "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                          "train_s": train_s, "total_s": time.perf_counter() - t})
             print(json.dumps(rows[-1]), flush=True)
-    from lens.eval.beir import command_line
+    from lens.cmdline import command_line
     from lens.eval.report import write_benchmark
 
     command = command_line()

@@ -81,7 +81,7 @@ def main() -> int:
     base = rows[0]["step_s_median"]
     for r in rows:
         r["speedup"] = base / r["step_s_median"]
-    from lens.eval.beir import command_line
+    from lens.cmdline import command_line
     from lens.eval.report import write_benchmark
 
     command = command_line()

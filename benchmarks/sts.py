@@ -62,7 +62,7 @@ def main() -> int:
             a, b = lens_pair_encoder(lens, output="both", pairing=pairing)(s1, s2)
             add(name, "lens-lexicon", pairing, a.lexicon, b.lexicon, gold, t)
             add(name, "lens-dense", pairing, a.dense, b.dense, gold, time.perf_counter())
-    from lens.eval.beir import command_line
+    from lens.cmdline import command_line
     from lens.eval.report import write_benchmark
 
     command = command_line()

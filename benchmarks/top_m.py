@@ -83,7 +83,8 @@ class SharedQueries:
 # ------------------------------------------------------------------------------------------- run
 def run(args: argparse.Namespace) -> int:
     from index.vectors import prune_top_m
-    from lens.eval.beir import DEFAULT_CACHE_DIR, command_line, evaluate_system, load_dataset
+    from lens.cmdline import command_line
+    from lens.eval.beir import DEFAULT_CACHE_DIR, evaluate_system, load_dataset
     from lens.eval.report import write_benchmark
     from lens.eval.systems import DEFAULT_DEPTH, Resources
     from lens.export import LABEL_TOKENS, cluster_labels

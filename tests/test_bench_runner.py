@@ -157,8 +157,10 @@ def test_one_rule_for_a_documents_text():
 
 
 def test_command_line_and_argument_errors():
-    assert beir.command_line(["/usr/local/bin/lens", "bench", "beir", "scifact"]) == "lens bench beir scifact"
-    assert beir.command_line([str(Path.cwd() / "benchmarks" / "beir.py"), "x y"]) == "python benchmarks/beir.py 'x y'"
+    from lens.cmdline import command_line
+
+    assert command_line(["/usr/local/bin/lens", "bench", "beir", "scifact"]) == "lens bench beir scifact"
+    assert command_line([str(Path.cwd() / "benchmarks" / "beir.py"), "x y"]) == "python benchmarks/beir.py 'x y'"
     parser = argparse.ArgumentParser()
     beir.add_arguments(parser)
     assert parser.parse_args(["d"]).systems is None  # the runner then takes default_systems()

@@ -2,6 +2,7 @@
 the saved directory loads (adapter merged or not) and gives the trained vectors."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -310,12 +311,13 @@ def test_shipped_configs_load():
 
 def test_model_card_command_is_written_as_the_lens_command():
     """`python -m lens.cli train ...` (how torchrun and accelerate start it) is retyped as `lens train ...`."""
-    from lens.train.report import command_line
+    from lens.cmdline import command_line
 
     assert command_line(["/repo/lens/cli.py", "train", "--out", "a b"]) == "lens train --out 'a b'"
     assert command_line(["/venv/bin/lens", "-v", "train"]) == "lens -v train"
-    assert command_line(["/x/my_train.py", "--resume"]) == "my_train.py --resume"
-    assert command_line(["/elsewhere/cli.py", "x"]) == "cli.py x"  # another project's cli.py is left alone
+    here = Path.cwd()
+    assert command_line([str(here / "my_train.py"), "--resume"]) == "python my_train.py --resume"
+    assert command_line([str(here / "elsewhere" / "cli.py"), "x"]) == "python elsewhere/cli.py x"  # not lens's cli.py
 
 
 def test_model_card_says_whether_a_prefix_cache_was_used():

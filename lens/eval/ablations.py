@@ -96,9 +96,8 @@ def variants(args, cache_dir: Path, instruction: str):
 
 def run(args: argparse.Namespace) -> int:
     from lens.eval import report
-    from lens.eval.beir import (
-        DEFAULT_CACHE_DIR, DEFAULT_OUTPUT_DIR, command_line, load_dataset, run_dataset, summary_table,
-    )
+    from lens.cmdline import command_line
+    from lens.eval.beir import DEFAULT_CACHE_DIR, DEFAULT_OUTPUT_DIR, load_dataset, run_dataset, summary_table
     from lens.instructions import lookup
 
     command = getattr(args, "bench_command_line", None) or command_line()

@@ -28,8 +28,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from lens.cmdline import command_line
 from lens.eval.beir import (DATA_DIR_ENV, DEFAULT_CACHE_DIR, loadavg, positive_int, weights_arg, add_data_argument,
-                            command_line, contention_note, data_dir, machine_info, peak_rss_mb, torch_threads)
+                            contention_note, data_dir, machine_info, peak_rss_mb, torch_threads)
 
 logger = logging.getLogger(__name__)
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from lens.cmdline import command_line
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["Dataset", "add_arguments", "data_dir", "evaluate_system", "load_dataset", "resolve_dataset", "run",
@@ -357,21 +359,6 @@ def add_thread_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--query-threads", type=positive_int, default=1,
                         help="torch threads while queries are answered and timed one at a time (default 1: a "
                              "server answering one query per core; several threads on a busy machine spin-wait)")
-
-
-def command_line(argv: Sequence[str] | None = None) -> str:
-    """How this process was started, as a user would type it (``lens ...`` or ``python benchmarks/beir.py ...``)."""
-    argv = list(sys.argv if argv is None else argv)
-    prog = Path(argv[0]).name if argv else "lens"
-    if prog == "lens":
-        return shlex.join(["lens", *argv[1:]])
-    if prog.endswith(".py"):
-        try:
-            rel = os.path.relpath(Path(argv[0]).resolve(), Path.cwd())
-        except ValueError:  # pragma: no cover - another drive on Windows
-            rel = argv[0]
-        return shlex.join(["python", rel, *argv[1:]])
-    return shlex.join(argv)
 
 
 def _split_command(command: str, dataset_args: Sequence[str]) -> dict:

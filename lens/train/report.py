@@ -9,7 +9,6 @@ import logging
 import math
 import os
 import platform
-import shlex
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from lens.atomic import atomic_write_bytes
+from lens.cmdline import command_line
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +36,6 @@ def machine_description() -> str:
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     return f"{cpu}, {os.cpu_count()} cores, {gpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"
-
-
-def command_line(argv: list[str]) -> str:
-    """The command as a user would retype it: ``python -m lens.cli ...`` (torchrun, accelerate) and the ``lens``
-    entry point are both written ``lens ...``."""
-    program = Path(argv[0]).name
-    if program in ("cli.py", "__main__.py") and Path(argv[0]).parent.name == "lens":
-        program = "lens"
-    return " ".join(shlex.quote(a) for a in [program, *argv[1:]])
 
 
 def model_card(cfg, *, backbone: str, num_clusters: int, max_length: int, steps: int, cache_seconds: float | None,
