@@ -212,6 +212,20 @@ def test_lens_systems_with_the_tiny_model_and_the_cache(tmp_path, tiny_lens_dir)
             assert s[m] == pytest.approx(first["systems"][name][m], abs=1e-6)
 
 
+def test_max_length_overrides_the_models_and_keys_the_cache(tmp_path, tiny_lens_dir):
+    ds = write_beir(tmp_path / "tiny")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    base = [str(ds), "--systems", "lens-lexicon", "--model", str(tiny_lens_dir), "--cache-dir", str(cache),
+            "--no-plot"]
+    run_bench(base + ["--output-dir", str(out / "full")])
+    run_bench(base + ["--output-dir", str(out / "short"), "--max-length", "24"])
+    full, short = (read(out / k / "tiny" / "run_info.json")["lens"]["max_seq_length"] for k in ("full", "short"))
+    assert short == 24 and full > 24
+    assert len({p.parent for p in cache.rglob("chunk-*.npz")}) == 2  # one cache per length: never a stale hit
+    ndcg = [read(out / k / "tiny" / "results.json")["systems"]["lens-lexicon"]["ndcg@10"] for k in ("full", "short")]
+    assert all(0 <= v <= 1 for v in ndcg)
+
+
 def test_int8_systems_beside_float32_in_one_run(tmp_path, tiny_lens_dir):
     """lens-lexicon-int8 runs the same model with int8 linear layers in the same run, cached apart from float32's;
     it is never in a default run (it would encode every corpus twice)."""

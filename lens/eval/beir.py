@@ -325,6 +325,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--systems", type=_systems, default=None,
                         help=f"comma-separated, of: {','.join(ALL_SYSTEMS)}; default: every one whose packages are "
                              "installed (the peers splade-tiny, mpnet, bm25+mpnet need `make peers`)")
+    parser.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
+                        help="LENS max_seq_length (documents and queries), overriding the model's "
+                             "(benchmarks/doc_length.py)")
     parser.add_argument("--weights", type=hybrid_weights_arg, default=(0.5, 0.5),
                         help="lens-hybrid weights LEX,DENSE (default 0.5,0.5), or 'balanced': each part's weight "
                              "inversely proportional to the spread of its cosines over the corpus, as `lens index "
@@ -382,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
     paths = [resolve_dataset(d, args.data_dir) for d in args.datasets]  # fail early on a wrong name
     resources = Resources(model=args.model, cache_root=cache_dir, lens_batch_size=args.lens_batch_size,
-                          show_progress_bar=not getattr(args, "quiet", False))
+                          show_progress_bar=not getattr(args, "quiet", False), lens_max_length=args.max_length)
     split = _split_command(command, args.datasets)
     names = args.systems or default_systems()
     lines = []
@@ -398,7 +401,8 @@ def run(args: argparse.Namespace) -> int:
         if any(s.startswith("lens") for s in names):
             enc = resources.lens.encoder
             extra["lens"] = {"fingerprint": enc.fingerprint(), "num_clusters": enc.num_clusters,
-                             "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds}
+                             "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds,
+                             "max_seq_length": enc.max_seq_length}
         results = run_dataset(data, systems, depth=args.depth, out_dir=out_root / folder, command=command,
                               model=args.model, extra_info=extra, plot=not args.no_plot,
                               show_progress_bar=not getattr(args, "quiet", False), threads=args.threads,

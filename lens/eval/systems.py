@@ -95,8 +95,10 @@ class LensResource:
 
     def __init__(self, model: str = "default", *, attention: str | None = None, pooling: str | None = None,
                  cache_root: str | os.PathLike, batch_size: int = 16, chunk_size: int = 128,
-                 show_progress_bar: bool = True, quantize: str | None = None):
+                 show_progress_bar: bool = True, quantize: str | None = None, max_seq_length: int | None = None):
+        """``max_seq_length``: the documents' token limit, overriding the model's (None: keep it)."""
         self.model_path, self.attention, self.pooling = model, attention, pooling
+        self.max_seq_length = max_seq_length
         self.quantize = quantize
         self.cache_root, self.batch_size, self.chunk_size = cache_root, batch_size, chunk_size
         self.show_progress_bar = show_progress_bar
@@ -112,6 +114,8 @@ class LensResource:
             t0 = time.perf_counter()
             self._encoder = LensEncoder.from_pretrained(self.model_path, attention=self.attention, pooling=self.pooling,
                                                         quantize=self.quantize)
+            if self.max_seq_length is not None:
+                self._encoder.max_seq_length = self.max_seq_length
             self.load_seconds = time.perf_counter() - t0
             logger.info("loaded LENS model %s in %.1fs (k=%d)", self.model_path, self.load_seconds,
                         self._encoder.num_clusters)
@@ -254,13 +258,14 @@ class Resources:
     """Encoders shared by the systems of one run (each loaded at most once, on first use)."""
 
     def __init__(self, *, model: str = "default", cache_root: str | os.PathLike, lens_batch_size: int = 16,
-                 dense_batch_size: int = 64, show_progress_bar: bool = True):
+                 dense_batch_size: int = 64, show_progress_bar: bool = True, lens_max_length: int | None = None):
         self.model = model
         self.lens = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
-                                 show_progress_bar=show_progress_bar)
+                                 show_progress_bar=show_progress_bar, max_seq_length=lens_max_length)
         # loaded only if an int8 system runs; its vectors are cached apart (LensResource.cache_fingerprint)
         self.lens_int8 = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
-                                      show_progress_bar=show_progress_bar, quantize="int8")
+                                      show_progress_bar=show_progress_bar, quantize="int8",
+                                      max_seq_length=lens_max_length)
         self.minilm = MiniLMResource(cache_root=cache_root, batch_size=dense_batch_size,
                                      show_progress_bar=show_progress_bar)
         self.mpnet = MPNetResource(cache_root=cache_root, batch_size=min(dense_batch_size, 16),
