@@ -27,8 +27,6 @@ import numpy as np
 
 from lens.atomic import atomic_dir, parse_json, write_json
 
-from .vectors import mean_weights, weight_pair
-
 from .manifest import (
     DOCS_FILE,
     FORMAT_VERSION,
@@ -42,6 +40,7 @@ from .manifest import (
 )
 from .metadata import DocTable
 from .store import HybridIndex, SearchResult, check_save_target
+from .vectors import mean_weights, weight_pair
 
 __all__ = ["SHARED_SETTINGS", "ShardWriter", "ShardedIndex", "merge_hits", "merge_indexes", "shard_dir"]
 
