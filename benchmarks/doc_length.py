@@ -25,7 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from index.vectors import l2_normalize  # noqa: E402
-from lens.atomic import atomic_write_bytes, write_json  # noqa: E402
+from lens.eval.report import rerender_benchmark, write_benchmark  # noqa: E402
+from lens.train.report import machine_description  # noqa: E402
 from lens.eval.dev import RetrievalSet, holdout_retrieval_set, retrieval_ndcg  # noqa: E402
 
 logger = logging.getLogger("doc_length")
@@ -77,7 +78,7 @@ def study(dev: RetrievalSet, lens, minilm, lengths: list[int]) -> dict:
                                    int(tokens.max())]}
 
 
-def render(results: dict) -> str:
+def render(results: dict) -> list[str]:
     meta = results["_meta"]
     lines = ["# LENS document length on development data (issue 10)", "", f"Command: `{meta['command']}`", ""]
     for name, r in results.items():
@@ -87,7 +88,8 @@ def render(results: dict) -> str:
         lines += [f"**{name}**: {r['source']}; {r['queries']} queries, {r['documents']} documents (tokens p50 "
                   f"{p50:.0f}, p90 {p90:.0f}, max {top}). nDCG@10 of full retrieval; hybrid = 0.5 LENS lexicon + "
                   f"0.5 MiniLM (MiniLM alone: {r['minilm']:.4f}).", "",
-                  "| max_seq_length | lexicon | LENS dense | hybrid | documents cut | docs/s |", "|---|---|---|---|---|---|"]
+                  "| max_seq_length | lexicon | LENS dense | hybrid | documents cut | docs/s |",
+                  "|---|---|---|---|---|---|"]
         for length, row in r["lengths"].items():
             rate = f"{row['docs_per_s']:.2f}" if row.get("docs_per_s") else "-"
             lines.append(f"| {length} | {row['lexicon']:.4f} | {row['lens-dense']:.4f} | {row['hybrid']:.4f} | "
@@ -98,7 +100,7 @@ def render(results: dict) -> str:
     lines += [f"docs/s: encoding the corpus at that length ({meta['machine']}; as measured when the vectors were "
               "first encoded and cached). LENS model: " + f"`{meta['model']}`" + (
                   f", {meta['quantize']} linear layers" if meta.get("quantize") else ", float32") + "."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv=None) -> int:
@@ -115,18 +117,12 @@ def main(argv=None) -> int:
     p.add_argument("--note", action="append", default=[], help="a note to keep in the saved results")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    json_path, md_path = args.output.with_suffix(".json"), args.output.with_suffix(".md")
     if args.markdown_only:
-        if not json_path.is_file():
-            raise SystemExit(f"{json_path} not found: run without --markdown-only first")
-        results = json.loads(json_path.read_text())
-        if args.note:
-            results["_meta"]["notes"] = results["_meta"].get("notes", []) + args.note
-            write_json(json_path, results)
-        atomic_write_bytes(md_path, render(results).encode())
+        try:
+            rerender_benchmark(args.output, render, args.note)
+        except FileNotFoundError as e:
+            raise SystemExit(str(e)) from None
         return 0
-
-    import platform
 
     import torch
 
@@ -140,10 +136,8 @@ def main(argv=None) -> int:
     results = {dev.name: study(dev, lens, minilm, args.lengths)}
     results["_meta"] = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
                         "notes": args.note, "model": args.model, "quantize": args.quantize,
-                        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"}
-    write_json(json_path, results)
-    atomic_write_bytes(md_path, render(results).encode())
-    print(md_path.read_text())
+                        "machine": machine_description()}
+    print(write_benchmark(args.output, results, render(results)), end="")
     return 0
 
 

@@ -38,8 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from index.fusion import get_fusion  # noqa: E402
 from index.vectors import balanced_weights, l2_normalize  # noqa: E402
-from lens.atomic import atomic_write_bytes, write_json  # noqa: E402
-from lens.eval.dev import RetrievalSet, holdout_retrieval_set, pairs_retrieval_set, top_run  # noqa: E402
+from lens.eval.report import rerender_benchmark, write_benchmark  # noqa: E402
+from lens.train.report import machine_description  # noqa: E402
+from lens.eval.dev import (RetrievalSet, holdout_retrieval_set, pairs_retrieval_set, retrieval_ndcg,  # noqa: E402
+                           top_run)
 from lens.metrics import evaluate  # noqa: E402
 
 logger = logging.getLogger("hybrid_weights")
@@ -54,10 +56,6 @@ def dev_sets(data_dir: Path, fraction: float, squad_val: Path, squad_queries: in
             pairs_retrieval_set(squad_val, squad_queries, name="squad-val")]
 
 
-def ndcg(dev: RetrievalSet, run) -> float:
-    return evaluate(dev.qrels, run, ("ndcg@10",)).mean["ndcg@10"]
-
-
 def study(dev: RetrievalSet, lens, minilm, grid) -> dict:
     from lens.bm25 import BM25Index
 
@@ -68,8 +66,8 @@ def study(dev: RetrievalSet, lens, minilm, grid) -> dict:
     t0 = time.perf_counter()
     d_lex = lens.documents(texts).arrays["lexicon"]
     d_dense = minilm.documents(texts).arrays["vectors"]
-    q_lex = l2_normalize(lens.encoder.encode_queries(qtexts, instruction=dev.instruction, output="lexicon", batch_size=16,
-                                             show_progress_bar=False))
+    q_lex = l2_normalize(lens.encoder.encode_queries(qtexts, instruction=dev.instruction, output="lexicon",
+                                                     batch_size=16, show_progress_bar=False))
     q_dense = l2_normalize(minilm.encoder.encode(qtexts, batch_size=64, show_progress_bar=False))
     logger.info("%s: vectors in %.0fs", dev.name, time.perf_counter() - t0)
     cos_lex, cos_dense = q_lex @ l2_normalize(d_lex).T, q_dense @ l2_normalize(d_dense).T
@@ -85,25 +83,25 @@ def study(dev: RetrievalSet, lens, minilm, grid) -> dict:
             ids, scores = fuse([runs["bm25"][q], runs["minilm"][q]], weights=weights, limit=DEPTH)
             runs[name][q] = {i: float(s) for i, s in zip(ids, scores)}
     for name, run in runs.items():
-        rows[name] = ndcg(dev, run)
+        rows[name] = evaluate(dev.qrels, run, ("ndcg@10",)).mean["ndcg@10"]
     for w in grid:
-        rows[f"lens w_lex={w:g}"] = ndcg(dev, top_run(w * cos_lex + (1.0 - w) * cos_dense, qids, doc_ids))
-    w_bal = balanced_weights(d_lex, d_dense)  # the rule `lens index build` and `lens bench beir` use by default
-    rows["lens balanced"] = ndcg(dev, top_run(w_bal[0] * cos_lex + w_bal[1] * cos_dense, qids, doc_ids))
+        rows[f"lens w_lex={w:g}"] = retrieval_ndcg(dev, w * cos_lex + (1.0 - w) * cos_dense)
+    w_bal = balanced_weights(d_lex, d_dense)  # what `lens index build --weights balanced` sets
+    rows["lens balanced"] = retrieval_ndcg(dev, w_bal[0] * cos_lex + w_bal[1] * cos_dense)
     # Each component divided by the spread of its cosines over the corpus, per query (z-score fusion; the mean
     # shift is the same for every document of a query, so this is a query-side weight: 1 / std).
     z_lex = cos_lex / np.maximum(cos_lex.std(axis=1, keepdims=True), 1e-12)
     z_dense = cos_dense / np.maximum(cos_dense.std(axis=1, keepdims=True), 1e-12)
     for w in grid:
         if 0.0 < w < 1.0:
-            rows[f"lens z-score w_lex={w:g}"] = ndcg(dev, top_run(w * z_lex + (1.0 - w) * z_dense, qids, doc_ids))
+            rows[f"lens z-score w_lex={w:g}"] = retrieval_ndcg(dev, w * z_lex + (1.0 - w) * z_dense)
     spread = {"lexicon": float(np.mean(np.std(cos_lex, axis=1))), "dense": float(np.mean(np.std(cos_dense, axis=1)))}
     return {"source": dev.source, "queries": len(qids), "documents": len(doc_ids), "ndcg@10": rows,
             "balanced_weights": list(w_bal),
             "mean per-query std of cosines over the corpus": spread}
 
 
-def render(results: dict) -> str:
+def render(results: dict) -> list[str]:
     sets = [s for s in results if not s.startswith("_")]
     meta = results["_meta"]
     names = list(results[sets[0]]["ndcg@10"])
@@ -129,7 +127,7 @@ def render(results: dict) -> str:
                   f"{s}: lexicon {results[s]['mean per-query std of cosines over the corpus']['lexicon']:.4f}, "
                   f"MiniLM {results[s]['mean per-query std of cosines over the corpus']['dense']:.4f}" for s in sets),
               "", f"LENS model: `{meta['model']}`. Hardware: {meta['machine']}."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv=None) -> int:
@@ -149,18 +147,12 @@ def main(argv=None) -> int:
                         "added to the saved ones")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    json_path, md_path = args.output.with_suffix(".json"), args.output.with_suffix(".md")
     if args.markdown_only:
-        if not json_path.is_file():
-            raise SystemExit(f"{json_path} not found: run without --markdown-only first")
-        results = json.loads(json_path.read_text())
-        if args.note:
-            results["_meta"]["notes"] = results["_meta"].get("notes", []) + args.note
-            write_json(json_path, results)
-        atomic_write_bytes(md_path, render(results).encode())
+        try:
+            rerender_benchmark(args.output, render, args.note)
+        except FileNotFoundError as e:
+            raise SystemExit(str(e)) from None
         return 0
-
-    import platform
 
     import torch
 
@@ -177,10 +169,8 @@ def main(argv=None) -> int:
         logger.info("%s: %s", dev.name, json.dumps(results[dev.name]["ndcg@10"]))
     results["_meta"] = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
                         "notes": args.note, "model": args.model,
-                        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads"}
-    write_json(json_path, results)
-    atomic_write_bytes(md_path, render(results).encode())
-    print(md_path.read_text())
+                        "machine": machine_description()}
+    print(write_benchmark(args.output, results, render(results)), end="")
     return 0
 
 

@@ -285,3 +285,17 @@ def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Seque
     text = "\n".join(markdown_lines) + "\n"
     atomic_write_bytes(out.with_suffix(".md"), text.encode("utf-8"))
     return text
+
+
+def rerender_benchmark(out: str | os.PathLike, render: Callable[[dict], Sequence[str]],
+                       notes: Sequence[str] = ()) -> str:
+    """Rewrite ``out.md`` from the saved ``out.json`` with ``render`` (after a change of the table), first adding
+    ``notes`` (written after reading the results) to its ``_meta``; returns the markdown. A missing ``out.json`` is a
+    ``FileNotFoundError`` that says to run the benchmark first."""
+    path = Path(out).with_suffix(".json")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run without --markdown-only first")
+    results = read_json(path)
+    if notes:
+        results["_meta"]["notes"] = list(results["_meta"].get("notes") or []) + list(notes)
+    return write_benchmark(out, results, render(results))
