@@ -60,6 +60,33 @@ def tokenizer():
     return make_tokenizer()
 
 
+TINY_BERT_WORDS = ("[PAD] [UNK] [CLS] [SEP] cell cells gene protein the a of cancer drug trial expression in mouse "
+                   "level levels blood brain clinical treatment risk high dose response new method analysis human "
+                   "disease study patients").split()
+
+
+def make_tiny_bert(d: Path) -> Path:
+    """A random one-layer BERT with a word-level tokenizer, saved as a sentence-transformers-style directory (the
+    shape of a dense peer such as MiniLM)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(TINY_BERT_WORDS)}, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]",
+                                  cls_token="[CLS]", sep_token="[SEP]")
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(TINY_BERT_WORDS), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, architectures=["BertModel"])).save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory):
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
 @pytest.fixture(scope="session")
 def tiny_backbone_dir(tmp_path_factory, tokenizer):
     """A tiny Llama saved as a normal HF directory (safetensors), like a user's local Mistral-7B."""

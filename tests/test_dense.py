@@ -9,24 +9,6 @@ from lens.dense import DenseEncoder
 from conftest import assert_close
 
 
-@pytest.fixture(scope="module")
-def tiny_bert_dir(tmp_path_factory):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
-
-    words = "[PAD] [UNK] [CLS] [SEP] cell gene protein the a of cancer drug".split()
-    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]",
-                                  cls_token="[CLS]", sep_token="[SEP]")
-    d = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32, architectures=["BertModel"])).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
-
-
 def test_mean_pooled_unit_vectors_in_input_order(tiny_bert_dir):
     enc = DenseEncoder.from_pretrained(tiny_bert_dir, device="cpu")
     texts = ["cell gene protein the a of", "drug", "cancer cell"]

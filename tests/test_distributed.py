@@ -43,7 +43,8 @@ def _write_data(directory: Path) -> Path:
     return path
 
 
-def _config(model: str | Path, data: str | Path, **kw):
+def _config(model: str | Path, data: str | Path, dense: str | Path | None = None, **kw):
+    """The tiny run's config; ``dense`` (a tiny BERT directory) is the ``hybrid`` loss's peer."""
     from lens.train.config import StageConfig, TrainConfig
 
     loss, steps = kw.pop("loss", "infonce"), kw.pop("steps", 4)
@@ -54,6 +55,8 @@ def _config(model: str | Path, data: str | Path, **kw):
     if kw.pop("two_stages", False):
         base["stages"] = [StageConfig("a", [str(data)], loss="infonce", steps=2),
                           StageConfig("b", [str(data)], loss="bce", steps=2)]
+    if dense is not None:
+        base["hybrid_peer"] = str(dense)
     base.update(kw)
     return TrainConfig(**base)
 
@@ -86,6 +89,7 @@ GRAD_JOBS = {
     **{f"grads-{loss}": dict(loss=loss, lora_layers=1) for loss in ("infonce", "bce")},  # per-rank batch 2
     **{f"grads-{loss}": dict(loss=loss, batch_size=5) for loss in ("gte", "bce-graded", "bce-teacher", "kl")},  # 3 + 2
     "grads-flops": dict(loss="infonce+0.2*flops", lora_layers=1),
+    "grads-hybrid": dict(loss="infonce+hybrid", batch_size=5, hybrid_weights=[0.7, 0.3]),  # peer: the tiny BERT
     "grads-infonce-full": dict(loss="infonce"),  # every layer trained, no prefix cache
     "grads-cached": dict(loss="infonce+0.5*bce", cache_chunk=1, gradient_checkpointing=True),
     "grads-tiny-batch": dict(loss="infonce", batch_size=2, max_examples=3),  # 1 query and 2 documents per rank
@@ -125,7 +129,7 @@ def _worker(spec_path: str) -> None:
     results["gather"] = {"rows": g.shape[0], "grad": x.grad.tolist(), "used": used.grad.tolist(),
                          "unused": unused.grad is None}
     for name, kw in GRAD_JOBS.items():
-        t = Trainer(_config(spec["model"], spec["data"], **kw), out / name, show_progress_bar=False)
+        t = Trainer(_config(spec["model"], spec["data"], spec["dense"], **kw), out / name, show_progress_bar=False)
         loss, terms, grads = _gradients(t)
         save_file({k: v.contiguous() for k, v in grads.items()}, str(out / f"{name}-rank{rank}.safetensors"))
         results[name] = {"loss": loss, "terms": terms}
@@ -199,11 +203,11 @@ def data_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tiny_lens_dir, data_file, tmp_path_factory) -> Path:
+def two_ranks(tiny_lens_dir, tiny_bert_dir, data_file, tmp_path_factory) -> Path:
     """The directory of one 2-process launch that ran every job."""
     out = tmp_path_factory.mktemp("two-ranks")
-    _launch({"model": str(tiny_lens_dir), "data": str(data_file), "val": str(data_file.parent / "val.jsonl"),
-             "out": str(out)}, out)
+    _launch({"model": str(tiny_lens_dir), "dense": str(tiny_bert_dir), "data": str(data_file),
+             "val": str(data_file.parent / "val.jsonl"), "out": str(out)}, out)
     return out
 
 
@@ -339,7 +343,8 @@ def test_gather_and_all_reduce_with_an_empty_rank(two_ranks):
 
 
 @pytest.mark.parametrize("name", list(GRAD_JOBS))
-def test_two_ranks_equal_one_process_on_the_global_batch(two_ranks, tiny_lens_dir, data_file, tmp_path, name):
+def test_two_ranks_equal_one_process_on_the_global_batch(two_ranks, tiny_lens_dir, tiny_bert_dir, data_file, tmp_path,
+                                                         name):
     """(a) per-rank batch b on 2 ranks = batch 2b in one process: the loss, each term, and the LoRA, head and bias
     gradients (to 1e-5), on both ranks alike; the cached loss too (``grads-cached``)."""
     from safetensors.torch import load_file
@@ -348,7 +353,7 @@ def test_two_ranks_equal_one_process_on_the_global_batch(two_ranks, tiny_lens_di
 
     kw = dict(GRAD_JOBS[name])
     kw.pop("cache_chunk", None)  # the reference: one process, plain loss, the whole batch in one pass
-    loss, terms, want = _gradients(Trainer(_config(tiny_lens_dir, data_file, **kw), tmp_path / "one",
+    loss, terms, want = _gradients(Trainer(_config(tiny_lens_dir, data_file, tiny_bert_dir, **kw), tmp_path / "one",
                                            show_progress_bar=False))
     for rank in (0, 1):
         got = _results(two_ranks, rank)[name]

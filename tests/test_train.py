@@ -332,3 +332,100 @@ def test_model_card_says_whether_a_prefix_cache_was_used():
 
     assert "no prefix cache (no frozen layers), training steps 2 s." in card(None)
     assert "prefix cache 12 s (computed in this run), training steps 2 s." in card(12.0)
+
+
+class _BagOfLetters:
+    """A fake dense peer: letter counts (not normalised: PeerCosines normalises), counting its encode calls."""
+
+    def __init__(self):
+        self.encoded: list[str] = []
+
+    def encode(self, texts, batch_size=64, show_progress_bar=None):
+        self.encoded += list(texts)
+        return np.array([[t.count(c) + 0.5 for c in "abcdefghijklmnopqrstuvwxyz"] for t in texts], dtype=np.float32)
+
+
+def test_peer_cosines_are_cached_unit_cosines():
+    from lens.train.teacher import PeerCosines
+
+    peer = _BagOfLetters()
+    cos = PeerCosines(peer, batch_size=2)
+    got = cos(["abc", "zz"], ["abc", "a b", "zz", "abc"])
+    v = peer.encode(["abc", "zz", "a b"])
+    v = v / np.linalg.norm(v, axis=1, keepdims=True)
+    want = v[[0, 1]] @ v[[0, 2, 1, 0]].T
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got[0, 0] == pytest.approx(1.0) and got[1, 2] == pytest.approx(1.0)
+    assert sorted(peer.encoded[:3]) == ["a b", "abc", "zz"]  # each distinct text once
+    cos(["zz"], ["abc"])
+    assert len(peer.encoded) == 6  # the 3 of the reference above; nothing new was encoded
+
+
+def test_hybrid_loss_is_infonce_over_the_weighted_hybrid_score():
+    """InfoNCE over w_lex cos_lex + w_dense cos_dense against the hand-written formula; the dense peer sees the bare
+    queries and the layout's documents; a copy of the positive stays masked; no peer -> a clear error."""
+    from lens.train.losses import cosine_scores
+    from lens.train.objectives import Objective, batch_layout
+
+    ex = [TrainExample("q0", "p0", negatives=["n0"]), TrainExample("q1", "p1", negatives=["p0"])]
+    layout = batch_layout(ex, lambda e: e.negatives)
+    g = torch.Generator().manual_seed(1)
+    q, d = torch.randn(2, 6, generator=g), torch.randn(len(layout.doc_texts), 6, generator=g)
+    dense = np.array([[0.9, 0.1, 0.3, 0.9], [0.2, 0.4, 0.8, 0.2]], dtype=np.float32)
+    seen = []
+
+    def peer(queries, docs):
+        seen.append((list(queries), list(docs)))
+        return dense
+
+    loss, terms = Objective("hybrid", temperature=0.05, bce_scale=20.0, graded_floor=0.7, dense=peer,
+                            hybrid_weights=(0.7, 0.3))(q, d, layout, ex, torch.tensor(0.0))
+    assert seen == [(["q0", "q1"], ["p0", "n0", "p1", "p0"])]
+    lex = cosine_scores(q, d).numpy()
+    want = 0.0
+    for i, pos in enumerate(layout.positive_index):
+        logits = [(0.7 * lex[i, j] + 0.3 * dense[i, j]) / 0.05 for j in range(4) if layout.valid[i][j]]
+        own = (0.7 * lex[i, pos] + 0.3 * dense[i, pos]) / 0.05
+        want += (np.log(np.sum(np.exp(logits))) - own) / 2
+    assert float(loss) == pytest.approx(want, rel=1e-5)
+    assert terms == {"hybrid": pytest.approx(want, rel=1e-5)}
+    assert not layout.valid[0][3] and layout.valid[1][3]  # q1's negative "p0" is q0's positive: masked for q0 only
+    with pytest.raises(ValueError, match="dense peer"):
+        Objective("infonce+hybrid", temperature=0.05, bce_scale=20.0, graded_floor=0.7)
+
+
+def test_hybrid_stage_trains_against_the_dense_peer(tiny_lens_dir, data_file, tmp_path, monkeypatch):
+    from lens.train.teacher import PeerCosines
+
+    peer = _BagOfLetters()
+    monkeypatch.setattr(Trainer, "_dense_peer", lambda self: PeerCosines(peer))
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1, hybrid_weights=[0.6, 0.4],
+                  stages=[StageConfig("h", [str(data_file)], loss="infonce+hybrid", steps=2)])
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    rows = [t.train_step(), t.train_step()]
+    assert all(np.isfinite(r["loss"]) for r in rows)
+    assert set(peer.encoded) <= set(Q) | set(P) and set(Q) & set(peer.encoded)  # bare queries, no instruction
+
+
+def test_hybrid_weights_are_checked(tiny_lens_dir, data_file):
+    for bad, match in (([0.0, 1.0], "lexicon weight"), ([0.5], "LEX,DENSE"), ([-1.0, 0.5], "negative")):
+        with pytest.raises(ValueError, match=match):
+            _config(tiny_lens_dir, data_file, hybrid_weights=bad)
+    assert _config(tiny_lens_dir, data_file, hybrid_weights="0.8,0.2").hybrid_weights == [0.8, 0.2]
+
+
+def test_a_collapse_to_zero_vectors_is_reported(tiny_lens_dir, data_file, tmp_path, monkeypatch, caplog):
+    """All-zero lexicon vectors give no gradient at all; after DEAD_STEPS such steps the trainer says so once."""
+    import lens.train.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "DEAD_STEPS", 2)
+    t = Trainer(_config(tiny_lens_dir, data_file, lora_layers=1, stages=[StageConfig("s", [str(data_file)], steps=4)]),
+                tmp_path / "out", show_progress_bar=False)
+    with torch.no_grad():
+        t.model.head.weight.zero_()  # every cluster logit 0: log1p(relu(0)) = 0 and relu's gradient there is 0
+    with caplog.at_level("WARNING", logger="lens.train.trainer"):
+        rows = [t.train_step()]
+        assert "collapsed" not in caplog.text  # one step is not yet a collapse
+        rows += [t.train_step() for _ in range(3)]
+    assert [r["grad_norm"] for r in rows] == [0.0] * 4
+    assert caplog.text.count("collapsed to zero") == 1

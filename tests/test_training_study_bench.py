@@ -28,11 +28,29 @@ def test_markdown_rows_for_variants_and_saved_models(study, tmp_path):
     row = {"scifact_ndcg": 0.61234, "stsb_dev": 66.96, "doc_nonzero": 700.2, "doc_dims": 4000}
     results = {"_meta": {"steps": 300, "per_task": 1000, "judge_queries": 100, "bm25_ndcg": 0.69},
                "retrieval-only": {**row, "val_loss": 1.5832, "step_s": 4.1, "threads": 2, "cache_s": 842.0},
-               "model:default": {**row, "scifact_ndcg": 0.6612, "val_loss": None}}
+               "model:default": {**row, "scifact_ndcg": 0.6612, "scifact_hybrid": 0.70123, "val_loss": None}}
     out = tmp_path / "study.md"
     study.write_markdown(results, out, "python benchmarks/training_study.py")
     lines = out.read_text().splitlines()
     trained = next(line for line in lines if line.startswith("| retrieval-only |"))
     saved = next(line for line in lines if line.startswith("| model:default |"))
-    assert "| 0.6123 | 67.0 | 1.583 | 700 of 4000 | 4.10 (2) | 842 |" in trained
-    assert "a saved model (default)" in saved and "| 0.6612 | 67.0 | - | 700 of 4000 | - | - |" in saved
+    assert "| 0.6123 | - | 67.0 | 1.583 | 700 of 4000 | 4.10 (2) | 842 |" in trained  # judged before the hybrid
+    assert "a saved model (default)" in saved and "| 0.6612 | 0.7012 | 67.0 | - | 700 of 4000 | - | - |" in saved
+
+
+def test_hybrid_variants_train_the_hybrid_loss(study, tmp_path):
+    from lens.train.objectives import parse_loss
+
+    for name, terms in (("retrieval-only-k8000-hybrid", {"hybrid", "flops"}),
+                        ("retrieval-only-k8000-infonce-hybrid", {"infonce", "hybrid", "flops"})):
+        settings = {**study.BASE, **study.VARIANTS[name][1]}
+        assert set(parse_loss(settings["loss"])) == terms and settings["clusters"] == 8000
+
+
+def test_a_forced_rejudge_keeps_the_finished_runs_timings(study):
+    previous = {"steps": 300, "threads": 2, "setup_s": 40.0, "train_s": 1476.0, "step_s": 4.92, "cache_s": 0}
+    rejudged = {"steps": 300, "threads": 2, "setup_s": 35.0, "train_s": 0.52, "step_s": 0.0017, "cache_s": 0.08}
+    assert study.keep_timings(rejudged, previous) == previous
+    retrained = {**rejudged, "train_s": 1500.0, "step_s": 5.0}
+    assert study.keep_timings(retrained, previous) == retrained  # it ran again: its own times
+    assert study.keep_timings(rejudged, None) == rejudged

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from index.vectors import weight_pair
 from lens.atomic import read_json, write_json
 
 TRAIN_FORMAT_VERSION = 1
@@ -68,6 +69,10 @@ class TrainConfig:
     # the defaults are lens.train.losses.TEACHER_CENTER / TEACHER_WIDTH (written out: this module imports no torch)
     teacher_center: float = 0.5
     teacher_width: float = 0.1
+    # the ``hybrid`` loss: the frozen dense peer ("minilm" or a sentence-transformers directory) and the
+    # (w_lex, w_dense) of the hybrid score it trains for (the index's default is 0.5,0.5)
+    hybrid_peer: str = "minilm"
+    hybrid_weights: list[float] = field(default_factory=lambda: [0.5, 0.5])
     query_max_length: int = 64  # instruction + query
     doc_max_length: int = 192
     max_length: int | None = None  # the trained model's encoding length (None: keep the starting model's)
@@ -97,6 +102,10 @@ class TrainConfig:
                     raise ValueError(f"stage {s.name!r}: {name} must be >= 1 (or null), got {getattr(s, name)}")
             if s.steps is None and not s.epochs > 0:
                 raise ValueError(f"stage {s.name!r} needs steps or epochs > 0")
+        w_lex, w_dense = weight_pair(self.hybrid_weights, "hybrid_weights")
+        if w_lex == 0:
+            raise ValueError("hybrid_weights: the lexicon weight must be > 0 (the hybrid loss trains the lexicon)")
+        self.hybrid_weights = [w_lex, w_dense]
         if self.lora_layers is not None and self.lora_layers < 1:
             raise ValueError(f"lora_layers must be >= 1 (or null for every layer), got {self.lora_layers}")
         for name in ("batch_size", "grad_accum", "lora_r", "query_max_length", "doc_max_length"):

@@ -4,7 +4,9 @@ The trainer runs the model; this module takes the embeddings it returns and the 
 is whose positive, which pairs are not negatives) and gives the weighted loss. ``OBJECTIVES`` is the one list of
 loss names: ``TrainConfig`` validates against it and the CLI's help reads it.
 
-A loss expression is a sum of weighted names: ``"infonce"``, ``"infonce+0.5*bce"``.
+A loss expression is a sum of weighted names: ``"infonce"``, ``"infonce+0.5*bce"``. ``"hybrid"`` trains the
+lexicon for the hybrid index it will serve in: InfoNCE over ``w_lex cos_lex + w_dense cos_dense``, the dense cosines
+from a frozen peer (MiniLM), so the lexicon learns what the dense side misses (as CLEAR trains a residual to BM25).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -62,10 +65,20 @@ class LossInputs:
     bias: Tensor  # the learned BCE logit bias
     teacher_center: float  # bce-teacher: a teacher cosine c is the probability sigmoid((c - center) / width)
     teacher_width: float
+    dense_scores: Tensor | None = None  # (B, D) a frozen dense peer's cosines (the ``hybrid`` loss)
+    hybrid_weights: tuple[float, float] = (0.5, 0.5)  # (w_lex, w_dense) of the hybrid score
 
 
 def _infonce(x: LossInputs) -> Tensor:
     return L.info_nce(x.scores, x.positive_index, x.temperature, x.valid)
+
+
+def _hybrid(x: LossInputs) -> Tensor:
+    if x.dense_scores is None:
+        raise ValueError("loss 'hybrid' needs a dense peer's cosines: the trainer adds them from hybrid_peer")
+    w_lex, w_dense = x.hybrid_weights
+    fused = w_lex * x.scores + w_dense * x.dense_scores.to(x.scores.dtype)
+    return L.info_nce(fused, x.positive_index, x.temperature, x.valid)
 
 
 def _gte(x: LossInputs) -> Tensor:
@@ -116,6 +129,7 @@ def _flops(x: LossInputs) -> Tensor:
 # name -> loss from LossInputs. Every name here is accepted in a loss expression.
 OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
     "infonce": _infonce,  # cosine / temperature over the positive, hard and in-batch negatives
+    "hybrid": _hybrid,  # InfoNCE over the hybrid score w_lex cos_lex + w_dense cos_dense (the dense peer frozen)
     "gte": _gte,  # GTE's improved contrastive loss (adds query-query and document-document negatives)
     "bce": _bce,  # SigLIP-style pointwise sigmoid loss with a learned bias
     "bce-graded": lambda x: _bce(x, graded=True),  # BiXSE: targets from graded labels
@@ -124,6 +138,8 @@ OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
     "flops": _flops,  # sparsity: SPLADE's FLOPS regulariser on the unit query and document vectors (add it: infonce+0.5*flops)
 }
 USES_BIAS = ("bce", "bce-graded", "bce-teacher")
+USES_DENSE = ("hybrid",)
+DenseCosines = Callable[[list[str], list[str]], np.ndarray]  # (query texts, document texts) -> (B, D) cosines
 
 
 def parse_loss(expression: str, where: str = "loss") -> dict[str, float]:
@@ -146,21 +162,38 @@ class Objective:
 
     def __init__(self, expression: str | dict[str, float], *, temperature: float, bce_scale: float,
                  graded_floor: float, teacher_center: float = L.TEACHER_CENTER,
-                 teacher_width: float = L.TEACHER_WIDTH):
+                 teacher_width: float = L.TEACHER_WIDTH, dense: DenseCosines | None = None,
+                 hybrid_weights: tuple[float, float] = (0.5, 0.5)):
         self.weights = parse_loss(expression) if isinstance(expression, str) else dict(expression)
         self.temperature, self.bce_scale, self.graded_floor = temperature, bce_scale, graded_floor
         self.teacher_center, self.teacher_width = teacher_center, teacher_width
+        self.dense, self.hybrid_weights = dense, tuple(hybrid_weights)
+        if self.uses_dense and dense is None:
+            raise ValueError(f"loss {expression!r} needs a dense peer (the trainer builds it from hybrid_peer)")
 
     @property
     def uses_bias(self) -> bool:
         return any(n in USES_BIAS for n in self.weights)
 
+    @property
+    def uses_dense(self) -> bool:
+        return any(n in USES_DENSE for n in self.weights)
+
     def __call__(self, q: Tensor, d: Tensor, layout: BatchLayout, examples: Sequence,
                  bias: Tensor) -> tuple[Tensor, dict[str, float]]:
-        """The weighted loss and each term's value."""
+        """The weighted loss and each term's value. The dense peer sees the bare queries (no instruction), as in
+        the hybrid index."""
+        dense = None
+        if self.uses_dense:
+            cos = self.dense([e.query for e in examples], layout.doc_texts)
+            dense = torch.as_tensor(np.asarray(cos, dtype=np.float32), device=q.device)
+            if dense.shape != (len(examples), len(layout.doc_texts)):
+                raise ValueError(f"the dense peer gave cosines of shape {tuple(dense.shape)}; expected "
+                                 f"{(len(examples), len(layout.doc_texts))}")
         x = LossInputs(q, d, L.cosine_scores(q, d), torch.tensor(layout.positive_index, device=q.device),
                        torch.tensor(layout.valid, device=q.device), layout, examples, self.temperature,
-                       self.bce_scale, self.graded_floor, bias, self.teacher_center, self.teacher_width)
+                       self.bce_scale, self.graded_floor, bias, self.teacher_center, self.teacher_width,
+                       dense, self.hybrid_weights)
         terms = {name: OBJECTIVES[name](x) for name in self.weights}
         loss = sum(self.weights[n] * t for n, t in terms.items())
         return loss, {n: float(t.detach()) for n, t in terms.items()}

@@ -3,7 +3,8 @@
 BiXSE trains its pointwise loss on graded relevance; where no human grade exists a teacher can give one. The
 scores land in ``TrainExample.teacher`` (``[positive] + negatives``), which ``bce-teacher`` turns into soft
 targets and ``kl`` distils. The query is scored without its instruction: the default teacher (all-MiniLM-L6-v2)
-was trained without instructions.
+was trained without instructions. ``PeerCosines`` gives the same cosines for a whole batch while training, for the
+``hybrid`` loss (each distinct text encoded once).
 """
 
 from __future__ import annotations
@@ -18,12 +19,37 @@ from lens.train.data import TrainExample
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TextEncoder", "add_teacher_scores"]
+__all__ = ["PeerCosines", "TextEncoder", "add_teacher_scores"]
 
 
 class TextEncoder(Protocol):
     def encode(self, texts: list[str], batch_size: int = ..., show_progress_bar: bool | None = ...) -> np.ndarray:
         """(N, dim) unit vectors."""
+
+
+def _unit_vectors(encoder: TextEncoder, texts: list[str], batch_size: int, progress: bool | None = None) -> np.ndarray:
+    vectors = np.asarray(encoder.encode(texts, batch_size=batch_size, show_progress_bar=progress), dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)  # cosine whatever the encoder's normalisation
+
+
+class PeerCosines:
+    """A frozen dense encoder's cosines of queries to documents, ``(query texts, doc texts) -> (B, D)``; each
+    distinct text is encoded once and kept (a training run revisits its paragraphs and label texts)."""
+
+    def __init__(self, encoder: TextEncoder, batch_size: int = 64):
+        self.encoder = encoder
+        self.batch_size = batch_size
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        new = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if new:
+            self._vectors.update(zip(new, _unit_vectors(self.encoder, new, self.batch_size, progress=False)))
+        return np.stack([self._vectors[t] for t in texts])
+
+    def __call__(self, queries: Sequence[str], docs: Sequence[str]) -> np.ndarray:
+        return self.vectors(queries) @ self.vectors(docs).T
 
 
 def add_teacher_scores(examples: Sequence[TrainExample], encoder: TextEncoder,
@@ -37,9 +63,7 @@ def add_teacher_scores(examples: Sequence[TrainExample], encoder: TextEncoder,
     if not texts:
         return []
     logger.info("teacher: encoding %d distinct texts of %d examples", len(texts), len(examples))
-    vectors = np.asarray(encoder.encode(texts, batch_size=batch_size), dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    vectors = vectors / np.maximum(norms, 1e-12)  # cosine whatever the encoder's normalisation
+    vectors = _unit_vectors(encoder, texts, batch_size)
     row = {t: i for i, t in enumerate(texts)}
     out = []
     for e in examples:

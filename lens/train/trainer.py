@@ -41,7 +41,7 @@ from lens.train.distributed import (
     shard_slice,
 )
 from lens.train.gradcache import GradCache
-from lens.train.objectives import BatchLayout, Objective, batch_layout
+from lens.train.objectives import USES_DENSE, BatchLayout, Objective, batch_layout
 from lens.train.prefix import PrefixCache
 from lens.train.report import CARD_NAME, CURVES_NAME, LOG_NAME, model_card, plot_curves, read_log, write_log
 
@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoint"
 TRAIN_CONFIG_NAME = "train_config.json"
 ADAPTER_DIR = "adapter"
+
+
+DEAD_STEPS = 10  # steps in a row with no gradient before the trainer warns of a collapse
 
 
 def lora_target_names(decoder: nn.Module, targets: list[str], first_layer: int) -> list[str]:
@@ -87,6 +90,7 @@ class Trainer:
         self.cache: PrefixCache | None = None
         self.cache_seconds = 0.0
         self._items: dict[tuple[str, str], Encoded] = {}
+        self._zero_grad_steps = 0
         self._setup()
 
     # ------------------------------------------------------------------------------------------------ setup
@@ -124,9 +128,11 @@ class Trainer:
         self.decoder = decoder
         self.model.head.weight.requires_grad_(cfg.train_head)
         self.bias = nn.Parameter(torch.zeros((), device=self.device))
+        dense = self._dense_peer() if any(n in USES_DENSE for s in cfg.stages for n in s.loss_weights()) else None
         self.objectives = [Objective(s.loss, temperature=cfg.temperature, bce_scale=cfg.bce_scale,
                                      graded_floor=cfg.graded_floor, teacher_center=cfg.teacher_center,
-                                     teacher_width=cfg.teacher_width) for s in cfg.stages]
+                                     teacher_width=cfg.teacher_width, dense=dense,
+                                     hybrid_weights=tuple(cfg.hybrid_weights)) for s in cfg.stages]
         self.validation_objective = Objective("infonce", temperature=cfg.temperature, bce_scale=cfg.bce_scale,
                                               graded_floor=cfg.graded_floor)
         self._load_data()
@@ -146,6 +152,14 @@ class Trainer:
                     trainable, cfg.lora_r, self.split, n - 1, n, "trained" if cfg.train_head else "frozen",
                     len(self.plan), f"; {self.dist.world_size} processes" if self.dist.enabled else "",
                     f"; cached loss, chunks of {cfg.cache_chunk}" if cfg.cache_chunk else "")
+
+    def _dense_peer(self):
+        """The frozen dense encoder whose cosines the ``hybrid`` loss adds (every rank scores the global batch)."""
+        from lens.dense import DenseEncoder
+        from lens.train.teacher import PeerCosines
+
+        logger.info("hybrid loss: dense peer %s, weights %s", self.config.hybrid_peer, self.config.hybrid_weights)
+        return PeerCosines(DenseEncoder.from_pretrained(self.config.hybrid_peer, device=str(self.device)))
 
     def _instruction(self, ex: TrainExample) -> str:
         return ex.instruction or self.config.instructions.get(ex.task) or self.encoder.config.default_instruction
@@ -349,7 +363,18 @@ class Trainer:
         row = {"step": self.step, "stage": stage.name, "task": examples[0].task, "loss": total, "lr": lr,
                "grad_norm": grad_norm, "bias": bias, "step_s": time.perf_counter() - t}
         row.update({f"loss_{n}": v for n, v in parts.items()})
+        self._watch_gradient(grad_norm)
         return row
+
+    def _watch_gradient(self, grad_norm: float) -> None:
+        """Warn once when steps in a row get no gradient at all: every lexicon vector of the batches is zero
+        (``log1p(relu)`` of all-negative logits), a collapse training cannot leave."""
+        self._zero_grad_steps = self._zero_grad_steps + 1 if grad_norm == 0.0 else 0
+        if self._zero_grad_steps == DEAD_STEPS:
+            logger.warning("no gradient for %d steps in a row (up to step %d): the lexicon vectors have collapsed "
+                           "to zero and training cannot recover. Lower the flops weight or the learning rate, or "
+                           "keep an infonce term on the lexicon itself, and start again from a checkpoint before "
+                           "it (train_log.csv: grad_norm)", DEAD_STEPS, self.step)
 
     @torch.no_grad()
     def encode(self, texts: list[str], instruction: str | None = None, batch_size: int = 64,
