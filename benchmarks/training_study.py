@@ -14,8 +14,9 @@ by `make train-data-mixture` with at most `--per-task` examples of each task, th
 - ``val_loss``: InfoNCE over fixed batches of the 2% of each new set's queries held out (``mixture-val``).
 
 No test split and no evaluation corpus is trained on. Results land in ``<output>.json`` after every variant (a rerun
-skips the variants already there; ``--force`` judges them again, keeping a finished run's timings) and in ``<output>.md``. A variant stopped midway
-resumes from its last checkpoint (every 50 steps, under ``--work``/runs/<variant>).
+skips the variants already there; ``--force`` judges them again, keeping a finished run's timings) and in
+``<output>.md``. A variant stopped midway resumes from its last checkpoint (every 50 steps, under
+``--work``/runs/<variant>).
 
     python benchmarks/training_study.py --steps 150 --threads 2
     python benchmarks/training_study.py --variants base,causal --steps 150
@@ -194,7 +195,8 @@ def judge(encode, rerank, sts, dense, validate=None) -> dict:
     s1 = encode(sts[0], instruction=STS_INSTRUCTION)
     s2 = encode(sts[1])
     hybrid = rerank_ndcg(rerank, query_vectors(q, dense[0], 0.5, 0.5), document_vectors(d, dense[1]))
-    return {"scifact_ndcg": rerank_ndcg(rerank, q, d), "scifact_hybrid": hybrid, "stsb_dev": sts_score(s1, s2, sts[2]),
+    return {"scifact_ndcg": rerank_ndcg(rerank, q, d), "scifact_hybrid": hybrid,
+            "stsb_dev": sts_score(s1, s2, sts[2]),
             "doc_nonzero": float((d > 0).sum(axis=1).mean()), "doc_dims": int(d.shape[1]),
             "val_loss": validate() if validate else None, "judge_s": time.perf_counter() - t}
 
