@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from index.vectors import l2_normalize  # noqa: E402
+from lens.cmdline import command_line  # noqa: E402
 from lens.eval.report import rerender_benchmark, write_benchmark  # noqa: E402
 from lens.train.report import machine_description  # noqa: E402
 from lens.eval.dev import RetrievalSet, holdout_retrieval_set, retrieval_ndcg  # noqa: E402
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     minilm = MiniLMResource(cache_root=args.cache_dir)
     dev = holdout_retrieval_set(args.data_dir / "beir" / "scifact", args.fraction)
     results = {dev.name: study(dev, lens, minilm, args.lengths)}
-    results["_meta"] = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+    results["_meta"] = {"command": command_line(),
                         "notes": args.note, "model": args.model, "quantize": args.quantize,
                         "machine": machine_description()}
     print(write_benchmark(args.output, results, render(results)), end="")

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from index.fusion import get_fusion  # noqa: E402
 from index.vectors import balanced_weights, l2_normalize  # noqa: E402
+from lens.cmdline import command_line  # noqa: E402
 from lens.eval.report import rerender_benchmark, write_benchmark  # noqa: E402
 from lens.train.report import machine_description  # noqa: E402
 from lens.eval.dev import (RetrievalSet, holdout_retrieval_set, pairs_retrieval_set, retrieval_ndcg,  # noqa: E402
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
     for dev in dev_sets(args.data_dir, args.fraction, args.squad_val, args.squad_queries):
         results[dev.name] = study(dev, lens, minilm, grid)
         logger.info("%s: %s", dev.name, json.dumps(results[dev.name]["ndcg@10"]))
-    results["_meta"] = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + sys.argv[1:]),
+    results["_meta"] = {"command": command_line(),
                         "notes": args.note, "model": args.model,
                         "machine": machine_description()}
     print(write_benchmark(args.output, results, render(results)), end="")

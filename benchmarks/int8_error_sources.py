@@ -173,6 +173,8 @@ def apply(config: str, encoder, targets, calibration: list[str]) -> None:
 
 
 def main(argv=None) -> int:
+    from lens.cmdline import command_line
+
     from int8_recipe import cosines
 
     from lens.atomic import write_json
@@ -212,7 +214,7 @@ def main(argv=None) -> int:
         rows.append({"config": config, "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
                      "one_minus_cos": float(1 - cos.mean()), "setup_s": setup_s, "layers": len(targets)})
         print(rows[-1], flush=True)
-    command = "python benchmarks/int8_error_sources.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(None if argv is None else [__file__, *argv])
     result = {"command": command, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(), "docs": len(docs),
               "calibration": len(calibration), "calibrate_on": args.calibrate_on,

@@ -17,7 +17,6 @@ import datetime as dt
 import itertools
 import json
 import platform
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -60,6 +59,8 @@ def top10_overlap(d: np.ndarray, q: np.ndarray, ref_d: np.ndarray, ref_q: np.nda
 
 
 def main() -> None:
+    from lens.cmdline import command_line
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default")
     ap.add_argument("--docs", type=int, default=96)
@@ -94,7 +95,7 @@ def main() -> None:
                "default": (outliers, layers) == (DEFAULT_OUTLIERS, DEFAULT_FLOAT32_LAYERS)}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    result = {"command": "python benchmarks/int8_recipe.py " + shlex.join(sys.argv[1:]),
+    result = {"command": command_line(),
               "date": dt.date.today().isoformat(), "torch": torch.__version__, "threads": torch.get_num_threads(),
               "platform": platform.platform(), "model": args.model, "docs": len(docs), "queries": len(queries),
               "float32_cpu_s": ref_s, "rows": rows}

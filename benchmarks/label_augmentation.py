@@ -125,6 +125,8 @@ def write_markdown(path: Path, rows: list[dict], study: dict, labels: list[str],
 
 
 def main(argv=None) -> int:
+    from lens.cmdline import command_line
+
     from lens.atomic import read_json, write_json
 
     args = parse_args(argv)
@@ -144,7 +146,7 @@ def main(argv=None) -> int:
         evaluate(model, roots[label], args)
     rows = collect(roots)
     study = read_json(study_out.with_suffix(".json"), "study results")
-    command = "python benchmarks/label_augmentation.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(None if argv is None else [__file__, *argv])
     write_json(args.output.with_suffix(".json"), {"study": study, "ateb": rows, "command": command})
     write_markdown(args.output.with_suffix(".md"), rows, study, list(models), command, args)
     print(args.output.with_suffix(".md").read_text())

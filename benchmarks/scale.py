@@ -28,7 +28,6 @@ import math
 import os
 import platform
 import resource
-import shlex
 import shutil
 import subprocess
 import sys
@@ -232,6 +231,8 @@ def markdown(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lens.cmdline import command_line
+
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=int, default=1_000_000)
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
            "work": str(work)}
     cfg_path = work / "config.json"
     cfg_path.write_text(json.dumps(cfg))
-    command = "python benchmarks/scale.py " + " ".join(shlex.quote(a) for a in argv)
+    command = command_line([__file__, *argv])
     print(f"{command}\nwork directory: {work}", flush=True)
     try:
         truth = run_child(cfg_path, "truth")

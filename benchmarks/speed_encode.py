@@ -29,7 +29,6 @@ import itertools
 import json
 import os
 import platform
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -175,6 +174,8 @@ def time_cluster_vocab(model: str, k: int) -> float:
 
 
 def main() -> None:
+    from lens.cmdline import command_line
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default", help="LENS directory or 'default'")
     ap.add_argument("--backbone-ref", default="default", help="backbone for the cluster-vocab timing")
@@ -267,7 +268,7 @@ def main() -> None:
                                              for k, v in latency.items()), flush=True)
 
     result = {
-        "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+        "command": command_line(),
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "python": platform.python_version(), "torch": torch.__version__,

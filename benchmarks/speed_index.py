@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import platform
-import shlex
 import shutil
 import sys
 import tempfile
@@ -204,6 +203,8 @@ def _meminfo_gb() -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from lens.cmdline import command_line
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=100_000, help="documents")
     ap.add_argument("--lexicon-dim", type=int, default=4000)
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workdir", default=None, help="where to save indexes for sizes (default: a temp dir)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    command = "python benchmarks/speed_index.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = command_line(None if argv is None else [__file__, *argv])
     out = Path(args.out)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="speed_index-"))
     work.mkdir(parents=True, exist_ok=True)

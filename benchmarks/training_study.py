@@ -306,6 +306,7 @@ def main(argv=None) -> int:
     import torch
 
     from lens.atomic import read_json, write_json
+    from lens.cmdline import command_line
     from lens.eval.beir import data_dir
     from lens.eval.dev import holdout_rerank_set, rerank_ndcg
     from lens.eval.sts import load_sts
@@ -327,7 +328,7 @@ def main(argv=None) -> int:
     results["_meta"] = {"steps": args.steps, "per_task": args.per_task, "judge_queries": len(rerank.query_ids),
                         "judge_docs": len(rerank.doc_ids), "bm25_ndcg": rerank.bm25_ndcg(), "seed": args.seed,
                         "minilm_ndcg": rerank_ndcg(rerank, *dense)}
-    command = "python benchmarks/training_study.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command_line(None if argv is None else [__file__, *argv])
     todo = ([] if args.no_untrained else [("untrained", BASE, 0)]) + [
         (n, {**copy.deepcopy(BASE), **VARIANTS[n][1]}, args.steps) for n in names]
     todo += [(MODEL_ROW + m, None, 0) for m in args.models.split(",") if m]

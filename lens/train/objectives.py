@@ -74,9 +74,7 @@ def _infonce(x: LossInputs) -> Tensor:
 
 
 def _hybrid(x: LossInputs) -> Tensor:
-    if x.dense_scores is None:
-        raise ValueError("loss 'hybrid' needs a dense peer's cosines: the trainer adds them from hybrid_peer")
-    w_lex, w_dense = x.hybrid_weights
+    w_lex, w_dense = x.hybrid_weights  # dense_scores is set: Objective refuses a hybrid loss without a peer
     fused = w_lex * x.scores + w_dense * x.dense_scores.to(x.scores.dtype)
     return L.info_nce(fused, x.positive_index, x.temperature, x.valid)
 
