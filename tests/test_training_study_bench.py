@@ -54,3 +54,24 @@ def test_a_forced_rejudge_keeps_the_finished_runs_timings(study):
     retrained = {**rejudged, "train_s": 1500.0, "step_s": 5.0}
     assert study.keep_timings(retrained, previous) == retrained  # it ran again: its own times
     assert study.keep_timings(rejudged, None) == rejudged
+
+
+def test_other_seeds_get_their_own_rows_and_a_spread_line(study, tmp_path):
+    assert study.row_name("retrieval-only-k8000", 0) == "retrieval-only-k8000"
+    assert study.row_name("retrieval-only-k8000", 2) == "retrieval-only-k8000@seed2"
+    assert study.variant_of("retrieval-only-k8000@seed2") == "retrieval-only-k8000"
+    row = {"scifact_ndcg": 0.676, "scifact_hybrid": 0.683, "stsb_dev": 71.4, "val_loss": 1.35, "doc_nonzero": 1.0,
+           "doc_dims": 8000}
+    results = {"_meta": {"steps": 300}, "retrieval-only-k8000": row,
+               "retrieval-only-k8000@seed1": {**row, "seed": 1, "scifact_ndcg": 0.690, "stsb_dev": 68.0},
+               "retrieval-only-k2000": {**row, "scifact_ndcg": 0.5}}
+    spread = study.seed_spread(results)
+    assert len(spread) == 3  # a blank line, the heading, and one variant: k2000 has a single seed
+    assert "retrieval-only-k8000** over seeds [0, 1]" in spread[2]
+    assert "SciFact held-out 0.6760 to 0.6900 (range 0.0140)" in spread[2] and "STS-B dev 68.0 to 71.4" in spread[2]
+    assert "hybrid 0.6830 to 0.6830 (range 0.0000)" in spread[2]
+    out = tmp_path / "study.md"
+    study.write_markdown(results, out, "python benchmarks/training_study.py")
+    text = out.read_text()
+    assert "| retrieval-only-k8000@seed1 | retrieval-only with 8000 clusters (seed 1) | 0.6900 |" in text
+    assert spread[2] in text

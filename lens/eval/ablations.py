@@ -36,7 +36,8 @@ def _cluster_list(value: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from lens.eval.beir import positive_int, add_data_argument, add_thread_arguments
+    from lens.cmdline import positive_int
+    from lens.eval.beir import add_data_argument, add_thread_arguments
     from lens.eval.systems import DEFAULT_DEPTH
 
     parser.add_argument("ablation", choices=ABLATIONS, help="which ablation to run")

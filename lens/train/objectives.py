@@ -155,6 +155,11 @@ def parse_loss(expression: str, where: str = "loss") -> dict[str, float]:
     return weights
 
 
+def needs_dense(weights: dict[str, float]) -> bool:
+    """Whether a loss (``parse_loss``'s weights) scores with a dense peer, so the trainer must build one."""
+    return any(n in USES_DENSE for n in weights)
+
+
 class Objective:
     """A weighted sum of registered losses, evaluated on a batch's embeddings."""
 
@@ -175,7 +180,7 @@ class Objective:
 
     @property
     def uses_dense(self) -> bool:
-        return any(n in USES_DENSE for n in self.weights)
+        return needs_dense(self.weights)
 
     def __call__(self, q: Tensor, d: Tensor, layout: BatchLayout, examples: Sequence,
                  bias: Tensor) -> tuple[Tensor, dict[str, float]]:

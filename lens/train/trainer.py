@@ -41,7 +41,7 @@ from lens.train.distributed import (
     shard_slice,
 )
 from lens.train.gradcache import GradCache
-from lens.train.objectives import USES_DENSE, BatchLayout, Objective, batch_layout
+from lens.train.objectives import BatchLayout, Objective, batch_layout, needs_dense
 from lens.train.prefix import PrefixCache
 from lens.train.report import CARD_NAME, CURVES_NAME, LOG_NAME, model_card, plot_curves, read_log, write_log
 
@@ -128,7 +128,7 @@ class Trainer:
         self.decoder = decoder
         self.model.head.weight.requires_grad_(cfg.train_head)
         self.bias = nn.Parameter(torch.zeros((), device=self.device))
-        dense = self._dense_peer() if any(n in USES_DENSE for s in cfg.stages for n in s.loss_weights()) else None
+        dense = self._dense_peer() if any(needs_dense(s.loss_weights()) for s in cfg.stages) else None
         self.objectives = [Objective(s.loss, temperature=cfg.temperature, bce_scale=cfg.bce_scale,
                                      graded_floor=cfg.graded_floor, teacher_center=cfg.teacher_center,
                                      teacher_width=cfg.teacher_width, dense=dense,
