@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from index.vectors import l2_normalize  # noqa: E402
 from lens.cmdline import command_line, int_list  # noqa: E402
-from lens.eval.report import rerender_benchmark, write_benchmark  # noqa: E402
+from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark  # noqa: E402
 from lens.train.report import machine_description  # noqa: E402
 from lens.eval.dev import RetrievalSet, holdout_retrieval_set, retrieval_ndcg  # noqa: E402
 
@@ -107,15 +107,10 @@ def main(argv=None) -> int:
     p.add_argument("--cache-dir", type=Path, default=Path(".cache/lens-bench"))
     p.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "doc_length")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--markdown-only", action="store_true", help="re-render the .md from the saved .json")
-    p.add_argument("--note", action="append", default=[], help="a note to keep in the saved results")
+    add_markdown_only_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if args.markdown_only:
-        try:
-            rerender_benchmark(args.output, render, args.note)
-        except FileNotFoundError as e:
-            raise SystemExit(str(e)) from None
+    if markdown_only(args, args.output, render):
         return 0
 
     import torch

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from index.fusion import get_fusion  # noqa: E402
 from index.vectors import balanced_weights, l2_normalize  # noqa: E402
 from lens.cmdline import command_line  # noqa: E402
-from lens.eval.report import rerender_benchmark, write_benchmark  # noqa: E402
+from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark  # noqa: E402
 from lens.train.report import machine_description  # noqa: E402
 from lens.eval.dev import (RetrievalSet, holdout_retrieval_set, pairs_retrieval_set, retrieval_ndcg,  # noqa: E402
                            top_run)
@@ -142,17 +142,10 @@ def main(argv=None) -> int:
     p.add_argument("--cache-dir", type=Path, default=Path(".cache/lens-bench"))
     p.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "hybrid_weights")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--markdown-only", action="store_true", help="re-render the .md from the saved .json")
-    p.add_argument("--note", action="append", default=[],
-                   help="a note (after reading the results) to keep in the saved results; with --markdown-only, "
-                        "added to the saved ones")
+    add_markdown_only_arguments(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if args.markdown_only:
-        try:
-            rerender_benchmark(args.output, render, args.note)
-        except FileNotFoundError as e:
-            raise SystemExit(str(e)) from None
+    if markdown_only(args, args.output, render):
         return 0
 
     import torch

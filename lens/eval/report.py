@@ -287,6 +287,26 @@ def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Seque
     return text
 
 
+def add_markdown_only_arguments(parser) -> None:
+    """``--markdown-only`` and ``--note``: re-render a benchmark's table from its saved results, with notes."""
+    parser.add_argument("--markdown-only", action="store_true", help="re-render the .md from the saved .json")
+    parser.add_argument("--note", action="append", default=[],
+                        help="a note (after reading the results) to keep in the saved results; with --markdown-only, "
+                             "added to the saved ones")
+
+
+def markdown_only(args, out: str | os.PathLike, render: Callable[[dict], Sequence[str]]) -> bool:
+    """With ``args.markdown_only``: ``rerender_benchmark`` (a missing results file exits with its message) and
+    True, so the caller measures nothing; otherwise False."""
+    if not args.markdown_only:
+        return False
+    try:
+        rerender_benchmark(out, render, args.note)
+    except FileNotFoundError as e:
+        raise SystemExit(str(e)) from None
+    return True
+
+
 def rerender_benchmark(out: str | os.PathLike, render: Callable[[dict], Sequence[str]],
                        notes: Sequence[str] = ()) -> str:
     """Rewrite ``out.md`` from the saved ``out.json`` with ``render`` (after a change of the table), first adding
