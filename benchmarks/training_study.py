@@ -266,9 +266,12 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
 
 def write_markdown(results: dict, path: Path, command: str) -> None:
     base = results.get("base")
+    commands = results.get("_meta", {}).get("commands") or [command]
     lines = [
         "# Training studies (issues 10 and 11)", "",
-        f"Command: `{command}`", "",
+        *(["Command:", "", f"`{command}`"] if len(commands) == 1 else
+          ["Commands (each added the rows it names; rows from other invocations are kept):", "",
+           *[f"- `{c}`" for c in commands]]), "",
         f"Each variant: {results.get('_meta', {}).get('steps')} steps of batch 16 (one task per batch) on the mixture "
         f"(`make train-data-mixture`, at most {results.get('_meta', {}).get('per_task')} examples per task), "
         "changing only what its row says. Judged on data no run trains on:",
@@ -360,10 +363,11 @@ def main(argv=None) -> int:
     dense = dense_pools(rerank)
     json_path = args.output.with_suffix(".json")
     results = read_json(json_path, "study results") if json_path.is_file() else {}
+    command = command_line(None if argv is None else [__file__, *argv])
+    commands = list(results.get("_meta", {}).get("commands") or [])  # the invocations that added rows
     results["_meta"] = {"steps": args.steps, "per_task": args.per_task, "judge_queries": len(rerank.query_ids),
                         "judge_docs": len(rerank.doc_ids), "bm25_ndcg": rerank.bm25_ndcg(), "seed": args.seed,
-                        "minilm_ndcg": rerank_ndcg(rerank, *dense)}
-    command = command_line(None if argv is None else [__file__, *argv])
+                        "minilm_ndcg": rerank_ndcg(rerank, *dense), "commands": commands}
     todo = ([] if args.no_untrained else [("untrained", BASE, 0)]) + [
         (n, {**copy.deepcopy(BASE), **VARIANTS[n][1]}, args.steps) for n in names]
     todo += [(MODEL_ROW + m, None, 0) for m in args.models.split(",") if m]
@@ -376,6 +380,8 @@ def main(argv=None) -> int:
         results[key] = (judge_model(name.removeprefix(MODEL_ROW), rerank, sts, dense) if settings is None else
                         run_variant(name, settings, args, rerank, sts, dense, val_file, steps, results.get(key)))
         logger.info("%s: %s", key, results[key])
+        if command not in commands:
+            commands.append(command)
         write_json(json_path, results)
         write_markdown(results, args.output.with_suffix(".md"), command)
     write_markdown(results, args.output.with_suffix(".md"), command)

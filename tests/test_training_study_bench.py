@@ -75,3 +75,16 @@ def test_other_seeds_get_their_own_rows_and_a_spread_line(study, tmp_path):
     text = out.read_text()
     assert "| retrieval-only-k8000@seed1 | retrieval-only with 8000 clusters (seed 1) | 0.6900 |" in text
     assert spread[2] in text
+
+
+def test_the_table_lists_every_invocation_that_added_rows(study, tmp_path):
+    row = {"scifact_ndcg": 0.6, "stsb_dev": 70.0, "doc_nonzero": 1.0, "doc_dims": 8000}
+    out = tmp_path / "study.md"
+    results = {"_meta": {"steps": 300}, "retrieval-only-k8000": row}
+    study.write_markdown(results, out, "python benchmarks/training_study.py --seed 1")
+    assert "Command:\n\n`python benchmarks/training_study.py --seed 1`\n" in out.read_text()
+    results["_meta"]["commands"] = ["python a.py --variants x", "python a.py --seed 1"]
+    study.write_markdown(results, out, "python a.py --seed 1")
+    text = out.read_text()
+    assert "Commands (each added the rows it names" in text
+    assert "- `python a.py --variants x`\n- `python a.py --seed 1`\n" in text
