@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from lens.metrics import drop_self_hits, evaluate, mean_scores, ranked, truncate_run
@@ -115,3 +116,37 @@ def test_errors():
         evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, measures=("map",))
     with pytest.raises(TypeError, match="mapping"):
         evaluate({"q": {"d": 1}}, {"q": ["d"]})
+
+
+def test_paired_test_against_enumerated_sign_flips_and_the_t_formula():
+    import itertools
+
+    from scipy import stats
+
+    from lens.metrics import paired_test
+
+    rng = np.random.default_rng(3)
+    a, b = rng.random(10), rng.random(10)
+    d = a - b
+    flips = [abs(np.mean(d * np.array(signs))) for signs in itertools.product((1, -1), repeat=10)]
+    exact = np.mean([f >= abs(d.mean()) - 1e-12 for f in flips])  # all 1024 sign patterns: the exact p-value
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
+    r = paired_test(a, b)
+    assert r.p_randomization == pytest.approx(exact, abs=1e-12)
+    assert r.p_ttest == pytest.approx(2 * stats.t.sf(abs(t), len(d) - 1), rel=1e-9)
+    assert (r.n, r.wins + r.ties + r.losses, r.wins) == (10, 10, int((d > 0).sum()))
+    assert r.diff == pytest.approx(a.mean() - b.mean()) and r.mean_a == pytest.approx(a.mean())
+
+
+def test_paired_test_edge_cases():
+    from lens.metrics import paired_test
+
+    same = paired_test([0.1, 0.5, 0.9], [0.1, 0.5, 0.9])
+    assert (same.p_ttest, same.p_randomization, same.ties) == (1.0, 1.0, 3)
+    gap = paired_test([0.5] * 8, [0.4] * 8)  # every query 0.1 better: only the two one-sided patterns are as far
+    assert gap.p_ttest == 0.0 and gap.p_randomization == pytest.approx(2 / 2**8) and gap.wins == 8
+    big = paired_test(np.linspace(0, 1, 200), np.linspace(0, 1, 200)[::-1], resamples=2000, seed=1)
+    assert 0.9 < big.p_randomization <= 1.0  # symmetric: no difference in the means
+    for bad in (([1.0, 2.0], [1.0]), ([1.0], [2.0]), ([1.0, float("nan")], [1.0, 2.0])):
+        with pytest.raises(ValueError, match="paired_test needs"):
+            paired_test(*bad)

@@ -169,6 +169,15 @@ def write_result_files(directory: str | os.PathLike, results: Mapping, per_query
     return d
 
 
+def read_per_query(directory: str | os.PathLike) -> dict[str, dict[str, dict[str, float]]]:
+    """A run folder's ``per_query.json``: ``{system: {query id: {measure: value}}}`` (the reader of what
+    ``write_result_files`` writes; a missing file says which run to make)."""
+    path = Path(directory) / "per_query.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run `lens bench beir` for that set (it writes per_query.json)")
+    return read_json(path, "per-query results")
+
+
 def write_dataset_results(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
                           plot: bool = True) -> Path:
     """Write results.json, per_query.json, run_info.json, results.md and ndcg.png into ``directory``."""
