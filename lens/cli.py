@@ -545,6 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     ba = bench.add_parser("ablation", help="the paper's ablations on SciFact (clusters; attention x pooling)")
     _lazy_arguments(ba, "lens.eval.ablations")
     ba.set_defaults(func=_lazy_run("lens.eval.ablations"), command="bench ablation")
+    bs = bench.add_parser("significance", help="paired t-test and randomization test between the systems of a saved "
+                                               "`lens bench beir` run (its per_query.json; encodes nothing)")
+    _lazy_arguments(bs, "lens.eval.significance")
+    bs.set_defaults(func=_lazy_run("lens.eval.significance"), command="bench significance")
 
     t = sub.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs; runs unchanged "
                                      "under torchrun / accelerate launch (data parallel)")

@@ -1,4 +1,4 @@
-"""benchmarks/significance.py: paired tests read from a saved run's per_query.json, and its errors."""
+"""lens bench significance (benchmarks/significance.py): paired tests read from a saved run's per_query.json."""
 
 from __future__ import annotations
 
@@ -6,14 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from bench_helpers import load_script
 
+from lens.cli import main
+from lens.eval import significance as sig
 from lens.metrics import paired_test
-
-
-@pytest.fixture(scope="module")
-def sig():
-    return load_script("significance")
 
 
 def _run(tmp_path, per_query: dict, name: str = "tiny"):
@@ -22,15 +18,15 @@ def _run(tmp_path, per_query: dict, name: str = "tiny"):
     return tmp_path / "run"
 
 
-def test_rows_are_paired_tests_on_the_saved_values(sig, tmp_path):
+def test_rows_are_paired_tests_on_the_saved_values(tmp_path):
     rng = np.random.default_rng(0)
     a, b = rng.random(40), rng.random(40)
     per_query = {"lens-lexicon": {f"q{i}": {"ndcg@10": float(v), "query_ms": 1.0} for i, v in enumerate(a)},
                  "bm25": {f"q{i}": {"ndcg@10": float(v)} for i, v in enumerate(b)}}
     run = _run(tmp_path, per_query)
     out = tmp_path / "sig"
-    assert sig.main(["--run", str(run), "--sets", "tiny", "--pairs", "lens-lexicon:bm25", "--output", str(out),
-                     "--resamples", "500"]) == 0
+    assert main(["bench", "significance", "--run", str(run), "--sets", "tiny", "--pairs", "lens-lexicon:bm25",
+                 "--output", str(out), "--resamples", "500"]) == 0
     saved = json.loads(out.with_suffix(".json").read_text())
     row = saved["sets"]["tiny"][0]
     order = sorted(per_query["bm25"])  # the script pairs queries by id, not by file order
@@ -39,11 +35,11 @@ def test_rows_are_paired_tests_on_the_saved_values(sig, tmp_path):
     assert row == {"a": "lens-lexicon", "b": "bm25", **ref.__dict__}
     table = out.with_suffix(".md").read_text()
     assert f"| tiny | lens-lexicon | bm25 | {a.mean():.4f} | {b.mean():.4f} | {a.mean() - b.mean():+.4f} |" in table
-    assert sig.main(["--output", str(out), "--markdown-only", "--note", "read"]) == 0
+    assert main(["bench", "significance", "--output", str(out), "--markdown-only", "--note", "read"]) == 0
     assert "- read" in out.with_suffix(".md").read_text()
 
 
-def test_verdicts_and_errors(sig, tmp_path):
+def test_verdicts_and_errors(tmp_path):
     assert sig.verdict({"diff": 0.02, "p_ttest": 0.01, "p_randomization": 0.02}) == "A ahead, significant"
     assert sig.verdict({"diff": -0.02, "p_ttest": 0.01, "p_randomization": 0.2}) == "B ahead, not significant"
     with pytest.raises(Exception, match="SYSTEM_A:SYSTEM_B"):
@@ -52,10 +48,12 @@ def test_verdicts_and_errors(sig, tmp_path):
     run = _run(tmp_path, per_query)
     for pairs, message in (("x:nope", r"\['nope'\] not in this run"), ("x:y", "different queries")):
         with pytest.raises(SystemExit, match=message):
-            sig.main(["--run", str(run), "--sets", "tiny", "--pairs", pairs, "--output", str(tmp_path / "o")])
+            main(["bench", "significance", "--run", str(run), "--sets", "tiny", "--pairs", pairs, "--output",
+                  str(tmp_path / "o")])
     with pytest.raises(SystemExit, match="per_query.json not found.*lens bench beir"):
-        sig.main(["--run", str(run), "--sets", "absent", "--output", str(tmp_path / "o")])
+        main(["bench", "significance", "--run", str(run), "--sets", "absent", "--output",
+              str(tmp_path / "o")])
     per_query["y"]["q2"] = {"recall@100": 1.0}
     with pytest.raises(SystemExit, match="measure 'ndcg@10' is not saved"):
-        sig.main(["--run", str(_run(tmp_path / "b", per_query)), "--sets", "tiny", "--pairs", "x:y", "--output",
-                  str(tmp_path / "o")])
+        main(["bench", "significance", "--run", str(_run(tmp_path / "b", per_query)), "--sets", "tiny", "--pairs",
+              "x:y", "--output", str(tmp_path / "o")])

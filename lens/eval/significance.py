@@ -1,0 +1,106 @@
+"""Are the differences in a BEIR run's table real? Paired tests over its queries (``lens bench significance``).
+
+``lens bench beir`` saves every system's value for every query (``<run>/<set>/per_query.json``). For each pair
+``A:B`` and set, this reports the mean of A and of B on the same queries, the difference, how many queries each
+wins, and two-sided p-values of a paired t-test and a paired randomization test (``lens.metrics.paired_test``:
+10,000 seeded sign flips). It reads the saved run and encodes nothing. The default pairs are issue 10's goals
+(lexicon against BM25 and SPLADE-tiny, hybrid against both BM25+MiniLM fusions and mpnet).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lens.cmdline import command_line, positive_int
+from lens.eval.report import add_markdown_only_arguments, markdown_only, read_per_query, write_benchmark
+from lens.metrics import paired_test
+
+GOALS = ("lens-lexicon:bm25", "lens-lexicon:splade-tiny", "lens-hybrid:bm25+minilm", "lens-hybrid:bm25+minilm-rrf",
+         "lens-hybrid:mpnet")
+ALPHA = 0.05
+
+
+def pair_list(value: str) -> list[tuple[str, str]]:
+    """``--pairs``: comma-separated ``A:B`` system pairs."""
+    pairs = [tuple(p.split(":")) for p in value.split(",") if p.strip()]
+    if not pairs or any(len(p) != 2 or not all(p) for p in pairs):
+        raise argparse.ArgumentTypeError(f"--pairs takes comma-separated SYSTEM_A:SYSTEM_B such as "
+                                         f"lens-lexicon:bm25; got {value!r}")
+    return [(a.strip(), b.strip()) for a, b in pairs]
+
+
+def compare(per_query: dict, a: str, b: str, measure: str, resamples: int, seed: int) -> dict:
+    """The paired test of systems ``a`` and ``b`` on ``measure`` over the run's queries."""
+    missing = [s for s in (a, b) if s not in per_query]
+    if missing:
+        raise ValueError(f"system(s) {missing} not in this run (it has {', '.join(sorted(per_query))})")
+    if set(per_query[a]) != set(per_query[b]):
+        raise ValueError(f"{a} and {b} were scored on different queries; rerun them in one `lens bench beir` run")
+    queries = sorted(per_query[a])
+    saved = set.intersection(*(set(v) for s in (a, b) for v in per_query[s].values())) if queries else set()
+    if measure not in saved:
+        raise ValueError(f"measure {measure!r} is not saved for every query; saved: {', '.join(sorted(saved))}")
+    r = paired_test([per_query[a][q][measure] for q in queries], [per_query[b][q][measure] for q in queries],
+                    resamples=resamples, seed=seed)
+    return {"a": a, "b": b, **r.__dict__}
+
+
+def verdict(row: dict) -> str:
+    """A row in words: which system is ahead and whether both tests put the gap below ``ALPHA``."""
+    if row["diff"] == 0:
+        return "level"
+    ahead = "A ahead" if row["diff"] > 0 else "B ahead"
+    significant = row["p_ttest"] < ALPHA and row["p_randomization"] < ALPHA
+    return f"{ahead}, {'significant' if significant else 'not significant'}"
+
+
+def render(results: dict) -> list[str]:
+    meta = results["_meta"]
+    lines = ["# Paired significance tests on a BEIR run", "", "```bash", meta["command"], "```", "",
+             f"Run: `{meta['run']}`; measure {meta['measure']}, over each set's queries. "
+             f"p: two-sided, paired t-test and paired randomization test ({meta['resamples']:,} seeded sign flips; "
+             "`lens.metrics.paired_test`). 'significant' means both p < "
+             f"{ALPHA}. W / T / L: queries where A scores above / equal to / below B.", "",
+             "| set | A | B | mean A | mean B | A - B | W / T / L | p (t-test) | p (randomization) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, rows in results["sets"].items():
+        for r in rows:
+            lines.append(f"| {name} | {r['a']} | {r['b']} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['diff']:+.4f} | "
+                         f"{r['wins']} / {r['ties']} / {r['losses']} | {r['p_ttest']:.3g} | "
+                         f"{r['p_randomization']:.3g} | {verdict(r)} |")
+    notes = meta.get("notes") or []
+    return lines + (["", "Notes:", *[f"- {n}" for n in notes]] if notes else [])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the options of ``lens bench significance`` (and ``benchmarks/significance.py``) to ``parser``."""
+    parser.add_argument("--run", type=Path, default=Path("benchmarks/results/beir"),
+                        help="a `lens bench beir` output folder (default benchmarks/results/beir)")
+    parser.add_argument("--sets", default="scifact,cranfield,medline", help="comma-separated set folders of the run")
+    parser.add_argument("--pairs", type=pair_list, default=pair_list(",".join(GOALS)),
+                        help="comma-separated A:B system pairs (default: issue 10's goals)")
+    parser.add_argument("--measure", default="ndcg@10", help="a per-query measure of the run (default ndcg@10)")
+    parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/significance"),
+                        help="writes OUTPUT.json and OUTPUT.md")
+    add_markdown_only_arguments(parser)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    if markdown_only(args, args.output, render):
+        return 0
+    sets = {}
+    for name in [s for s in args.sets.split(",") if s]:
+        try:
+            per_query = read_per_query(args.run / name)
+            sets[name] = [compare(per_query, a, b, args.measure, args.resamples, args.seed) for a, b in args.pairs]
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"{args.run / name}: {e}") from None
+    command = getattr(args, "bench_command_line", None) or command_line()
+    results = {"_meta": {"command": command, "run": str(args.run), "measure": args.measure,
+                         "resamples": args.resamples, "seed": args.seed, "notes": list(args.note)}, "sets": sets}
+    print(write_benchmark(args.output, results, render(results)))
+    return 0
