@@ -54,7 +54,9 @@ BASE = {
     "lora_layers": 8, "lr": 5e-4, "head_lr": 1e-3, "warmup_steps": 10, "batch_size": 16, "temperature": 0.02,
     "query_max_length": 64, "doc_max_length": 128, "max_length": 256, "loss": "infonce", "max_negatives": 1,
     "mixture": MIXTURE,  # files under --data/mixture ("<dir>/<set>": under --data/<dir>)
+    "mntp_steps": 0,  # an MNTP warm-up of the starting model first (bidirectional only; lens.train.mntp)
 }
+MNTP_DATA = "mixture/squad"  # its documents (Wikipedia paragraphs of the training part) are the masked texts
 
 # name -> (what it changes, overrides of BASE). The order runs the variants sharing the base's prefix cache first.
 VARIANTS: dict[str, tuple[str, dict]] = {
@@ -97,6 +99,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                             "hybrid score",
                                             {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
                                              "loss": "infonce+hybrid+0.2*flops"}),
+    "retrieval-only-k8000-bidirectional-mntp": ("retrieval-only-k8000 with bidirectional attention after an MNTP "
+                                                "warm-up (LLM2Vec; `lens mntp`: 100 steps of 8 SQuAD paragraphs, "
+                                                "20% of tokens masked, LoRA on every layer, merged)",
+                                                {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
+                                                 "attention": "bidirectional", "mntp_steps": 100}),
 }
 
 JUDGE_DOC_LENGTH = 256
@@ -133,13 +140,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def start_model(work: Path, clusters: int, attention: str) -> Path:
-    """The clustering directory a variant starts from (made once)."""
+def start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, data: Path | None = None,
+                threads: int | None = None) -> Path:
+    """The clustering directory a variant starts from (made once), MNTP-warmed when ``mntp_steps``."""
     from lens.vocab import cluster_vocab
 
     out = work / f"smollm2-k{clusters}"
     if not (out / "config.json").is_file():
         cluster_vocab(out, "default", clusters)
+    if mntp_steps:
+        from lens.train.mntp import MNTPConfig, MNTPWarmup
+
+        if attention != "bidirectional":
+            raise SystemExit("an MNTP warm-up is for bidirectional attention; drop mntp_steps or the causal setting")
+        warm = work / f"smollm2-k{clusters}-mntp{mntp_steps}"
+        if not (warm / "config.json").is_file():
+            texts = data / f"{MNTP_DATA}.jsonl.gz"
+            MNTPWarmup(MNTPConfig(data=[str(texts)], model=str(out), steps=mntp_steps, threads=threads), warm).run()
+        return warm
     if attention == "bidirectional":
         return out
     from lens.encoder import LensEncoder
@@ -227,7 +245,7 @@ def judge_model(path: str, rerank, sts, dense) -> dict:
     return {"variant": MODEL_ROW + path, **judge(encode, rerank, sts, dense)}
 
 
-TIMINGS = ("steps", "threads", "setup_s", "train_s", "step_s", "cache_s")
+TIMINGS = ("steps", "threads", "start_s", "setup_s", "train_s", "step_s", "cache_s")
 
 
 def keep_timings(row: dict, previous: dict | None) -> dict:
@@ -243,7 +261,10 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
     """Train (or resume) a variant and judge it; a finished run judged again keeps ``previous``'s timings."""
     from lens.train.trainer import Trainer
 
-    model = start_model(args.work, settings["clusters"], settings["attention"])
+    t0 = time.perf_counter()
+    model = start_model(args.work, settings["clusters"], settings["attention"], settings["mntp_steps"], args.data,
+                        args.threads)
+    start_s = time.perf_counter() - t0
     config = train_config(settings, model, args.data, val_file, max(steps, 1), args.seed, args.per_task, args.threads)
     split = "all" if settings["lora_layers"] is None else settings["lora_layers"]
     cache = args.work / f"prefix-{settings['attention']}-{split}"
@@ -255,7 +276,8 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
     if steps:
         trainer.train(resume=True)
     train_s = time.perf_counter() - t1
-    row = {"variant": name, "seed": args.seed, "steps": steps, "threads": args.threads, "setup_s": setup_s, "train_s": train_s,
+    row = {"variant": name, "seed": args.seed, "steps": steps, "threads": args.threads, "start_s": start_s,
+           "setup_s": setup_s, "train_s": train_s,
            "step_s": train_s / steps if steps else None, "cache_s": trainer.cache_seconds}
     row = keep_timings(row, previous)
     row.update(judge(trainer.encode, rerank, sts, dense, trainer.validate))

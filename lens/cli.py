@@ -390,6 +390,28 @@ def cmd_train(args: argparse.Namespace) -> None:
               f"(LensEncoder.from_pretrained({str(out)!r}))")
 
 
+def cmd_mntp(args: argparse.Namespace) -> None:
+    import os
+
+    from lens.train.mntp import MNTPConfig, MNTPWarmup
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("lens mntp runs in one process (it is a short warm-up); start it without torchrun")
+    raw = MNTPConfig.load(args.config).to_dict() if args.config is not None else {}
+    for key in ("model", "steps", "batch_size", "max_length", "mask_rate", "lr", "max_texts", "seed", "threads",
+                "device"):
+        if getattr(args, key) is not None:
+            raw[key] = getattr(args, key)
+    if args.data:
+        raw["data"] = [str(p) for p in args.data]
+    if not raw.get("data"):
+        raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
+    start = time.perf_counter()
+    out = MNTPWarmup(MNTPConfig.from_dict(raw), args.out, show_progress_bar=True).run()  # -q hides bars
+    print(f"MNTP warm-up done in {time.perf_counter() - start:.0f} s; bidirectional model in {out}: continue with "
+          f"`lens train --model {out} ...`")
+
+
 def cmd_merge(args: argparse.Namespace) -> None:
     from lens.atomic import DirectoryLock
     from lens.encoder import LensEncoder
@@ -576,6 +598,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to keep the frozen layers' outputs (default: OUT/prefix-cache); share it between runs")
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     t.set_defaults(func=cmd_train)
+
+    w = sub.add_parser("mntp", help="MNTP warm-up (LLM2Vec): adapt the decoder to bidirectional attention by "
+                                    "predicting masked tokens' clusters, before `lens train`")
+    w.add_argument("--out", required=True, type=Path, help="directory to write: the warmed, merged LENS model")
+    w.add_argument("--model", default=None, help="LENS clustering directory to start from (default: 'default')")
+    w.add_argument("--data", nargs="+", type=Path, default=None,
+                   help="training JSONL(.gz) files; their distinct documents are the masked texts")
+    w.add_argument("--config", type=Path, default=None, help="an mntp_config.json; the flags override it")
+    w.add_argument("--steps", type=positive_int, default=None, help="optimiser steps (default 100)")
+    w.add_argument("--batch-size", type=positive_int, default=None, help="texts per step (default 8)")
+    w.add_argument("--max-length", type=positive_int, default=None, help="tokens per text (default 128)")
+    w.add_argument("--mask-rate", type=float, default=None, help="share of a text's tokens masked (default 0.2)")
+    w.add_argument("--lr", type=float, default=None, help="LoRA learning rate (default 2e-4)")
+    w.add_argument("--max-texts", type=positive_int, default=None, help="a seeded sample of the documents (20000)")
+    w.add_argument("--seed", type=int, default=None)
+    w.add_argument("--threads", type=positive_int, default=None)
+    w.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    w.set_defaults(func=cmd_mntp)
 
     m = sub.add_parser("merge", help="fold a trained model's LoRA adapter into a standalone directory")
     m.add_argument("model", help="a trained LENS directory (with adapter/)")

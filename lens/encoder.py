@@ -169,6 +169,8 @@ class LensEncoder:
         self.adapter_sha256 = adapter_sha256  # sha256 of the LoRA adapter's weights, None without one
         self.adapter_merged = adapter_merged  # the adapter is folded into the decoder's weights
         self.quantize: str | None = None  # or "int8" after apply_quantize (lens.quantize; inference only)
+        # sha256 of a bundled (merged) backbone's weights: two merges share clusters and head hashes, not weights
+        self.backbone_sha256: str | None = None
         self.cpu_batch_tokens: int | None = CPU_BATCH_TOKENS
 
     # ---------------------------------------------------------------- loading and saving
@@ -205,6 +207,7 @@ class LensEncoder:
                                  "merge_adapter=False")
         files = read_model_dir(path)
         config = files.config
+        backbone_sha = _bundled_backbone_sha256(files) if backbone is None else None
         config.backbone = backbone if backbone is not None else files.backbone
         if attention is not None:
             config.attention = attention
@@ -224,6 +227,7 @@ class LensEncoder:
         model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention)
         encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
                       adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter)
+        encoder.backbone_sha256 = backbone_sha
         return encoder if quantize is None else encoder.apply_quantize(quantize)
 
     def apply_quantize(self, quantize: str) -> "LensEncoder":
@@ -362,13 +366,16 @@ class LensEncoder:
         """
         h = hashlib.sha256(self.assignment.astype(np.int32).tobytes())
         h.update(self.model.head.weight.detach().float().cpu().numpy().tobytes())
-        return {
+        fp = {
             "lens_clusters": h.hexdigest(),
             "lens_backbone_lm_head": self.config.clustering.lm_head_sha256,
             "lens_adapter": self.adapter_sha256,
             "lens_pooling": self.config.pooling,
             "lens_attention": self.config.attention,
         }
+        if self.backbone_sha256 is not None:  # only then: the fingerprints of other models stay as they were
+            fp["lens_backbone_weights"] = self.backbone_sha256
+        return fp
 
     # ---------------------------------------------------------------- inspection
     def cluster_tokens(self, cluster: int, limit: int | None = None) -> list[str]:
@@ -411,6 +418,20 @@ def _load_adapter(decoder, adapter_dir: Path, merge: bool) -> str:
         with quiet_loading():
             peft_model.merge_and_unload()  # LoRA folded into the decoder's own weights: no inference overhead
     return hashlib.sha256(weights.read_bytes()).hexdigest()
+
+
+def _bundled_backbone_sha256(files) -> str | None:
+    """sha256 of the weight files of the backbone a model directory carries (``lens merge``, ``lens mntp``), or
+    None when it names one elsewhere ("default", a hub-style directory, a GGUF file)."""
+    bundled = files.directory / BACKBONE_DIR
+    if files.config.backbone != BACKBONE_DIR or not bundled.is_dir():  # a user's own backbone directory is theirs
+        return None
+    h = hashlib.sha256()
+    for path in sorted(bundled.glob("*.safetensors")):
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                h.update(block)
+    return h.hexdigest()
 
 
 def _check_lm_head(head: np.ndarray, ref: BackboneRef, config: LensConfig, dtype: torch.dtype) -> None:

@@ -88,3 +88,14 @@ def test_the_table_lists_every_invocation_that_added_rows(study, tmp_path):
     text = out.read_text()
     assert "Commands (each added the rows it names" in text
     assert "- `python a.py --variants x`\n- `python a.py --seed 1`\n" in text
+
+
+def test_the_mntp_variant_warms_a_bidirectional_start_and_refuses_a_causal_one(study, tmp_path):
+    settings = {**study.BASE, **study.VARIANTS["retrieval-only-k8000-bidirectional-mntp"][1]}
+    assert (settings["attention"], settings["mntp_steps"], settings["clusters"]) == ("bidirectional", 100, 8000)
+    assert study.BASE["mntp_steps"] == 0 and all(
+        s.get("mntp_steps", 0) == 0 for n, (_, s) in study.VARIANTS.items() if "mntp" not in n)
+    (tmp_path / "smollm2-k16").mkdir()
+    (tmp_path / "smollm2-k16" / "config.json").write_text("{}")  # the clustering exists: nothing to cluster
+    with pytest.raises(SystemExit, match="MNTP warm-up is for bidirectional attention"):
+        study.start_model(tmp_path, 16, "causal", mntp_steps=10, data=tmp_path)

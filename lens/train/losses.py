@@ -16,8 +16,10 @@ from torch import Tensor
 
 __all__ = [
     "binary_targets", "cosine_scores", "flops", "graded_targets", "improved_info_nce", "info_nce", "initial_bias",
-    "kl_distillation", "pairwise_bce", "teacher_targets",
+    "kl_distillation", "mask_tokens", "masked_next_token_loss", "pairwise_bce", "teacher_targets",
 ]
+
+IGNORE = -100  # a target position that no loss counts (PyTorch's cross-entropy convention)
 
 
 def _float(x: Tensor) -> Tensor:
@@ -241,3 +243,38 @@ def flops(vectors: Tensor, eps: float = 1e-12) -> Tensor:
     w = F.normalize(_float(vectors).abs(), dim=1, eps=eps)
     return (w.mean(dim=0) ** 2).sum()
 
+
+
+# ------------------------------------------------------------------------------ masked next-token prediction
+def mask_tokens(input_ids: Tensor, maskable: Tensor, rate: float, mask_id: int,
+                generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """LLM2Vec's MNTP corruption: each ``maskable`` position is replaced by ``mask_id`` with probability ``rate``
+    (at least one per row that has a maskable position). Returns (corrupted ids, targets): the original id where a
+    token was masked, ``IGNORE`` elsewhere."""
+    if not 0.0 < rate < 1.0:
+        raise ValueError(f"mask rate must be in (0, 1), got {rate}")
+    maskable = maskable.bool()
+    draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    masked = (draw < rate) & maskable
+    # rows the draw left empty: mask their maskable position with the smallest draw
+    empty = ~masked.any(dim=1) & maskable.any(dim=1)
+    if empty.any():
+        pick = draw.masked_fill(~maskable, 2.0).argmin(dim=1)
+        masked[empty, pick[empty]] = True
+    corrupted = input_ids.masked_fill(masked, mask_id)
+    targets = input_ids.masked_fill(~masked, IGNORE)
+    return corrupted, targets
+
+
+def masked_next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """MNTP's loss (LLM2Vec): a masked token at position i is predicted by the logits at i - 1, as a causal LM
+    predicts its next token (and as the lexicon reads a token's feature at its left neighbour). Cross-entropy over
+    the classes of ``logits`` (B, L, C), averaged over the masked positions of ``targets`` (B, L; class ids, or
+    ``IGNORE``)."""
+    if logits.ndim != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(f"expected logits (B, L, C) and targets (B, L), got {tuple(logits.shape)} and "
+                         f"{tuple(targets.shape)}")
+    if not (targets[:, 1:] != IGNORE).any():
+        raise ValueError("no masked position after the first: nothing to predict")
+    return F.cross_entropy(_float(logits[:, :-1]).reshape(-1, logits.shape[-1]), targets[:, 1:].reshape(-1),
+                           ignore_index=IGNORE)
