@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping
+from typing import Any, BinaryIO, Mapping, Sequence
 
 from lens.atomic import Generation, open_generation, parse_json
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DOCS_FILE",
@@ -122,15 +125,23 @@ def normalize_fingerprint(fingerprint: Mapping[str, Any] | None, what: str = "fi
         raise ValueError(f"{what} must be JSON-serialisable: {e}") from e
 
 
-def check_fingerprint(expected: Mapping[str, Any] | None, found: Mapping[str, Any] | None, where: Path) -> None:
+def check_fingerprint(expected: Mapping[str, Any] | None, found: Mapping[str, Any] | None, where: Path,
+                      unrecorded_ok: Sequence[str] = ()) -> None:
     """Refuse an index whose fingerprint differs from ``expected`` (None: no check).
 
-    Every key of either side must match; the error lists each differing key with both values.
+    Every key of either side must match; the error lists each differing key with both values. ``unrecorded_ok``:
+    keys an encoder added to its fingerprint later, which an index built before does not have: their absence from
+    the index is accepted with a warning (a different value is still refused).
     """
     if expected is None:
         return
     expected = normalize_fingerprint(expected) or {}
     found = found or {}
+    unrecorded = [k for k in unrecorded_ok if k in expected and k not in found]
+    if unrecorded:
+        logger.warning("index %s predates the fingerprint key(s) %s, so they cannot be checked; rebuild it to have "
+                       "them checked", where, unrecorded)
+        expected = {k: v for k, v in expected.items() if k not in unrecorded}
     diffs = [
         f"{key}: expected {expected.get(key, _MISSING)!r}, index has {found.get(key, _MISSING)!r}"
         for key in sorted(set(expected) | set(found))

@@ -374,7 +374,7 @@ class LensEncoder:
             "lens_attention": self.config.attention,
         }
         if self.backbone_sha256 is not None:  # only then: the fingerprints of other models stay as they were
-            fp["lens_backbone_weights"] = self.backbone_sha256
+            fp[BACKBONE_WEIGHTS_KEY] = self.backbone_sha256
         return fp
 
     # ---------------------------------------------------------------- inspection
@@ -418,6 +418,10 @@ def _load_adapter(decoder, adapter_dir: Path, merge: bool) -> str:
         with quiet_loading():
             peft_model.merge_and_unload()  # LoRA folded into the decoder's own weights: no inference overhead
     return hashlib.sha256(weights.read_bytes()).hexdigest()
+
+
+BACKBONE_WEIGHTS_KEY = "lens_backbone_weights"  # fingerprint key since 2026-11: indexes built before lack it
+LATER_FINGERPRINT_KEYS = (BACKBONE_WEIGHTS_KEY,)
 
 
 def _bundled_backbone_sha256(files) -> str | None:

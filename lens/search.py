@@ -46,10 +46,12 @@ class Searcher:
 
         The index is loaded first, so the encoders named in its manifest and its vectors come from one version
         even if another process saves over it meanwhile."""
+        from lens.encoder import LATER_FINGERPRINT_KEYS
+
         index = HybridIndex.load(directory)
         info = index.info or {}
         encoder = HybridEncoder.from_pretrained(model or info.get("lens_model", "default"), info.get("dense", "none"))
-        check_fingerprint(encoder.fingerprint(), index.fingerprint, Path(directory))
+        check_fingerprint(encoder.fingerprint(), index.fingerprint, Path(directory), LATER_FINGERPRINT_KEYS)
         return cls(index, encoder)
 
     def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,

@@ -251,3 +251,16 @@ def test_missing_files(saved, tmp_path):
     (saved / "manifest.json").unlink()
     with pytest.raises(FileNotFoundError, match="index manifest not found"):
         HybridIndex.load(saved)
+
+
+def test_a_fingerprint_key_added_later_may_be_missing_from_an_older_index(tmp_path, caplog):
+    from index.manifest import check_fingerprint
+
+    newer = {**FP, "weights_hash": "w1"}
+    with caplog.at_level("WARNING"):
+        check_fingerprint(newer, dict(FP), tmp_path / "ix", unrecorded_ok=("weights_hash",))  # an older index
+    assert "predates the fingerprint key(s) ['weights_hash']" in caplog.text
+    with pytest.raises(FingerprintMismatchError, match="weights_hash: expected 'w1', index has 'w0'"):
+        check_fingerprint(newer, {**FP, "weights_hash": "w0"}, tmp_path / "ix", unrecorded_ok=("weights_hash",))
+    with pytest.raises(FingerprintMismatchError, match="weights_hash"):
+        check_fingerprint(newer, dict(FP), tmp_path / "ix")  # not declared: still refused
