@@ -286,6 +286,10 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
     return row
 
 
+def _number(value: float | None) -> str:
+    return "not measured in these runs" if value is None else f"{value:.4f}"
+
+
 def write_markdown(results: dict, path: Path, command: str) -> None:
     base = results.get("base")
     commands = results.get("_meta", {}).get("commands") or [command]
@@ -301,7 +305,7 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
         f"{results.get('_meta', {}).get('judge_queries')} SciFact *train* queries held out of the mixture "
         f"(BM25's own order of the same pools: {results.get('_meta', {}).get('bm25_ndcg', float('nan')):.4f});",
         "- **hybrid**: the same pools reranked by 0.5 cos_lex + 0.5 cos_MiniLM (the index's default weights; "
-        f"MiniLM alone on the pools: {results.get('_meta', {}).get('minilm_ndcg', float('nan')):.4f}; rows "
+        f"MiniLM alone on the pools: {_number(results.get('_meta', {}).get('minilm_ndcg'))}; rows "
         "judged before this column show -);",
         "- **STS-B dev**: Spearman x 100 of the lexicon cosine;",
         "- **val loss**: InfoNCE over fixed batches of each new set's held-out 2% (lower is better).", "",
@@ -329,8 +333,10 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
     lines += seed_spread(results)
     notes = [f"- **{name}**: {r['note']}" for name, r in results.items() if not name.startswith("_") and r.get("note")]
     lines += ["", "Notes (added to a row's `note` in the results file after reading its run):", *notes] if notes else []
-    lines += ["", "Hardware: this machine's CPU (2 cores, AVX2), float32. One seed per variant: differences within "
-              "about 0.01 nDCG are within run-to-run noise at this budget. s/step is wall time and depends on what "
+    lines += ["", "Hardware: this machine's CPU (2 cores, AVX2), float32. Most variants ran one seed: read their "
+              "differences against the run-to-run spread over seeds (`training_study_300.md`: at 300 steps, three "
+              "seeds of one variant span 0.06 nDCG on the SciFact held-out judge, 0.013 in the hybrid column and 4 "
+              "STS-B points). s/step is wall time and depends on what "
               "else ran on the machine (a 2-thread run sharing the cores slows several-fold): compare quality, not "
               "times, across rows. The results file keeps every row; rows come from earlier invocations of the same "
               "script with other --variants/--threads (see the threads column)."]
