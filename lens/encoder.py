@@ -158,7 +158,7 @@ class LensEncoder:
 
     def __init__(self, model: LensModel, tokenizer, config: LensConfig, assignment: np.ndarray, *,
                  causal_lm=None, source_dir: Path | None = None, adapter_sha256: str | None = None,
-                 adapter_merged: bool = False):
+                 adapter_merged: bool = False, backbone_sha256: str | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = config
@@ -170,7 +170,7 @@ class LensEncoder:
         self.adapter_merged = adapter_merged  # the adapter is folded into the decoder's weights
         self.quantize: str | None = None  # or "int8" after apply_quantize (lens.quantize; inference only)
         # sha256 of a bundled (merged) backbone's weights: two merges share clusters and head hashes, not weights
-        self.backbone_sha256: str | None = None
+        self.backbone_sha256 = backbone_sha256
         self.cpu_batch_tokens: int | None = CPU_BATCH_TOKENS
 
     # ---------------------------------------------------------------- loading and saving
@@ -226,8 +226,8 @@ class LensEncoder:
             adapter_sha = _load_adapter(decoder, files.adapter_dir, merge_adapter)
         model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention)
         encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
-                      adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter)
-        encoder.backbone_sha256 = backbone_sha
+                      adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter,
+                      backbone_sha256=backbone_sha)
         return encoder if quantize is None else encoder.apply_quantize(quantize)
 
     def apply_quantize(self, quantize: str) -> "LensEncoder":

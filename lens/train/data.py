@@ -281,7 +281,7 @@ def _split_first_sentence(text: str) -> tuple[str, str]:
     return (parts[0].strip(), parts[1].strip()) if len(parts) == 2 else (text.strip(), "")
 
 
-def _subset(items: list, max_items: int | None, seed: int) -> list:
+def seeded_subset(items: list, max_items: int | None, seed: int) -> list:
     """A seeded random subset of at most ``max_items``, in the original order (``--max-pairs``)."""
     if max_items is None or len(items) <= max_items:
         return items
@@ -316,7 +316,7 @@ def weak_pairs(corpus_or_dir: str | os.PathLike | Sequence[Document], mode: str 
             query, positive = _split_first_sentence(d.text)
         if query and len(positive) >= min_chars and query != positive:
             pairs.append((query, positive))
-    return [TrainExample(q, p, task=f"weak-{name}") for q, p in _subset(pairs, max_pairs, seed)]
+    return [TrainExample(q, p, task=f"weak-{name}") for q, p in seeded_subset(pairs, max_pairs, seed)]
 
 
 # ------------------------------------------------------------------------------------------------ STS, shared
@@ -372,7 +372,7 @@ def shared_pairs_split(path: str | os.PathLike, *, instruction: str | None = Non
     out = [TrainExample(q, pos, [x for x in negs if x not in positives[q]], task=task, instruction=instruction)
            for (q, pos), negs in merged.items()]
     kept, held = split_holdout(out, holdout) if holdout else (out, [])
-    return _subset(kept, max_pairs, seed), held
+    return seeded_subset(kept, max_pairs, seed), held
 
 
 def _pair_rows(p: Path) -> Iterator[tuple[str, str, str | None]]:

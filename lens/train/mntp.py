@@ -29,7 +29,7 @@ from lens.atomic import read_json, write_json
 from lens.inputs import encode_texts, pad_batch, special_ids
 from lens.train import losses as L
 from lens.train.config import ALL_PROJECTIONS
-from lens.train.data import read_examples
+from lens.train.data import read_examples, seeded_subset
 
 logger = logging.getLogger(__name__)
 
@@ -93,10 +93,7 @@ def mntp_texts(paths: list[str], max_texts: int | None, seed: int) -> list[str]:
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise ValueError(f"no document text in {paths}")
-    if max_texts is not None and len(texts) > max_texts:
-        keep = np.sort(np.random.default_rng(seed).permutation(len(texts))[:max_texts])
-        texts = [texts[i] for i in keep]
-    return texts
+    return seeded_subset(texts, max_texts, seed)
 
 
 def mask_token_id(tokenizer) -> int:
