@@ -22,9 +22,11 @@ __all__ = [
     "check_finite",
     "document_vectors",
     "l2_normalize",
+    "mass_share",
     "mean_weights",
     "query_vectors",
     "resolve_weights",
+    "support_mask",
     "weight_pair",
     "weights_spec",
 ]
@@ -278,3 +280,28 @@ def prune_top_m(x: np.ndarray, m: int) -> np.ndarray:
     rows = np.arange(x.shape[0])[:, None]
     out[rows, keep] = x[rows, keep]
     return out
+
+
+def support_mask(ids_per_row: Sequence[Sequence[int]], dim: int) -> np.ndarray:
+    """(rows, dim) bool: True at each row's ids, e.g. the clusters of a text's own tokens (its exact-match terms)."""
+    out = np.zeros((len(ids_per_row), dim), dtype=bool)
+    for i, ids in enumerate(ids_per_row):
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= dim):
+            raise ValueError(f"row {i} has an id outside [0, {dim}): {ids.min()}..{ids.max()}")
+        out[i, ids] = True
+    return out
+
+
+def mass_share(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per row of the non-negative ``x`` (N, D), the share of its weight (L1 mass) that sits where ``mask`` (N, D)
+    is True; NaN for a row with no weight. With ``support_mask`` of a text's own tokens: how much of a lexicon
+    vector is exact match and how much is expansion."""
+    x, mask = np.asarray(x, dtype=np.float64), np.asarray(mask, dtype=bool)
+    if x.shape != mask.shape or x.ndim != 2:
+        raise ValueError(f"mass_share takes two (N, D) arrays of one shape, got {x.shape} and {mask.shape}")
+    if (x < 0).any():
+        raise ValueError("mass_share takes non-negative weights (lexicon or SPLADE vectors)")
+    total = x.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (x * mask).sum(axis=1) / total, np.nan)

@@ -571,6 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                "`lens bench beir` run (its per_query.json; encodes nothing)")
     _lazy_arguments(bs, "lens.eval.significance")
     bs.set_defaults(func=_lazy_run("lens.eval.significance"), command="bench significance")
+    bx = bench.add_parser("lexicality", help="how much of a lexicon vector is exact match and how much expansion, "
+                                             "and what each part retrieves on its own")
+    _lazy_arguments(bx, "lens.eval.lexicality")
+    bx.set_defaults(func=_lazy_run("lens.eval.lexicality"), command="bench lexicality")
 
     t = sub.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs; runs unchanged "
                                      "under torchrun / accelerate launch (data parallel)")

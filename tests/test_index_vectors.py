@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from index.vectors import (as_matrix, balanced_weights, check_dim, check_finite, cosine_spread, document_vectors,
-                           l2_normalize, mean_weights, query_vectors, resolve_weights, weights_spec)
+                           l2_normalize, mass_share, mean_weights, query_vectors, resolve_weights, support_mask,
+                           weights_spec)
 
 
 def naive_unit(row):
@@ -213,3 +214,33 @@ def test_resolve_and_mean_weights():
     assert mean_weights([(0.6, 0.4), (0.8, 0.2)], [0, 0]) == pytest.approx((0.7, 0.3))
     with pytest.raises(ValueError, match="one count"):
         mean_weights([(0.6, 0.4), (0.8, 0.2)], [1])
+
+
+def test_support_mask_marks_each_rows_ids_and_rejects_ids_out_of_range():
+    mask = support_mask([[0, 2, 2], [], [3]], 4)
+    expected = np.zeros((3, 4), dtype=bool)
+    for i, ids in enumerate([[0, 2, 2], [], [3]]):
+        for j in ids:
+            expected[i, j] = True
+    assert mask.dtype == bool and (mask == expected).all()
+    with pytest.raises(ValueError, match=r"row 1 has an id outside \[0, 4\)"):
+        support_mask([[1], [4]], 4)
+
+
+def test_mass_share_matches_a_loop_and_is_nan_for_an_empty_row():
+    rng = np.random.default_rng(0)
+    x = np.maximum(rng.normal(size=(5, 7)), 0).astype(np.float32)
+    x[3] = 0
+    mask = rng.random((5, 7)) < 0.4
+    got = mass_share(x, mask)
+    for i in range(5):
+        total = sum(float(v) for v in x[i])
+        on = sum(float(x[i, j]) for j in range(7) if mask[i, j])
+        if total == 0:
+            assert np.isnan(got[i])
+        else:
+            assert got[i] == pytest.approx(on / total)
+    with pytest.raises(ValueError, match="non-negative"):
+        mass_share(-x - 1, mask)
+    with pytest.raises(ValueError, match="one shape"):
+        mass_share(x, mask[:, :3])
