@@ -140,9 +140,8 @@ def main(argv=None) -> int:
     p.add_argument("--fraction", type=float, default=0.2, help="SciFact holdout fraction (the Makefile's)")
     p.add_argument("--grid", default=",".join(f"{w:g}" for w in DEFAULT_GRID), help="w_lex values, comma-separated")
     p.add_argument("--cache-dir", type=Path, default=Path(".cache/lens-bench"))
-    p.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "hybrid_weights")
     p.add_argument("--threads", type=int, default=None)
-    add_markdown_only_arguments(p)
+    add_markdown_only_arguments(p, output=ROOT / "benchmarks" / "results" / "hybrid_weights")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if markdown_only(args, args.output, render):

@@ -184,9 +184,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                         help=f"embedding cache shared with `lens bench beir` (default {DEFAULT_CACHE_DIR})")
     add_data_argument(parser)
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/lexicality"),
-                        help="writes OUTPUT.json and OUTPUT.md")
-    add_markdown_only_arguments(parser)
+    add_markdown_only_arguments(parser, output="benchmarks/results/lexicality")
     return parser
 
 

@@ -296,8 +296,12 @@ def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Seque
     return text
 
 
-def add_markdown_only_arguments(parser) -> None:
-    """``--markdown-only`` and ``--note``: re-render a benchmark's table from its saved results, with notes."""
+def add_markdown_only_arguments(parser, output: str | os.PathLike | None = None) -> None:
+    """``--markdown-only`` and ``--note``: re-render a benchmark's table from its saved results, with notes; with
+    ``output``, also ``--output`` (default ``output``), where the results are written and re-read."""
+    if output is not None:
+        parser.add_argument("--output", type=Path, default=Path(output),
+                            help=f"writes OUTPUT.json and OUTPUT.md (default {output})")
     parser.add_argument("--markdown-only", action="store_true", help="re-render the .md from the saved .json")
     parser.add_argument("--note", action="append", default=[],
                         help="a note (after reading the results) to keep in the saved results; with --markdown-only, "

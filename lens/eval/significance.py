@@ -83,9 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--measure", default="ndcg@10", help="a per-query measure of the run (default ndcg@10)")
     parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=Path("benchmarks/results/significance"),
-                        help="writes OUTPUT.json and OUTPUT.md")
-    add_markdown_only_arguments(parser)
+    add_markdown_only_arguments(parser, output="benchmarks/results/significance")
     return parser
 
 
