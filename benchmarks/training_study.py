@@ -99,6 +99,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                             "hybrid score",
                                             {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
                                              "loss": "infonce+hybrid+0.2*flops"}),
+    "retrieval-only-k8000-exact": ("retrieval-only-k8000 + 1 x the exact loss (the share of each vector's weight off "
+                                   "the clusters of its own tokens: `lens bench lexicality`'s exact share, rewarded)",
+                                   {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
+                                    "loss": "infonce+0.2*flops+exact"}),
     "retrieval-only-k8000-bidirectional-mntp": ("retrieval-only-k8000 with bidirectional attention after an MNTP "
                                                 "warm-up (LLM2Vec; `lens mntp`: 100 steps of 8 SQuAD paragraphs, "
                                                 "20% of tokens masked, LoRA on every layer, merged)",

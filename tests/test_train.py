@@ -429,3 +429,50 @@ def test_a_collapse_to_zero_vectors_is_reported(tiny_lens_dir, data_file, tmp_pa
         rows += [t.train_step() for _ in range(3)]
     assert [r["grad_norm"] for r in rows] == [0.0] * 4
     assert caplog.text.count("collapsed to zero") == 1
+
+
+def test_exact_loss_is_the_share_of_weight_off_each_texts_own_clusters():
+    """losses.exact_match against a loop; the objective refuses to run without the masks."""
+    from lens.train.losses import exact_match
+    from lens.train.objectives import Objective, batch_layout
+
+    g = torch.Generator().manual_seed(0)
+    v = torch.relu(torch.randn(4, 6, generator=g))
+    v[2] = 0.0
+    own = torch.rand(4, 6, generator=g) < 0.5
+    want = 0.0
+    for i in range(4):
+        total = float(v[i].sum())
+        on = sum(float(v[i, j]) for j in range(6) if own[i, j])
+        want += 1.0 if total == 0 else 1.0 - on / total
+    assert float(exact_match(v, own)) == pytest.approx(want / 4, rel=1e-6)
+    with pytest.raises(ValueError, match="own must match"):
+        exact_match(v, own[:, :3])
+    ex = [TrainExample("q0", "p0"), TrainExample("q1", "p1")]
+    layout = batch_layout(ex, lambda e: [])
+    objective = Objective("infonce+exact", temperature=0.05, bce_scale=20.0, graded_floor=0.7)
+    with pytest.raises(ValueError, match="own token clusters"):
+        objective(v[:2], v[2:], layout, ex, torch.tensor(0.0))
+    _, terms = objective(v[:2], v[2:], layout, ex, torch.tensor(0.0), own=(own[:2], own[2:]))
+    assert terms["exact"] == pytest.approx((float(exact_match(v[:2], own[:2])) + float(exact_match(v[2:], own[2:])))
+                                           / 2, rel=1e-6)
+
+
+def test_exact_stage_moves_weight_onto_the_texts_own_clusters(tiny_lens_dir, data_file, tmp_path):
+    """The trainer's masks are the clusters of each text's own tokens (instruction and EOS left out), and training
+    on the exact loss raises the share of the vectors' weight on them."""
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1, lr=1e-2,
+                  stages=[StageConfig("s", [str(data_file)], loss="exact", steps=6)])
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    batch = [t.data[0][i] for i in t.plan[0].batch]
+    _, q_items, d_items = t._batch_items(batch, None)
+    own_q, own_d = t._own_clusters(q_items, d_items)
+    for e, mask in zip(batch, own_q):
+        ids = t.tokenizer(e.query, add_special_tokens=False)["input_ids"]
+        assert set(np.flatnonzero(mask.numpy())) == set(t.encoder.assignment[ids].tolist())
+    with torch.no_grad():
+        before = float(t.batch_loss(batch, t.objectives[0], None)[0])
+    rows = [t.train_step() for _ in range(6)]
+    with torch.no_grad():
+        after = float(t.batch_loss(batch, t.objectives[0], None)[0])
+    assert rows[0]["loss"] == pytest.approx(before, rel=1e-5) and after < before

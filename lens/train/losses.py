@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    "binary_targets", "cosine_scores", "flops", "graded_targets", "improved_info_nce", "info_nce", "initial_bias",
-    "kl_distillation", "mask_tokens", "masked_next_token_loss", "pairwise_bce", "teacher_targets",
+    "binary_targets", "cosine_scores", "exact_match", "flops", "graded_targets", "improved_info_nce", "info_nce",
+    "initial_bias", "kl_distillation", "mask_tokens", "masked_next_token_loss", "pairwise_bce", "teacher_targets",
 ]
 
 IGNORE = -100  # a target position that no loss counts (PyTorch's cross-entropy convention)
@@ -242,6 +242,20 @@ def flops(vectors: Tensor, eps: float = 1e-12) -> Tensor:
     _check_matrix(vectors, "vectors")
     w = F.normalize(_float(vectors).abs(), dim=1, eps=eps)
     return (w.mean(dim=0) ** 2).sum()
+
+
+def exact_match(vectors: Tensor, own: Tensor, eps: float = 1e-12) -> Tensor:
+    """The share of each non-negative row's weight (N, K) that is *not* on its text's own dimensions ``own``
+    (N, K bool: the clusters of the text's tokens), averaged over the rows: 0 when every vector sits on its own
+    tokens (pure exact match), 1 when all of it is expansion. Added to a contrastive loss it keeps the lexicon
+    lexical, as SPLADE's MLM start does (``lens bench lexicality`` measures the same share). A row with no weight
+    counts 1 and passes no gradient."""
+    _check_matrix(vectors, "vectors")
+    if own.shape != vectors.shape:
+        raise ValueError(f"own must match vectors' shape {tuple(vectors.shape)}, got {tuple(own.shape)}")
+    v = _float(vectors)
+    share = (v * own.to(v.dtype)).sum(dim=1) / (v.sum(dim=1) + eps)
+    return (1.0 - share).mean()
 
 
 

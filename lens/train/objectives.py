@@ -67,6 +67,8 @@ class LossInputs:
     teacher_width: float
     dense_scores: Tensor | None = None  # (B, D) a frozen dense peer's cosines (the ``hybrid`` loss)
     hybrid_weights: tuple[float, float] = (0.5, 0.5)  # (w_lex, w_dense) of the hybrid score
+    own_q: Tensor | None = None  # (B, K) bool: the clusters of each query's pooled tokens (the ``exact`` loss)
+    own_d: Tensor | None = None  # (D, K) bool: the same for each document
 
 
 def _infonce(x: LossInputs) -> Tensor:
@@ -124,6 +126,11 @@ def _flops(x: LossInputs) -> Tensor:
     return L.flops(x.q) + L.flops(x.d)
 
 
+def _exact(x: LossInputs) -> Tensor:
+    # own_q/own_d are set: Objective refuses an exact loss without the batch's token clusters
+    return (L.exact_match(x.q, x.own_q) + L.exact_match(x.d, x.own_d)) / 2
+
+
 # name -> loss from LossInputs. Every name here is accepted in a loss expression.
 OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
     "infonce": _infonce,  # cosine / temperature over the positive, hard and in-batch negatives
@@ -134,9 +141,11 @@ OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
     "bce-teacher": _bce_teacher,  # BiXSE with a teacher's grades: positive and hard negatives get soft targets
     "kl": _kl,  # distillation from teacher scores
     "flops": _flops,  # sparsity: SPLADE's FLOPS regulariser on the unit query and document vectors (add it: infonce+0.5*flops)
+    "exact": _exact,  # lexicality: each vector's share of weight off its own tokens' clusters (infonce+exact)
 }
 USES_BIAS = ("bce", "bce-graded", "bce-teacher")
 USES_DENSE = ("hybrid",)
+USES_OWN = ("exact",)  # losses that read the clusters of each text's own tokens
 DenseCosines = Callable[[list[str], list[str]], np.ndarray]  # (query texts, document texts) -> (B, D) cosines
 
 
@@ -182,10 +191,16 @@ class Objective:
     def uses_dense(self) -> bool:
         return needs_dense(self.weights)
 
-    def __call__(self, q: Tensor, d: Tensor, layout: BatchLayout, examples: Sequence,
-                 bias: Tensor) -> tuple[Tensor, dict[str, float]]:
+    @property
+    def uses_own(self) -> bool:
+        return any(n in USES_OWN for n in self.weights)
+
+    def __call__(self, q: Tensor, d: Tensor, layout: BatchLayout, examples: Sequence, bias: Tensor,
+                 own: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, dict[str, float]]:
         """The weighted loss and each term's value. The dense peer sees the bare queries (no instruction), as in
-        the hybrid index."""
+        the hybrid index. ``own``: (queries', documents') bool masks of their own tokens' clusters, for ``exact``."""
+        if self.uses_own and own is None:
+            raise ValueError("the exact loss needs each text's own token clusters (the trainer passes them)")
         dense = None
         if self.uses_dense:
             cos = self.dense([e.query for e in examples], layout.doc_texts)
@@ -196,7 +211,7 @@ class Objective:
         x = LossInputs(q, d, L.cosine_scores(q, d), torch.tensor(layout.positive_index, device=q.device),
                        torch.tensor(layout.valid, device=q.device), layout, examples, self.temperature,
                        self.bce_scale, self.graded_floor, bias, self.teacher_center, self.teacher_width,
-                       dense, self.hybrid_weights)
+                       dense, self.hybrid_weights, *(own or (None, None)))
         terms = {name: OBJECTIVES[name](x) for name in self.weights}
         loss = sum(self.weights[n] * t for n, t in terms.items())
         return loss, {n: float(t.detach()) for n, t in terms.items()}

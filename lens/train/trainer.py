@@ -286,7 +286,22 @@ class Trainer:
         layout, q_items, d_items = self._batch_items(examples, max_negatives)
         q = self._lexicon(self._mine(q_items))
         d = self._lexicon(self._mine(d_items))
-        return objective(*self._global(q, d, len(q_items), len(d_items)), layout, examples, self.bias)
+        own = self._own_clusters(q_items, d_items) if objective.uses_own else None
+        return objective(*self._global(q, d, len(q_items), len(d_items)), layout, examples, self.bias, own)
+
+    def _own_clusters(self, q_items: list[Encoded], d_items: list[Encoded]) -> tuple[Tensor, Tensor]:
+        """(queries', documents') bool masks (n, K) of the clusters of each item's pooled text tokens (EOS and the
+        instruction left out): the own dimensions of the ``exact`` loss, for the whole (global) batch."""
+        assignment = self.encoder.assignment
+
+        def masks(items: list[Encoded]) -> Tensor:
+            out = np.zeros((len(items), self.encoder.num_clusters), dtype=bool)
+            for i, it in enumerate(items):
+                clusters = assignment[[t for t, p in zip(it.ids[:-1], it.pool[:-1]) if p]]  # the last is EOS
+                out[i, clusters[clusters >= 0]] = True
+            return torch.from_numpy(out).to(self.device)
+
+        return masks(q_items), masks(d_items)
 
     def _backward(self, examples: list[TrainExample], objective: Objective, max_negatives: int | None,
                   divide_by: int) -> tuple[Tensor, dict[str, float]]:
@@ -297,8 +312,10 @@ class Trainer:
             return loss, terms
         layout, q_items, d_items = self._batch_items(examples, max_negatives)
 
+        own = self._own_clusters(q_items, d_items) if objective.uses_own else None
+
         def loss_of(q: Tensor, d: Tensor) -> tuple[Tensor, dict[str, float]]:
-            return objective(*self._global(q, d, len(q_items), len(d_items)), layout, examples, self.bias)
+            return objective(*self._global(q, d, len(q_items), len(d_items)), layout, examples, self.bias, own)
 
         return self.gradcache.backward(self._mine(q_items), self._mine(d_items), loss_of, divide_by)
 
