@@ -49,6 +49,12 @@ def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | Non
     return out
 
 
+def text_ids(item: Encoded) -> list[int]:
+    """The ids of the text's own tokens in ``item``: its pooled tokens without the appended EOS (the tokens an exact
+    match is about; the training ``exact`` loss and ``lens bench lexicality`` read them)."""
+    return [t for t, p in zip(item.ids[:-1], item.pool[:-1]) if p]
+
+
 def pad_batch(items: list[Encoded], pad_id: int, side: str = "right") -> dict[str, Tensor]:
     """Pad to the longest item: ``input_ids``, ``attention_mask`` and ``pool_mask`` as (B, L) int64 tensors."""
     if side not in ("right", "left"):

@@ -51,6 +51,8 @@ class Space:
 
 def lens_space(resource) -> Space:
     """A ``lens.eval.systems.LensResource``'s lexicon: dimensions are clusters, a token's is its cluster."""
+    from lens.inputs import encode_texts, text_ids
+
     enc = resource.encoder
     assignment = np.asarray(enc.assignment)
 
@@ -58,9 +60,9 @@ def lens_space(resource) -> Space:
         return np.asarray(enc.encode_queries(texts, instruction=instruction, output="lexicon", batch_size=16,
                                              show_progress_bar=False), dtype=np.float32)
 
-    def token_dims(text):
-        ids = enc.tokenizer(text, add_special_tokens=False, truncation=True, max_length=enc.max_seq_length)
-        return assignment[np.asarray(ids["input_ids"], dtype=np.int64)]
+    def token_dims(text):  # the tokens the encoder pools, as it cuts them (lens.inputs)
+        return assignment[np.asarray(text_ids(encode_texts(enc.tokenizer, [text], enc.max_seq_length)[0]),
+                                     dtype=np.int64)]
 
     c = enc.config
     return Space(f"lens-lexicon ({resource.model_path})", enc.num_clusters, queries,

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from index.vectors import l2_normalize
-from lens.inputs import Encoded, encode_texts, pad_batch
+from lens.inputs import Encoded, encode_texts, pad_batch, text_ids
 from lens.layers import embed, num_layers
 from lens.train import losses as L
 from lens.train.checkpoint import load_checkpoint, save_checkpoint
@@ -297,7 +297,7 @@ class Trainer:
         def masks(items: list[Encoded]) -> Tensor:
             out = np.zeros((len(items), self.encoder.num_clusters), dtype=bool)
             for i, it in enumerate(items):
-                clusters = assignment[[t for t, p in zip(it.ids[:-1], it.pool[:-1]) if p]]  # the last is EOS
+                clusters = assignment[text_ids(it)]
                 out[i, clusters[clusters >= 0]] = True
             return torch.from_numpy(out).to(self.device)
 
