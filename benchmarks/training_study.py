@@ -108,6 +108,10 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                                 "20% of tokens masked, LoRA on every layer, merged)",
                                                 {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
                                                  "attention": "bidirectional", "mntp_steps": 100}),
+    "retrieval-only-k8000-bidirectional-mntp1000": ("retrieval-only-k8000-bidirectional-mntp with a warm-up 10x as "
+                                                    "long (1000 MNTP steps of 8 SQuAD paragraphs)",
+                                                    {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
+                                                     "attention": "bidirectional", "mntp_steps": 1000}),
 }
 
 JUDGE_DOC_LENGTH = 256
@@ -160,7 +164,8 @@ def start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, 
         warm = work / f"smollm2-k{clusters}-mntp{mntp_steps}"
         if not (warm / "config.json").is_file():
             texts = data / f"{MNTP_DATA}.jsonl.gz"
-            MNTPWarmup(MNTPConfig(data=[str(texts)], model=str(out), steps=mntp_steps, threads=threads), warm).run()
+            MNTPWarmup(MNTPConfig(data=[str(texts)], model=str(out), steps=mntp_steps, threads=threads),
+                       warm).run(resume=True)
         return warm
     if attention == "bidirectional":
         return out

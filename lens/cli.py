@@ -391,25 +391,31 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 
 def cmd_mntp(args: argparse.Namespace) -> None:
-    import os
+    from lens.train.mntp import MNTP_CONFIG_NAME, MNTPConfig, MNTPWarmup
 
-    from lens.train.mntp import MNTPConfig, MNTPWarmup
-
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ValueError("lens mntp runs in one process (it is a short warm-up); start it without torchrun")
+    saved = args.out / MNTP_CONFIG_NAME
+    if args.config is None and args.resume and saved.is_file():
+        args.config = saved  # `lens mntp --out DIR --resume` continues the run DIR holds
     raw = MNTPConfig.load(args.config).to_dict() if args.config is not None else {}
     for key in ("model", "steps", "batch_size", "max_length", "mask_rate", "lr", "max_texts", "seed", "threads",
-                "device"):
+                "device", "checkpoint_every", "micro_batch_size"):
         if getattr(args, key) is not None:
             raw[key] = getattr(args, key)
+    if args.gradient_checkpointing:
+        raw["gradient_checkpointing"] = True
     if args.data:
         raw["data"] = [str(p) for p in args.data]
     if not raw.get("data"):
         raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
     start = time.perf_counter()
-    out = MNTPWarmup(MNTPConfig.from_dict(raw), args.out, show_progress_bar=True).run()  # -q hides bars
-    print(f"MNTP warm-up done in {time.perf_counter() - start:.0f} s; bidirectional model in {out}: continue with "
-          f"`lens train --model {out} ...`")
+    warmup = MNTPWarmup(MNTPConfig.from_dict(raw), args.out, show_progress_bar=True)  # -q hides bars
+    try:
+        out = warmup.run(resume=args.resume)
+    finally:
+        warmup.close()
+    if warmup.dist.is_main:
+        print(f"MNTP warm-up done in {time.perf_counter() - start:.0f} s; bidirectional model in {out}: continue "
+              f"with `lens train --model {out} ...`")
 
 
 def cmd_merge(args: argparse.Namespace) -> None:
@@ -604,7 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     w = sub.add_parser("mntp", help="MNTP warm-up (LLM2Vec): adapt the decoder to bidirectional attention by "
-                                    "predicting masked tokens' clusters, before `lens train`")
+                                    "predicting masked tokens' clusters, before `lens train` (torchrun: "
+                                    "data parallel)")
     w.add_argument("--out", required=True, type=Path, help="directory to write: the warmed, merged LENS model")
     w.add_argument("--model", default=None, help="LENS clustering directory to start from (default: 'default')")
     w.add_argument("--data", nargs="+", type=Path, default=None,
@@ -618,7 +625,15 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-texts", type=positive_int, default=None, help="a seeded sample of the documents (20000)")
     w.add_argument("--seed", type=int, default=None)
     w.add_argument("--threads", type=positive_int, default=None)
-    w.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    w.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present; under torchrun each "
+                                                  "process takes cuda:LOCAL_RANK)")
+    w.add_argument("--checkpoint-every", type=positive_int, default=None, help="steps between checkpoints (100)")
+    w.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoint (with OUT's saved settings unless --config is given)")
+    w.add_argument("--micro-batch-size", type=positive_int, default=None,
+                   help="texts per forward on a process (default: its whole share of the batch); same gradients")
+    w.add_argument("--gradient-checkpointing", action="store_true",
+                   help="recompute each layer in the backward pass: less memory, more time (large backbones)")
     w.set_defaults(func=cmd_mntp)
 
     m = sub.add_parser("merge", help="fold a trained model's LoRA adapter into a standalone directory")

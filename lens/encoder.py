@@ -242,8 +242,9 @@ class LensEncoder:
         self.quantize = quantize
         return self
 
-    def save_pretrained(self, path: str | os.PathLike) -> None:
-        """Write this model's directory to ``path``, atomically (``lens.model_dir.write_model_dir``).
+    def save_pretrained(self, path: str | os.PathLike, *, keep_existing: bool = False) -> None:
+        """Write this model's directory to ``path``, atomically (``lens.model_dir.write_model_dir``);
+        ``keep_existing`` keeps what else the directory holds (the checkpoint and log of the run writing it).
 
         A model whose LoRA adapter was merged on loading (the default) is written standalone: the merged backbone
         goes to ``path/backbone`` in transformers' format and the config names it, so no adapter is needed. An
@@ -264,7 +265,8 @@ class LensEncoder:
             self.tokenizer.save_pretrained(dest)
 
         write_model_dir(path, config, self.assignment, self.model.head.weight.detach().float().cpu().numpy(),
-                        self.tokenizer, adapter=adapter, backbone=write_backbone if self.adapter_merged else None)
+                        self.tokenizer, adapter=adapter, backbone=write_backbone if self.adapter_merged else None,
+                        keep_existing=keep_existing)
 
     # ---------------------------------------------------------------- encoding
     @property

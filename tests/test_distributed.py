@@ -2,7 +2,8 @@
 
 Two CPU processes over gloo take one step on a global batch and get the loss and the LoRA, head and bias
 gradients of one process on that batch, for every registered objective; the cached loss (GradCache) equals the
-plain loss; a checkpoint written by two ranks resumes on one; only rank 0 writes. The worker processes run this
+plain loss; a checkpoint written by two ranks resumes on one; only rank 0 writes; the MNTP warm-up on two ranks
+takes one process's steps. The worker processes run this
 very file as a script (``__main__`` below) with torchrun's environment variables set, and build their trainers
 from the same saved tiny LENS directory as the tests; one launch runs every distributed scenario.
 """
@@ -104,6 +105,15 @@ def test_every_registered_objective_has_a_two_rank_gradient_job():
     covered = {name for kw in GRAD_JOBS.values() for name in parse_loss(kw["loss"])}
     assert set(OBJECTIVES) <= covered
 TRAIN_JOB = dict(lora_layers=1, eval_every=2, steps=3)
+# the MNTP warm-up: 5 texts a step split 3 + 2, rank 0's 3 in micro-batches of 2 + 1, a checkpoint at step 2
+MNTP_JOB = dict(steps=3, batch_size=5, max_length=16, lora_r=4, lora_alpha=8, lr=1e-2, warmup_steps=0, seed=1,
+                checkpoint_every=2, device="cpu")
+
+
+def _mntp_config(model: str | Path, data: str | Path, **kw):
+    from lens.train.mntp import MNTPConfig
+
+    return MNTPConfig(data=[str(data)], model=str(model), **{**MNTP_JOB, **kw})
 
 
 # ------------------------------------------------------------------------------------------------ the worker
@@ -154,6 +164,18 @@ def _worker(spec_path: str) -> None:
     cfg.save = recording("train_config", cfg.save)
     Trainer(cfg, out / "train", prefix_cache_dir=out / "shared-cache", show_progress_bar=False).train()
     results["writes"] = writes
+
+    import lens.train.mntp as mntp_module
+    import lens.train.report as report_module
+    from lens.encoder import LensEncoder
+
+    writes = []
+    mntp_module.save_checkpoint = recording("save_checkpoint", mntp_module.save_checkpoint)
+    report_module.write_log = recording("write_log", report_module.write_log)
+    LensEncoder.save_pretrained = recording("model", LensEncoder.save_pretrained)
+    mntp_module.MNTPWarmup(_mntp_config(spec["model"], spec["data"], micro_batch_size=2), out / "mntp",
+                           show_progress_bar=False).run()
+    results["mntp_writes"] = writes
     (out / f"results-rank{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
 
@@ -415,6 +437,26 @@ def test_only_rank_zero_writes(two_ranks, tiny_lens_dir, data_file, tmp_path):
     assert "Data parallel: 2 processes" in (out / "README.md").read_text()
 
 
+def test_mntp_on_two_ranks_equals_one_process(two_ranks, tiny_lens_dir, data_file, tmp_path):
+    """The MNTP warm-up split over 2 ranks (and in micro-batches) logs one process's losses, writes its model, and
+    only rank 0 writes."""
+    from lens.encoder import LensEncoder
+    from lens.train.mntp import MNTP_LOG_NAME, MNTPWarmup
+    from lens.train.report import read_log
+
+    assert _results(two_ranks, 1)["mntp_writes"] == []
+    assert {"save_checkpoint", "write_log", "model"} <= set(_results(two_ranks, 0)["mntp_writes"])
+    one = MNTPWarmup(_mntp_config(tiny_lens_dir, data_file), tmp_path / "one", show_progress_bar=False).run()
+    got, want = read_log(two_ranks / "mntp" / MNTP_LOG_NAME), read_log(one / MNTP_LOG_NAME)
+    assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in want], rel=1e-5)
+    assert [r["accuracy"] for r in got] == pytest.approx([r["accuracy"] for r in want], abs=1e-9)
+    # the gradient norm before clipping: Adam would hide a wrongly scaled gradient from the losses
+    assert [r["grad_norm"] for r in got] == pytest.approx([r["grad_norm"] for r in want], rel=1e-4)
+    assert json.loads((two_ranks / "mntp" / "checkpoint" / "state.json").read_text())["world_size"] == 2
+    np.testing.assert_allclose(LensEncoder.from_pretrained(two_ranks / "mntp").encode_documents(P[:3]),
+                               LensEncoder.from_pretrained(one).encode_documents(P[:3]), atol=1e-4)
+
+
 @pytest.mark.slow
 def test_cli_train_under_torchrun(tiny_lens_dir, data_file, tmp_path):
     """``lens train`` runs unchanged under ``torchrun --standalone --nproc_per_node 2``."""
@@ -430,6 +472,24 @@ def test_cli_train_under_torchrun(tiny_lens_dir, data_file, tmp_path):
     from lens.encoder import LensEncoder
 
     assert LensEncoder.from_pretrained(out).encode("cancer drug").shape == (16,)
+
+
+@pytest.mark.slow
+def test_cli_mntp_under_torchrun(tiny_lens_dir, data_file, tmp_path):
+    """``lens mntp`` runs unchanged under torchrun, and ``--resume`` on its output has nothing left to do."""
+    out = tmp_path / "warm"
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "lens.cli",
+           "mntp", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "2", "--batch-size", "4",
+           "--max-length", "16", "--device", "cpu", "--out", str(out)]
+    for extra in ([], ["--resume"]):
+        done = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert done.stdout.count("MNTP warm-up done") == 1  # printed by rank 0 only
+    assert len((out / "mntp_log.csv").read_text().splitlines()) == 3
+    from lens.encoder import LensEncoder
+
+    assert LensEncoder.from_pretrained(out).config.attention == "bidirectional"
 
 
 if __name__ == "__main__":  # a worker process of _launch

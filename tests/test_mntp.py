@@ -1,6 +1,6 @@
 """MNTP warm-up (LLM2Vec) on a tiny random Llama: the masking and the loss against naive references, a run that
-learns, and the merged bidirectional model it writes (it loads, keeps its vectors, and `lens train` starts from
-it)."""
+learns, micro-batches and resuming that change nothing, and the merged bidirectional model it writes (it loads,
+keeps its vectors, and `lens train` starts from it). Two processes against one: tests/test_distributed.py."""
 
 from __future__ import annotations
 
@@ -53,6 +53,9 @@ def test_masked_next_token_loss_against_a_naive_loop():
     terms = [-torch.log_softmax(logits[b, t - 1], dim=0)[targets[b, t]] for b in range(3) for t in range(1, 7)
              if targets[b, t] != L.IGNORE]  # the logits one position to the left predict a masked token
     assert L.masked_next_token_loss(logits, targets).item() == pytest.approx(torch.stack(terms).mean().item(), rel=1e-6)
+    assert L.masked_next_token_loss(logits, targets, reduction="sum").item() == pytest.approx(
+        torch.stack(terms).sum().item(), rel=1e-6)
+    assert L.masked_next_token_loss(logits, torch.full((3, 7), L.IGNORE), reduction="sum").item() == 0.0  # an idle rank
     with pytest.raises(ValueError, match="nothing to predict"):
         L.masked_next_token_loss(logits, torch.full((3, 7), L.IGNORE))
     with pytest.raises(ValueError, match="expected logits"):
@@ -126,6 +129,54 @@ def test_the_warmed_model_is_bidirectional_merged_and_trainable(tiny_lens_dir, d
     assert LensEncoder.from_pretrained(trained).config.attention == "bidirectional"
 
 
+def _lora(w) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in w.encoder.model.decoder.named_parameters() if p.requires_grad}
+
+
+def test_micro_batches_take_the_same_step(tiny_lens_dir, docs_file, tmp_path):
+    whole = _warmup(tiny_lens_dir, docs_file, tmp_path / "a", batch_size=5)
+    parts = _warmup(tiny_lens_dir, docs_file, tmp_path / "b", batch_size=5, micro_batch_size=2)  # 2 + 2 + 1 texts
+    for _ in range(2):
+        a, b = whole.train_step(), parts.train_step()
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5) and b["accuracy"] == a["accuracy"]
+    for (name, x), y in zip(_lora(whole).items(), _lora(parts).values()):
+        torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_result(tiny_lens_dir, docs_file, tmp_path, monkeypatch):
+    from lens.encoder import LensEncoder
+    from lens.train.mntp import CHECKPOINT_DIR
+    from lens.train.report import read_log
+
+    kw = dict(steps=4, checkpoint_every=2, lr=1e-2)
+    full = _warmup(tiny_lens_dir, docs_file, tmp_path / "full", **kw).run()
+    part = _warmup(tiny_lens_dir, docs_file, tmp_path / "part", **kw)
+    step = part.train_step
+
+    def dies_at_step_three():
+        if part.step == 2:
+            raise KeyboardInterrupt  # after the checkpoint of step 2
+        return step()
+
+    monkeypatch.setattr(part, "train_step", dies_at_step_three)
+    with pytest.raises(KeyboardInterrupt):
+        part.run()
+    assert not (tmp_path / "part" / "config.json").exists() and (tmp_path / "part" / CHECKPOINT_DIR).is_dir()
+    with pytest.raises(ValueError, match="other settings \\(lr\\)"):  # a changed setting is refused, not mixed in
+        _warmup(tiny_lens_dir, docs_file, tmp_path / "part", **{**kw, "lr": 1e-3}).run(resume=True)
+    resumed = _warmup(tiny_lens_dir, docs_file, tmp_path / "part", **kw, threads=1)  # threads may change
+    resumed.run(resume=True)
+    assert resumed.step == 4
+    want, got = read_log(full / MNTP_LOG_NAME), read_log(tmp_path / "part" / MNTP_LOG_NAME)
+    assert [r["step"] for r in got] == [1, 2, 3, 4]
+    assert [r["loss"] for r in got] == pytest.approx([r["loss"] for r in want], rel=1e-5)
+    np.testing.assert_allclose(LensEncoder.from_pretrained(tmp_path / "part").encode_documents(DOCS),
+                               LensEncoder.from_pretrained(full).encode_documents(DOCS), atol=1e-5)
+    again = _warmup(tiny_lens_dir, docs_file, tmp_path / "part", **kw)
+    again.run(resume=True)  # a finished run: nothing left but writing the same model again
+    assert again.step == 4 and len(read_log(tmp_path / "part" / MNTP_LOG_NAME)) == 4
+
+
 def test_it_never_writes_over_a_users_folder(tiny_lens_dir, docs_file, tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
@@ -147,5 +198,7 @@ def test_lens_mntp_command(tiny_lens_dir, docs_file, tmp_path, capsys):
     again = tmp_path / "again"  # a saved config reruns the same warm-up; flags override it
     assert main(["-q", "mntp", "--config", str(out / MNTP_CONFIG_NAME), "--steps", "1", "--out", str(again)]) == 0
     assert json.loads((again / MNTP_CONFIG_NAME).read_text()) == {**saved, "steps": 1}
+    assert main(["-q", "mntp", "--out", str(out), "--resume"]) == 0  # the saved run, already finished
+    assert len((out / MNTP_LOG_NAME).read_text().splitlines()) == 3
     assert main(["mntp", "--model", str(tiny_lens_dir), "--out", str(tmp_path / "x")]) == 2  # no data
     assert "give --data FILE" in capsys.readouterr().err and not (tmp_path / "x").exists()

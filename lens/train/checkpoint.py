@@ -1,5 +1,8 @@
 """A training run's resumable state: LoRA adapter, cluster head, BCE bias, optimiser moments, RNG and step.
 
+``lens train`` saves all of it; the MNTP warm-up (``lens.train.mntp``) has no head or bias to train and saves
+the rest.
+
 Written as safetensors + JSON (no pickles) into one directory, replaced atomically, so an interrupted save
 leaves the previous checkpoint whole.
 
@@ -23,16 +26,19 @@ STATE_TENSORS = "state.safetensors"
 STATE_JSON = "state.json"
 
 
-def save_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bias: Tensor,
-                    optimizer: torch.optim.Optimizer, step: int, plan_length: int, world_size: int = 1) -> None:
+def save_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+                    plan_length: int, head: Tensor | None = None, bias: Tensor | None = None,
+                    world_size: int = 1) -> None:
     """Write the state after ``step`` optimiser steps of a plan of ``plan_length`` steps to ``path``
     (``world_size``, the number of processes that ran them, is recorded for people; resuming ignores it)."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save
 
     tensors = {f"adapter.{k}": v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
-    tensors["head"] = head.detach().cpu().contiguous()
-    tensors["bias"] = bias.detach().cpu().reshape(1)
+    if head is not None:
+        tensors["head"] = head.detach().cpu().contiguous()
+    if bias is not None:
+        tensors["bias"] = bias.detach().cpu().reshape(1)
     tensors["rng"] = torch.get_rng_state()
     state = optimizer.state_dict()
     for idx, st in state["state"].items():
@@ -45,8 +51,8 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bi
                                       "world_size": world_size})
 
 
-def load_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bias: Tensor,
-                    optimizer: torch.optim.Optimizer, plan_length: int, device: torch.device) -> int:
+def load_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch.optim.Optimizer, plan_length: int,
+                    device: torch.device, head: Tensor | None = None, bias: Tensor | None = None) -> int:
     """Restore the state saved in ``path`` in place; returns the step to continue from."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -62,9 +68,13 @@ def load_checkpoint(path: str | Path, *, peft_model: nn.Module, head: Tensor, bi
         raise ValueError(f"{path / STATE_TENSORS} cannot be read ({e}); delete {path} to start over") from e
     set_peft_model_state_dict(peft_model, {k[len("adapter."):]: v for k, v in tensors.items()
                                            if k.startswith("adapter.")})
-    with torch.no_grad():
-        head.copy_(tensors["head"])
-        bias.copy_(tensors["bias"][0])
+    for name, target in (("head", head), ("bias", bias)):
+        if target is None:
+            continue
+        if name not in tensors:
+            raise ValueError(f"{path} holds no {name}: it was not written by `lens train`; resume the run that wrote it")
+        with torch.no_grad():
+            target.copy_(tensors[name].reshape(target.shape))
     torch.set_rng_state(tensors["rng"])
     state: dict = {"state": {}, "param_groups": meta["param_groups"]}
     for key, value in tensors.items():

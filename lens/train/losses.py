@@ -280,15 +280,17 @@ def mask_tokens(input_ids: Tensor, maskable: Tensor, rate: float, mask_id: int,
     return corrupted, targets
 
 
-def masked_next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
+def masked_next_token_loss(logits: Tensor, targets: Tensor, reduction: str = "mean") -> Tensor:
     """MNTP's loss (LLM2Vec): a masked token at position i is predicted by the logits at i - 1, as a causal LM
     predicts its next token (and as the lexicon reads a token's feature at its left neighbour). Cross-entropy over
     the classes of ``logits`` (B, L, C), averaged over the masked positions of ``targets`` (B, L; class ids, or
-    ``IGNORE``)."""
+    ``IGNORE``); ``reduction="sum"`` sums them instead (0 when none: a slice of a batch split over processes)."""
     if logits.ndim != 3 or targets.shape != logits.shape[:2]:
         raise ValueError(f"expected logits (B, L, C) and targets (B, L), got {tuple(logits.shape)} and "
                          f"{tuple(targets.shape)}")
-    if not (targets[:, 1:] != IGNORE).any():
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    if reduction == "mean" and not (targets[:, 1:] != IGNORE).any():
         raise ValueError("no masked position after the first: nothing to predict")
     return F.cross_entropy(_float(logits[:, :-1]).reshape(-1, logits.shape[-1]), targets[:, 1:].reshape(-1),
-                           ignore_index=IGNORE)
+                           ignore_index=IGNORE, reduction=reduction)
