@@ -7,7 +7,8 @@ LENS := $(VENV)/bin/lens
 DEMO_DIR ?= demo-out/smollm2-k8000
 DEMO_INDEX ?= demo-out/pydoc-index
 
-.PHONY: setup demo test clean train-data train-data-mixture train-data-labels train-data-teacher train-data-remined train-default train-default-gpu train-bidirectional-gpu peers
+.PHONY: setup demo test clean train-data train-data-mixture train-data-labels train-data-teacher train-data-remined \
+	train-default train-default-gpu train-bidirectional-gpu peers
 
 setup: $(VENV)/.installed
 

@@ -72,7 +72,8 @@ def load_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch
         if target is None:
             continue
         if name not in tensors:
-            raise ValueError(f"{path} holds no {name}: it was not written by `lens train`; resume the run that wrote it")
+            raise ValueError(f"{path} holds no {name}: it was not written by `lens train`; resume the run that "
+                             "wrote it")
         with torch.no_grad():
             target.copy_(tensors[name].reshape(target.shape))
     torch.set_rng_state(tensors["rng"])
