@@ -103,6 +103,9 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                    "the clusters of its own tokens: `lens bench lexicality`'s exact share, rewarded)",
                                    {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
                                     "loss": "infonce+0.2*flops+exact"}),
+    "retrieval-only-k8000-exact-0.2": ("retrieval-only-k8000-exact with the exact loss at weight 0.2 instead of 1",
+                                       {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
+                                        "loss": "infonce+0.2*flops+0.2*exact"}),
     "retrieval-only-k8000-bidirectional-mntp": ("retrieval-only-k8000 with bidirectional attention after an MNTP "
                                                 "warm-up (LLM2Vec; `lens mntp`: 100 steps of 8 SQuAD paragraphs, "
                                                 "20% of tokens masked, LoRA on every layer, merged)",

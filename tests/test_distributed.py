@@ -457,17 +457,24 @@ def test_mntp_on_two_ranks_equals_one_process(two_ranks, tiny_lens_dir, data_fil
                                LensEncoder.from_pretrained(one).encode_documents(P[:3]), atol=1e-4)
 
 
+def _torchrun_cli(args: list[str]) -> str:
+    """``lens ARGS`` under ``torchrun --standalone --nproc_per_node 2`` on CPU; its standard output."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "lens.cli",
+           *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
 @pytest.mark.slow
 def test_cli_train_under_torchrun(tiny_lens_dir, data_file, tmp_path):
     """``lens train`` runs unchanged under ``torchrun --standalone --nproc_per_node 2``."""
     out = tmp_path / "cli"
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "lens.cli",
-           "train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "2", "--lora-layers", "1",
-           "--batch-size", "4", "--lr", "1e-3", "--device", "cpu", "--cache-chunk", "2", "--out", str(out)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.count("trained 2 steps") == 1  # printed by rank 0 only
+    printed = _torchrun_cli(["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "2",
+                             "--lora-layers", "1", "--batch-size", "4", "--lr", "1e-3", "--device", "cpu",
+                             "--cache-chunk", "2", "--out", str(out)])
+    assert printed.count("trained 2 steps") == 1  # printed by rank 0 only
     assert len((out / "train_log.csv").read_text().splitlines()) == 3
     from lens.encoder import LensEncoder
 
@@ -478,14 +485,10 @@ def test_cli_train_under_torchrun(tiny_lens_dir, data_file, tmp_path):
 def test_cli_mntp_under_torchrun(tiny_lens_dir, data_file, tmp_path):
     """``lens mntp`` runs unchanged under torchrun, and ``--resume`` on its output has nothing left to do."""
     out = tmp_path / "warm"
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "lens.cli",
-           "mntp", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "2", "--batch-size", "4",
-           "--max-length", "16", "--device", "cpu", "--out", str(out)]
+    args = ["mntp", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "2", "--batch-size", "4",
+            "--max-length", "16", "--device", "cpu", "--out", str(out)]
     for extra in ([], ["--resume"]):
-        done = subprocess.run(cmd + extra, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert done.stdout.count("MNTP warm-up done") == 1  # printed by rank 0 only
+        assert _torchrun_cli(args + extra).count("MNTP warm-up done") == 1  # printed by rank 0 only
     assert len((out / "mntp_log.csv").read_text().splitlines()) == 3
     from lens.encoder import LensEncoder
 
