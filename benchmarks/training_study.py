@@ -55,6 +55,7 @@ BASE = {
     "query_max_length": 64, "doc_max_length": 128, "max_length": 256, "loss": "infonce", "max_negatives": 1,
     "mixture": MIXTURE,  # files under --data/mixture ("<dir>/<set>": under --data/<dir>)
     "mntp_steps": 0,  # an MNTP warm-up of the starting model first (bidirectional only; lens.train.mntp)
+    "bias_init": "fitted",  # the BCE bias's start (TrainConfig.bias_init)
 }
 MNTP_DATA = "mixture/squad"  # its documents (Wikipedia paragraphs of the training part) are the masked texts
 
@@ -86,8 +87,13 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "retrieval-only-layers-16": ("retrieval-only with the top 16 layers trained",
                                  {**SHIPPED, "mixture": RETRIEVAL, "lora_layers": 16}),
     "retrieval-only-bce-teacher": ("retrieval-only + 0.5 x pointwise BCE with graded targets from MiniLM's cosines "
-                                   "(BiXSE-style, learned bias)",
-                                   {**SHIPPED, "mixture": TEACHER, "loss": "infonce+0.2*flops+0.5*bce-teacher"}),
+                                   "(BiXSE-style, learned bias started at SigLIP's -log(N-1))",
+                                   {**SHIPPED, "mixture": TEACHER, "loss": "infonce+0.2*flops+0.5*bce-teacher",
+                                    "bias_init": "siglip"}),
+    "retrieval-only-k8000-bce-teacher": ("retrieval-only-k8000 + 0.5 x the same teacher-graded BCE, its bias started "
+                                         "at -log(N-1) less 20 x the first batch's mean cosine (bias_init fitted)",
+                                         {**SHIPPED, "mixture": TEACHER, "clusters": 8000,
+                                          "loss": "infonce+0.2*flops+0.5*bce-teacher"}),
     "retrieval-only-k8000-remined": ("retrieval-only-k8000 with SciFact's hard negatives re-mined by the shipped "
                                      "default (ranks 3-30 of its int8 ranking; `make train-data-remined`) instead of "
                                      "BM25's", {**SHIPPED, "clusters": 8000,
@@ -193,7 +199,7 @@ def train_config(settings: dict, model: Path, data: Path, val_file: Path, steps:
              "loss": settings["loss"], "steps": steps, "max_negatives": settings["max_negatives"],
              "max_per_task": per_task}
     keys = ("lora_layers", "lr", "head_lr", "warmup_steps", "batch_size", "temperature", "query_max_length",
-            "doc_max_length", "max_length")
+            "doc_max_length", "max_length", "bias_init")
     return TrainConfig.from_dict({
         "model": str(model), "stages": [stage], "seed": seed, "threads": threads, "val_data": [str(val_file)],
         "val_examples": 10**6, "checkpoint_every": min(steps, 50), "eval_every": steps,

@@ -355,6 +355,17 @@ def _clusters_arg(value: str):
         raise argparse.ArgumentTypeError(f"expected a number of clusters or 'vocab', got {value!r}") from None
 
 
+def _run_loop(loop, run, start: float, done) -> None:
+    """Run a training loop (``Trainer``, ``MNTPWarmup``) to its end, leave torchrun's process group even when it
+    fails, and print ``done(out_dir, seconds)`` once: on the main process."""
+    try:
+        out = run()
+    finally:
+        loop.close()
+    if loop.dist.is_main:
+        print(done(out, time.perf_counter() - start))
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from lens.train.config import StageConfig, TrainConfig
     from lens.train.trainer import Trainer
@@ -381,13 +392,9 @@ def cmd_train(args: argparse.Namespace) -> None:
             StageConfig.loss_weights(stage)
     start = time.perf_counter()
     trainer = Trainer(config, args.out, prefix_cache_dir=args.prefix_cache)  # joins torchrun's process group
-    try:
-        out = trainer.train(resume=args.resume)
-    finally:
-        trainer.close()
-    if trainer.dist.is_main:
-        print(f"trained {trainer.step} steps in {time.perf_counter() - start:.0f} s; model in {out} "
-              f"(LensEncoder.from_pretrained({str(out)!r}))")
+    _run_loop(trainer, lambda: trainer.train(resume=args.resume), start,
+              lambda out, s: f"trained {trainer.step} steps in {s:.0f} s; model in {out} "
+                             f"(LensEncoder.from_pretrained({str(out)!r}))")
 
 
 def cmd_mntp(args: argparse.Namespace) -> None:
@@ -409,13 +416,9 @@ def cmd_mntp(args: argparse.Namespace) -> None:
         raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
     start = time.perf_counter()
     warmup = MNTPWarmup(MNTPConfig.from_dict(raw), args.out, show_progress_bar=True)  # -q hides bars
-    try:
-        out = warmup.run(resume=args.resume)
-    finally:
-        warmup.close()
-    if warmup.dist.is_main:
-        print(f"MNTP warm-up done in {time.perf_counter() - start:.0f} s; bidirectional model in {out}: continue "
-              f"with `lens train --model {out} ...`")
+    _run_loop(warmup, lambda: warmup.run(resume=args.resume), start,
+              lambda out, s: f"MNTP warm-up done in {s:.0f} s; bidirectional model in {out}: continue with "
+                             f"`lens train --model {out} ...`")
 
 
 def cmd_merge(args: argparse.Namespace) -> None:

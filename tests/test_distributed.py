@@ -68,7 +68,7 @@ def _gradients(trainer) -> tuple[float, dict[str, float], dict[str, torch.Tensor
     examples = [trainer.data[step.stage][i] for i in step.batch]
     objective = trainer.objectives[step.stage]
     if objective.uses_bias:
-        trainer._reset_bias(step.stage)
+        trainer._reset_bias(step.stage, examples)
     trainer.decoder.train()
     loss, terms = trainer.accumulate_gradients(examples, objective, trainer.config.stages[step.stage].max_negatives)
     grads = {n: p.grad.detach().clone() for n, p in trainer.decoder.named_parameters()

@@ -14,6 +14,7 @@ from lens.train.losses import (
     graded_targets,
     improved_info_nce,
     info_nce,
+    fitted_bias,
     initial_bias,
     kl_distillation,
     pairwise_bce,
@@ -204,6 +205,20 @@ def test_initial_bias():
     assert initial_bias(8) == pytest.approx(-math.log(7))
     with pytest.raises(ValueError, match="num_candidates"):
         initial_bias(1)
+
+
+def test_fitted_bias_centres_the_mean_valid_cell_on_siglips_logit():
+    scores = 0.4 + 0.3 * _rand(3, 5, seed=11)  # non-negative vectors: every pair well above cosine 0
+    valid = torch.ones(3, 5, dtype=torch.bool)
+    valid[0, 4] = valid[2, 1] = False
+    cells = [scores[i, j].item() for i in range(3) for j in range(5) if valid[i, j]]
+    want = -math.log(7) - 20.0 * sum(cells) / len(cells)
+    got = fitted_bias(8, scores, 20.0, valid)
+    assert got == pytest.approx(want, rel=1e-9)
+    assert sum(20.0 * c + got for c in cells) / len(cells) == pytest.approx(initial_bias(8), abs=1e-9)
+    assert fitted_bias(8, torch.zeros(2, 3)) == pytest.approx(initial_bias(8))  # cosines at 0: SigLIP's start
+    with pytest.raises(ValueError, match="no valid cell"):
+        fitted_bias(8, scores, 20.0, torch.zeros(3, 5, dtype=torch.bool))
 
 
 # --- kl_distillation ------------------------------------------------------------------------------------------

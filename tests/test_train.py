@@ -56,10 +56,33 @@ def test_every_loss_trains(tiny_lens_dir, data_file, tmp_path, loss):
     cfg = _config(tiny_lens_dir, data_file, lora_layers=1,
                   stages=[StageConfig("s", [str(data_file)], loss=loss, steps=2)])
     t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    # bias_init "fitted": -log(N-1), N = 4 queries x (1 positive + 1 negative), less 20 x the mean cosine of the
+    # first batch's valid cells before any step, measured here in the model's inference mode
+    layout, q_items, d_items = t._batch_items([t.data[0][i] for i in t.plan[0].batch], None)
+    t.decoder.eval()
+    with torch.no_grad():
+        q, d = (torch.nn.functional.normalize(t._lexicon(items), dim=-1).double() for items in (q_items, d_items))
+    cells = [float(q[i] @ d[j]) for i in range(4) for j in range(len(d)) if layout.valid[i][j]]
     rows = [t.train_step(), t.train_step()]
     assert all(np.isfinite(r["loss"]) for r in rows)
-    if "bce" in loss:  # -log(N-1) for N = 4 queries x (1 positive + 1 negative) candidates
-        assert rows[0]["bias"] == pytest.approx(-np.log(7), abs=1e-6)
+    if "bce" in loss:
+        assert rows[0]["bias"] == pytest.approx(-np.log(7) - 20 * np.mean(cells), abs=1e-4)
+
+
+def test_bias_init_fitted_starts_the_bce_term_lower_than_siglips(tiny_lens_dir, data_file, tmp_path):
+    """Lexicon vectors are non-negative, so pairs start well above cosine 0 and SigLIP's -log(N-1) makes every
+    negative a confident positive; the fitted start puts the average cell at -log(N-1) instead."""
+    first = {}
+    for init in ("siglip", "fitted"):
+        cfg = _config(tiny_lens_dir, data_file, lora_layers=1, bias_init=init,
+                      stages=[StageConfig("s", [str(data_file)], loss="infonce+bce", steps=1)])
+        first[init] = Trainer(cfg, tmp_path / init, show_progress_bar=False).train_step()
+    assert first["siglip"]["bias"] == pytest.approx(-np.log(7), abs=1e-6)
+    assert first["fitted"]["bias"] < first["siglip"]["bias"]
+    assert first["fitted"]["loss_bce"] < first["siglip"]["loss_bce"]
+    assert first["fitted"]["loss_infonce"] == pytest.approx(first["siglip"]["loss_infonce"], rel=1e-6)
+    with pytest.raises(ValueError, match="bias_init"):
+        _config(tiny_lens_dir, data_file, bias_init="zero")
 
 
 def _final_state(t):

@@ -10,6 +10,7 @@ from index.vectors import weight_pair
 from lens.atomic import read_json, write_json
 
 TRAIN_FORMAT_VERSION = 1
+BIAS_INITS = ("fitted", "siglip")  # TrainConfig.bias_init
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -53,6 +54,9 @@ class TrainConfig:
     lr: float = 1e-4
     head_lr: float | None = None  # None: same as lr
     bias_lr: float = 0.05  # the BCE logit bias learns fast (SigLIP / BiXSE)
+    # the bias at a BCE stage's start: "fitted" = SigLIP's -log(N-1) minus bce_scale x the mean cosine of the stage's
+    # first batch (lexicon vectors are non-negative, so pairs do not start near cosine 0); "siglip" = -log(N-1)
+    bias_init: str = "fitted"
     weight_decay: float = 0.0
     warmup_steps: int = 0
     max_grad_norm: float = 1.0
@@ -115,6 +119,8 @@ class TrainConfig:
             raise ValueError(f"cache_chunk must be >= 1 (or null for no cached loss), got {self.cache_chunk}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.bias_init not in BIAS_INITS:
+            raise ValueError(f"bias_init must be one of {BIAS_INITS}, got {self.bias_init!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    "binary_targets", "cosine_scores", "exact_match", "flops", "graded_targets", "improved_info_nce", "info_nce",
-    "initial_bias", "kl_distillation", "mask_tokens", "masked_next_token_loss", "pairwise_bce", "teacher_targets",
+    "binary_targets", "cosine_scores", "exact_match", "fitted_bias", "flops", "graded_targets", "improved_info_nce",
+    "info_nce", "initial_bias", "kl_distillation", "mask_tokens", "masked_next_token_loss", "pairwise_bce",
+    "teacher_targets",
 ]
 
 IGNORE = -100  # a target position that no loss counts (PyTorch's cross-entropy convention)
@@ -191,12 +192,29 @@ def initial_bias(num_candidates: int) -> float:
     return -math.log(num_candidates - 1)
 
 
+def fitted_bias(num_candidates: int, scores: Tensor, scale: float = 20.0, valid: Tensor | None = None) -> float:
+    """``initial_bias(N)`` for cosines that do not start near 0: minus ``scale`` x the mean valid cosine of a first
+    batch ``scores`` (B, D), so the average cell starts at SigLIP's balanced logit ``-log(N - 1)``.
+
+    SigLIP's start assumes unrelated pairs near cosine 0. Non-negative vectors (a lexicon's ``log1p(relu)``) start
+    with every pair well above 0, so with ``-log(N - 1)`` alone every negative starts as a confident positive and
+    the BCE gradient swamps the other terms (the collapse of ``retrieval-only-bce-teacher`` in the training study).
+    """
+    _check_matrix(scores, "scores")
+    keep = _mask(valid, tuple(scores.shape), scores.device)
+    if not bool(keep.any()):
+        raise ValueError("scores has no valid cell to fit the bias to")
+    mean = float((_float(scores) * keep).sum() / keep.sum())
+    return initial_bias(num_candidates) - float(scale) * mean
+
+
 def pairwise_bce(scores: Tensor, targets: Tensor, scale: float | Tensor = 20.0, bias: float | Tensor = 0.0,
                  valid: Tensor | None = None) -> Tensor:
     """SigLIP-style sigmoid loss on cosines (B, D) with soft targets (B, D) in [0, 1].
 
     ``logits = scale * scores + bias``; binary cross-entropy summed over each row's valid cells, then averaged
-    over rows (SigLIP's normalisation). Start ``bias`` at ``initial_bias(D)``.
+    over rows (SigLIP's normalisation). Start ``bias`` at ``initial_bias(D)``, or at ``fitted_bias`` for
+    vectors whose cosines do not start near 0.
     """
     _check_matrix(scores, "scores")
     if targets.shape != scores.shape:

@@ -350,14 +350,30 @@ class Trainer:
             g["lr"] = g["base_lr"] * factor * (scale if g["name"] != "bias" else 1.0)
         return self.optimizer.param_groups[0]["lr"]
 
-    def _reset_bias(self, stage_index: int) -> None:
-        """At a stage's start: the BCE bias to -log(N-1) for this stage's N candidates per query."""
+    def _reset_bias(self, stage_index: int, examples: list[TrainExample]) -> None:
+        """At a stage's start: the BCE bias to -log(N-1) for this stage's N candidates per query, less bce_scale x
+        the mean cosine of ``examples`` (the stage's first batch; its first micro-batch) when ``bias_init`` is
+        "fitted" (``lens.train.losses.fitted_bias``)."""
         cfg, stage = self.config, self.config.stages[stage_index]
         bs = stage.batch_size or cfg.batch_size
         negs = stage.max_negatives if stage.max_negatives is not None else int(
             np.mean([len(e.negatives) for e in self.data[stage_index]]))
+        n = max(2, bs * (1 + negs))
+        value = L.initial_bias(n)
+        if cfg.bias_init == "fitted":
+            first = [examples[i] for i in self._micro_batches(len(examples))[0]]
+            layout, q_items, d_items = self._batch_items(first, stage.max_negatives)
+            was_training = self.decoder.training
+            self.decoder.eval()  # no dropout: the same start on every rank and after a resume
+            with torch.no_grad():
+                q, d = self._global(self._lexicon(self._mine(q_items)), self._lexicon(self._mine(d_items)),
+                                    len(q_items), len(d_items))
+                value = L.fitted_bias(n, L.cosine_scores(q, d), cfg.bce_scale,
+                                      torch.tensor(layout.valid, device=q.device))
+            self.decoder.train(was_training)
         with torch.no_grad():
-            self.bias.fill_(L.initial_bias(max(2, bs * (1 + negs))))
+            self.bias.fill_(value)
+        logger.info("stage %r: BCE bias starts at %.3f (%s)", stage.name, value, cfg.bias_init)
 
     def train_step(self) -> dict:
         """One optimiser step (``grad_accum`` micro-batches) of the plan; returns its log row."""
@@ -365,14 +381,14 @@ class Trainer:
         plan = self.plan[self.step]
         stage = cfg.stages[plan.stage]
         objective = self.objectives[plan.stage]
+        examples = [self.data[plan.stage][i] for i in plan.batch]
         if objective.uses_bias and (self.step == 0 or self.plan[self.step - 1].stage != plan.stage):
-            self._reset_bias(plan.stage)
+            self._reset_bias(plan.stage, examples)
         lr = self._set_lr(self.step)
         t = time.perf_counter()
         self.decoder.train()
         if self.dist.enabled:  # dropout differs per rank, and depends on the step only (resumable on any ranks)
             torch.manual_seed(rank_seed(cfg.seed, self.dist.rank, self.step))
-        examples = [self.data[plan.stage][i] for i in plan.batch]
         total, parts = self.accumulate_gradients(examples, objective, stage.max_negatives)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self._trainable(), cfg.max_grad_norm))
         bias = float(self.bias.detach())  # the value this step's loss used
