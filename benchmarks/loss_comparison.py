@@ -3,7 +3,8 @@
 Each loss trains the same starting model (LoRA on the top layers + the cluster head, over one shared prefix cache)
 for the same steps on the same batches of STS-Benchmark *train* pairs (graded 0-5), then STS-B *test* Spearman of
 the lexicon vectors is measured, with the untrained model as the baseline row. InfoNCE and BCE see every pair as
-a positive; graded BCE turns the label r into the target 0.7 + 0.3 r/5 (0 for r = 0).
+a positive; graded BCE turns the label r into the target 0.7 + 0.3 r/5 (0 for r = 0). A loss named ``NAME:siglip``
+starts its BCE bias at SigLIP's -log(N-1) instead of the trainer's fitted start (``TrainConfig.bias_init``).
 
     lens cluster-vocab --clusters 4000 --out .cache/lens-train/smollm2-k4000   # the untrained start (once)
     python benchmarks/loss_comparison.py --steps 60 --pairs 1920 --threads 2
@@ -21,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-LOSSES = ("infonce", "bce", "bce-graded")
+LOSSES = ("infonce", "bce", "bce-graded", "bce:siglip")
 
 
 def main() -> int:
@@ -52,15 +53,16 @@ def main() -> int:
         data = Path(tmp) / "stsb-train.jsonl"
         write_examples(data, sts_pairs(args.sts, split="train"))
         for loss in ["untrained", *args.losses.split(",")]:
+            name, _, bias_init = loss.partition(":")
             cfg = TrainConfig(
-                stages=[StageConfig("sts", [str(data)], loss="infonce" if loss == "untrained" else loss,
+                stages=[StageConfig("sts", [str(data)], loss="infonce" if loss == "untrained" else name,
                                     steps=args.steps, max_examples=args.pairs)],
                 model=args.model, lora_layers=args.lora_layers, batch_size=args.batch_size, lr=args.lr,
                 warmup_steps=5, eval_every=0, checkpoint_every=10**9, threads=args.threads, device="cpu",
-                instructions={"sts": STS_INSTRUCTION},
+                instructions={"sts": STS_INSTRUCTION}, bias_init=bias_init or "fitted",
             )
             t = time.perf_counter()
-            trainer = Trainer(cfg, Path(tmp) / loss, prefix_cache_dir=args.prefix_cache)
+            trainer = Trainer(cfg, Path(tmp) / loss.replace(":", "-"), prefix_cache_dir=args.prefix_cache)
             train_s, losses = 0.0, []
             if loss != "untrained":
                 t0 = time.perf_counter()
@@ -82,7 +84,9 @@ def main() -> int:
              f"Same start (the untrained default clustering), same {args.steps} steps of the same batches "
              f"({args.batch_size} STS-B train pairs each, from {args.pairs} pairs), LoRA r=32 on the top "
              f"{args.lora_layers} layers + the cluster head, lr {args.lr}. Metric: STS-B test Spearman x 100 of "
-             "the lexicon vectors (sentence1 as a query behind the STS instruction, sentence2 as a document).", "",
+             "the lexicon vectors (sentence1 as a query behind the STS instruction, sentence2 as a document). "
+             "BCE rows start their bias fitted to the first batch (-log(N-1) - 20 x its mean cosine); `:siglip` "
+             "rows at SigLIP's -log(N-1).", "",
              "| loss | steps | STS-B test Spearman | first -> last batch loss | train s |", "|---|---|---|---|---|"]
     for r in rows:
         fl = "-" if r["first_loss"] is None else f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}"

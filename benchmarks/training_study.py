@@ -86,6 +86,9 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                 {**SHIPPED, "mixture": RETRIEVAL, "doc_max_length": 256}),
     "retrieval-only-layers-16": ("retrieval-only with the top 16 layers trained",
                                  {**SHIPPED, "mixture": RETRIEVAL, "lora_layers": 16}),
+    "retrieval-only-k8000-layers-all": ("retrieval-only-k8000 with all 30 layers trained (the shipped GPU run's "
+                                        "setting; no frozen prefix to cache)",
+                                        {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000, "lora_layers": None}),
     "retrieval-only-bce-teacher": ("retrieval-only + 0.5 x pointwise BCE with graded targets from MiniLM's cosines "
                                    "(BiXSE-style, learned bias started at SigLIP's -log(N-1))",
                                    {**SHIPPED, "mixture": TEACHER, "loss": "infonce+0.2*flops+0.5*bce-teacher",
