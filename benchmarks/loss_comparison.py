@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-LOSSES = ("infonce", "bce", "bce-graded", "bce:siglip")
+LOSSES = ("infonce", "bce", "bce-graded", "bce:siglip", "bce-graded:siglip")
 
 
 def main() -> int:
