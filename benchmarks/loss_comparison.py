@@ -59,7 +59,7 @@ def main() -> int:
                                     steps=args.steps, max_examples=args.pairs)],
                 model=args.model, lora_layers=args.lora_layers, batch_size=args.batch_size, lr=args.lr,
                 warmup_steps=5, eval_every=0, checkpoint_every=10**9, threads=args.threads, device="cpu",
-                instructions={"sts": STS_INSTRUCTION}, bias_init=bias_init or "fitted",
+                instructions={"sts": STS_INSTRUCTION}, **({"bias_init": bias_init} if bias_init else {}),
             )
             t = time.perf_counter()
             trainer = Trainer(cfg, Path(tmp) / loss.replace(":", "-"), prefix_cache_dir=args.prefix_cache)
