@@ -65,6 +65,9 @@ clean:
 TRAIN_DATA ?= .cache/lens-train
 DATA ?= ../shared/data
 TRAIN_OUT ?= train-out/default-cpu
+# Extra flags for the training commands below, e.g. TRAIN_FLAGS='--time-limit 230m': a run stopped by the limit (or by
+# SIGTERM) writes its checkpoint and exits with status 75; the same make command continues it.
+TRAIN_FLAGS ?=
 # File targets: a resumed `make train-default` reuses the data and clustering it made (delete them to rebuild).
 train-data: $(TRAIN_DATA)/weak-squad.jsonl.gz
 
@@ -134,17 +137,17 @@ $(TRAIN_DATA)/smollm2-k%-causal/config.json: | setup
 # The shipped default (lens/default_model) since issue 10's GPU run: k 8000, LoRA on all 30 layers, batches of 64
 # with up to 7 hard negatives (lens/train/configs/default-gpu.json); about 20 minutes on one H100. Needs CUDA.
 train-default-gpu: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.json
-	$(LENS) -v train --config lens/train/configs/default-gpu.json --out train-out/default-gpu --resume
+	$(LENS) -v train --config lens/train/configs/default-gpu.json --out train-out/default-gpu --resume $(TRAIN_FLAGS)
 
 # The shipped GPU recipe with attention both ways, after LLM2Vec's MNTP warm-up at its own length (1000 steps of 32
 # texts; lens/train/configs/mntp-gpu.json): the test issue 10's CPU studies could not make. Needs CUDA; resumable.
 $(TRAIN_DATA)/smollm2-k8000-mntp1000/config.json: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.json
-	$(LENS) -v mntp --config lens/train/configs/mntp-gpu.json --out $(@D) --resume
+	$(LENS) -v mntp --config lens/train/configs/mntp-gpu.json --out $(@D) --resume $(TRAIN_FLAGS)
 
 train-bidirectional-gpu: $(TRAIN_DATA)/smollm2-k8000-mntp1000/config.json
 	$(LENS) -v train --config lens/train/configs/default-gpu.json --model $(<D) --out train-out/bidirectional-gpu \
-		--resume
+		--resume $(TRAIN_FLAGS)
 
 # The CPU recipe (the default shipped before the GPU run; about 2.7 hours on 2 cores).
 train-default: train-data $(TRAIN_DATA)/smollm2-k4000-causal/config.json
-	$(LENS) -v train --config lens/train/configs/default-cpu.json --out $(TRAIN_OUT) --threads 2 --resume
+	$(LENS) -v train --config lens/train/configs/default-cpu.json --out $(TRAIN_OUT) --threads 2 --resume $(TRAIN_FLAGS)

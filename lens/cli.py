@@ -355,18 +355,47 @@ def _clusters_arg(value: str):
         raise argparse.ArgumentTypeError(f"expected a number of clusters or 'vocab', got {value!r}") from None
 
 
-def _run_loop(loop, run, start: float, done) -> None:
+def _stop_rule(args: argparse.Namespace, start: float):
+    """The ``StopRule`` of a training command: SIGTERM always, ``--time-limit`` counted from the command's start."""
+    from lens.train.stopping import StopRule
+
+    return StopRule(args.time_limit, start=start, clock=time.perf_counter)
+
+
+def _time_limit_argument(p: argparse.ArgumentParser) -> None:
+    def duration(value: str) -> float:
+        from lens.train.stopping import parse_duration
+
+        try:
+            return parse_duration(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    p.add_argument("--time-limit", type=duration, default=None, metavar="T",
+                   help="stop cleanly before T (90s, 9m, 1.5h, HH:MM:SS; a bare number is minutes) from the command's "
+                        "start: checkpoint written, exit status 75; --resume continues. SIGTERM stops the same way")
+
+
+def _run_loop(loop, run, start: float, done, command: str) -> int:
     """Run a training loop (``Trainer``, ``MNTPWarmup``) to its end, leave torchrun's process group even when it
-    fails, and print ``done(out_dir, seconds)`` once: on the main process."""
+    fails, and print ``done(out_dir, seconds)`` once: on the main process. A run stopped early with its checkpoint
+    (time limit, SIGTERM) says so and returns ``EXIT_RESUMABLE``."""
+    from lens.train.stopping import EXIT_RESUMABLE, TrainingStopped
+
     try:
         out = run()
+    except TrainingStopped as e:
+        if loop.dist.is_main:
+            print(f"lens {command}: {e} (after {time.perf_counter() - start:.0f} s)", file=sys.stderr)
+        return EXIT_RESUMABLE
     finally:
         loop.close()
     if loop.dist.is_main:
         print(done(out, time.perf_counter() - start))
+    return 0
 
 
-def cmd_train(args: argparse.Namespace) -> None:
+def cmd_train(args: argparse.Namespace) -> int:
     from lens.train.config import StageConfig, TrainConfig
     from lens.train.trainer import Trainer
 
@@ -392,12 +421,12 @@ def cmd_train(args: argparse.Namespace) -> None:
             StageConfig.loss_weights(stage)
     start = time.perf_counter()
     trainer = Trainer(config, args.out, prefix_cache_dir=args.prefix_cache)  # joins torchrun's process group
-    _run_loop(trainer, lambda: trainer.train(resume=args.resume), start,
+    return _run_loop(trainer, lambda: trainer.train(resume=args.resume, stop=_stop_rule(args, start)), start,
               lambda out, s: f"trained {trainer.step} steps in {s:.0f} s; model in {out} "
-                             f"(LensEncoder.from_pretrained({str(out)!r}))")
+                             f"(LensEncoder.from_pretrained({str(out)!r}))", args.command)
 
 
-def cmd_mntp(args: argparse.Namespace) -> None:
+def cmd_mntp(args: argparse.Namespace) -> int:
     from lens.train.mntp import MNTP_CONFIG_NAME, MNTPConfig, MNTPWarmup
 
     saved = args.out / MNTP_CONFIG_NAME
@@ -416,9 +445,9 @@ def cmd_mntp(args: argparse.Namespace) -> None:
         raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
     start = time.perf_counter()
     warmup = MNTPWarmup(MNTPConfig.from_dict(raw), args.out, show_progress_bar=True)  # -q hides bars
-    _run_loop(warmup, lambda: warmup.run(resume=args.resume), start,
+    return _run_loop(warmup, lambda: warmup.run(resume=args.resume, stop=_stop_rule(args, start)), start,
               lambda out, s: f"MNTP warm-up done in {s:.0f} s; bidirectional model in {out}: continue with "
-                             f"`lens train --model {out} ...`")
+                             f"`lens train --model {out} ...`", args.command)
 
 
 def cmd_merge(args: argparse.Namespace) -> None:
@@ -610,6 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--prefix-cache", type=Path, default=None,
                    help="where to keep the frozen layers' outputs (default: OUT/prefix-cache); share it between runs")
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    _time_limit_argument(t)
     t.set_defaults(func=cmd_train)
 
     w = sub.add_parser("mntp", help="MNTP warm-up (LLM2Vec): adapt the decoder to bidirectional attention by "
@@ -637,6 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="texts per forward on a process (default: its whole share of the batch); same gradients")
     w.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute each layer in the backward pass: less memory, more time (large backbones)")
+    _time_limit_argument(w)
     w.set_defaults(func=cmd_mntp)
 
     m = sub.add_parser("merge", help="fold a trained model's LoRA adapter into a standalone directory")
@@ -771,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     try:
         with command_output(_verbosity(args)):
-            args.func(args)
+            code = args.func(args)
     except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, StorageError, ValueError,
             TypeError, NotImplementedError, MissingExtraError) as e:
         print(f"lens {args.command}: error: {e}", file=sys.stderr)
@@ -784,7 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         print(f"lens {args.command}: interrupted" + (f": {e}" if str(e) else ""), file=sys.stderr)
         return 130
-    return 0
+    return code if isinstance(code, int) else 0  # a command's own status (75: stopped, resumable), else 0
 
 
 if __name__ == "__main__":

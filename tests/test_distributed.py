@@ -2,8 +2,8 @@
 
 Two CPU processes over gloo take one step on a global batch and get the loss and the LoRA, head and bias
 gradients of one process on that batch, for every registered objective; the cached loss (GradCache) equals the
-plain loss; a checkpoint written by two ranks resumes on one; only rank 0 writes; the MNTP warm-up on two ranks
-takes one process's steps. The worker processes run this
+plain loss; a checkpoint written by two ranks resumes on one; one rank's time limit stops both at the same step;
+only rank 0 writes; the MNTP warm-up on two ranks takes one process's steps. The worker processes run this
 very file as a script (``__main__`` below) with torchrun's environment variables set, and build their trainers
 from the same saved tiny LENS directory as the tests; one launch runs every distributed scenario.
 """
@@ -148,6 +148,17 @@ def _worker(spec_path: str) -> None:
     t = Trainer(_config(spec["model"], spec["data"], **RESUME_JOB), out / "resume", show_progress_bar=False)
     results["resume"] = [t.train_step()["loss"] for _ in range(2)]
     t.save_checkpoint(out / "resume" / "checkpoint")
+
+    from lens.train.stopping import StopRule, TrainingStopped
+
+    # rank 1 alone runs out of time after the first step; rank 0 has no limit
+    rule = StopRule(1e-9 if rank == 1 else None, sigterm=False)
+    try:
+        Trainer(_config(spec["model"], spec["data"], **RESUME_JOB), out / "stop", show_progress_bar=False).train(
+            stop=rule)
+        results["stop"] = None
+    except TrainingStopped as e:
+        results["stop"] = {"step": e.step, "reason": e.reason}
 
     writes: list[str] = []  # what this rank wrote through the trainer's writers
 
@@ -408,6 +419,16 @@ def test_resume_on_one_rank_from_a_two_rank_checkpoint(two_ranks, tiny_lens_dir,
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-6)
 
 
+def test_one_ranks_time_limit_stops_every_rank_at_the_same_step(two_ranks):
+    """(e) the ranks agree on stopping: rank 1's time limit stops rank 0 too, after the same step, and the
+    checkpoint is written there (rank 0 writes it, rank 1 waits)."""
+    zero, one = _results(two_ranks, 0)["stop"], _results(two_ranks, 1)["stop"]
+    assert zero == {"step": 1, "reason": "another rank stopped"}
+    assert one["step"] == 1 and one["reason"].startswith("time limit")
+    state = json.loads((two_ranks / "stop" / "checkpoint" / "state.json").read_text())
+    assert state["step"] == 1 and state["world_size"] == 2
+
+
 def test_only_rank_zero_writes(two_ranks, tiny_lens_dir, data_file, tmp_path):
     """(d) a whole 2-rank run: rank 0 writes the config, log, checkpoints, curves and model, rank 1 nothing; the
     run's losses (and validation losses, sharded too) are one process's, and the model loads."""
@@ -457,14 +478,15 @@ def test_mntp_on_two_ranks_equals_one_process(two_ranks, tiny_lens_dir, data_fil
                                LensEncoder.from_pretrained(one).encode_documents(P[:3]), atol=1e-4)
 
 
-def _torchrun_cli(args: list[str]) -> str:
-    """``lens ARGS`` under ``torchrun --standalone --nproc_per_node 2`` on CPU; its standard output."""
+def _torchrun_cli(args: list[str], returncode: int = 0) -> str:
+    """``lens ARGS`` under ``torchrun --standalone --nproc_per_node 2`` on CPU; its standard output (and error,
+    when a ``returncode`` other than 0 is expected)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "lens.cli",
            *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    assert done.returncode == returncode, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout if returncode == 0 else done.stdout + done.stderr
 
 
 @pytest.mark.slow
@@ -479,6 +501,21 @@ def test_cli_train_under_torchrun(tiny_lens_dir, data_file, tmp_path):
     from lens.encoder import LensEncoder
 
     assert LensEncoder.from_pretrained(out).encode("cancer drug").shape == (16,)
+
+
+@pytest.mark.slow
+def test_cli_train_time_limit_under_torchrun(tiny_lens_dir, data_file, tmp_path):
+    """Under torchrun a time limit stops both ranks after the same step with one checkpoint; torchrun itself
+    reports the ranks' status 75 as a failure (exit 1), and ``--resume`` finishes the run."""
+    out = tmp_path / "cli"
+    args = ["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "3", "--lora-layers", "1",
+            "--batch-size", "4", "--lr", "1e-3", "--device", "cpu", "--out", str(out)]
+    printed = _torchrun_cli(args + ["--time-limit", "0.001s"], returncode=1)
+    assert printed.count("lens train: stopped at step 1 of 3") == 1 and "exitcode  : 75" in printed
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 1
+    assert not (out / "config.json").exists()
+    assert _torchrun_cli(args + ["--resume"]).count("trained 3 steps") == 1
+    assert len((out / "train_log.csv").read_text().splitlines()) == 4
 
 
 @pytest.mark.slow

@@ -202,3 +202,29 @@ def test_lens_mntp_command(tiny_lens_dir, docs_file, tmp_path, capsys):
     assert len((out / MNTP_LOG_NAME).read_text().splitlines()) == 3
     assert main(["mntp", "--model", str(tiny_lens_dir), "--out", str(tmp_path / "x")]) == 2  # no data
     assert "give --data FILE" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
+def test_a_time_limit_stops_with_a_checkpoint_and_resume_finishes(tiny_lens_dir, docs_file, tmp_path, capsys):
+    """`--time-limit` ends the warm-up after a step (at least one always runs) with its checkpoint, exit 75; the
+    same command with --resume takes the remaining steps to the uninterrupted run's result."""
+    from lens.cli import main
+    from lens.encoder import LensEncoder
+    from lens.train.mntp import CHECKPOINT_DIR
+    from lens.train.report import read_log
+
+    args = ["-q", "mntp", "--model", str(tiny_lens_dir), "--data", str(docs_file), "--steps", "3", "--batch-size",
+            "3", "--max-length", "16", "--lr", "1e-2", "--checkpoint-every", "100"]
+    assert main(args + ["--out", str(tmp_path / "full")]) == 0
+    part = tmp_path / "part"
+    assert main(args + ["--out", str(part), "--time-limit", "0.001s"]) == 75
+    err = capsys.readouterr().err
+    assert "lens mntp: stopped at step 1 of 3 (time limit" in err and "--resume" in err
+    assert (part / CHECKPOINT_DIR).is_dir() and not (part / "config.json").exists()
+    assert [r["step"] for r in read_log(part / MNTP_LOG_NAME)] == [1]
+    assert main(args + ["--out", str(part), "--resume"]) == 0
+    assert [r["loss"] for r in read_log(part / MNTP_LOG_NAME)] == pytest.approx(
+        [r["loss"] for r in read_log(tmp_path / "full" / MNTP_LOG_NAME)], rel=1e-5)
+    np.testing.assert_allclose(LensEncoder.from_pretrained(part).encode_documents(DOCS),
+                               LensEncoder.from_pretrained(tmp_path / "full").encode_documents(DOCS), atol=1e-5)
+    assert main(args + ["--out", str(tmp_path / "y"), "--time-limit", "soon"]) == 2
+    assert "not a positive duration" in capsys.readouterr().err

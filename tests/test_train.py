@@ -504,3 +504,53 @@ def test_exact_stage_moves_weight_onto_the_texts_own_clusters(tiny_lens_dir, dat
     with torch.no_grad():
         after = float(t.batch_loss(batch, t.objectives[0], None)[0])
     assert rows[0]["loss"] == pytest.approx(before, rel=1e-5) and after < before
+
+
+def test_a_time_limit_stops_before_overrunning_and_resume_finishes_the_same_run(tiny_lens_dir, data_file, tmp_path):
+    """Steps that take 10 s (a fake clock) under a 45 s limit: the run stops after step 3 with its checkpoint
+    (none was due) and no model; resumed, it ends where an uninterrupted run does."""
+    from lens.train.stopping import StopRule, TrainingStopped
+
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1, checkpoint_every=100, stages=[
+        StageConfig("s1", [str(data_file)], loss="infonce", steps=6)])
+    full = Trainer(cfg, tmp_path / "full", show_progress_bar=False)
+    full.train()
+    now = [0.0]
+    part = Trainer(cfg, tmp_path / "part", show_progress_bar=False)
+    step = part.train_step
+
+    def ten_seconds():
+        now[0] += 10
+        return step()
+
+    part.train_step = ten_seconds
+    with pytest.raises(TrainingStopped, match="stopped at step 3 of 6 \\(time limit 45 s\\)"):
+        part.train(stop=StopRule(45, start=0.0, clock=lambda: now[0], sigterm=False))
+    assert part.step == 3 and not (tmp_path / "part" / "config.json").exists()
+    assert json.loads((tmp_path / "part" / "checkpoint" / "state.json").read_text())["step"] == 3
+    assert len((tmp_path / "part" / "train_log.csv").read_text().splitlines()) == 4
+    resumed = Trainer(cfg, tmp_path / "part", show_progress_bar=False)
+    resumed.train(resume=True)
+    assert resumed.step == 6 and (tmp_path / "part" / "config.json").is_file()
+    a, b = _final_state(full), _final_state(resumed)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-7)
+    assert ((tmp_path / "part" / "train_log.csv").read_text().splitlines()[0]
+            == (tmp_path / "full" / "train_log.csv").read_text().splitlines()[0])
+
+
+def test_cli_train_time_limit_exits_75_and_resume_completes(tiny_lens_dir, data_file, tmp_path, capsys):
+    from lens.cli import main
+
+    out = tmp_path / "cli"
+    argv = ["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "3", "--lora-layers", "1",
+            "--batch-size", "4", "--lr", "1e-3", "--out", str(out)]
+    assert main(argv + ["--time-limit", "0.001s"]) == 75
+    err = capsys.readouterr().err
+    assert "lens train: stopped at step 1 of 3 (time limit 0.001 s)" in err and "run the same command with --resume" in err
+    assert not (out / "config.json").exists() and (out / "checkpoint").is_dir()
+    assert main(argv + ["--resume"]) == 0
+    assert "trained 3 steps" in capsys.readouterr().out
+    assert len((out / "train_log.csv").read_text().splitlines()) == 4
+    assert main(argv + ["--time-limit", "0"]) == 2
+    assert "not a positive duration" in capsys.readouterr().err

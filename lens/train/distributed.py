@@ -37,8 +37,8 @@ from torch import Tensor
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DistributedContext", "all_reduce_gradients", "all_reduce_mean", "barrier", "check_same", "gather_pieces",
-    "gather_with_grad", "init_from_env", "rank_seed", "shard_sizes", "shard_slice",
+    "DistributedContext", "all_reduce_gradients", "all_reduce_mean", "any_rank", "barrier", "check_same",
+    "gather_pieces", "gather_with_grad", "init_from_env", "rank_seed", "shard_sizes", "shard_slice",
 ]
 
 
@@ -210,6 +210,15 @@ def all_reduce_mean(value: float | Tensor, ctx: DistributedContext) -> float:
     t = torch.tensor([float(value)], dtype=torch.float64, device=ctx.device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return float(t) / ctx.world_size
+
+
+def any_rank(flag: bool, ctx: DistributedContext) -> bool:
+    """True on every rank when ``flag`` is true on any (the flag itself in one process)."""
+    if not ctx.enabled:
+        return bool(flag)
+    t = torch.tensor([1 if flag else 0], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(int(t))
 
 
 def check_same(value: int, ctx: DistributedContext, what: str) -> None:

@@ -22,6 +22,7 @@ resumed run, on any number of ranks, takes the steps an uninterrupted one would.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -42,6 +43,7 @@ from lens.train.checkpoint import load_checkpoint, save_checkpoint
 from lens.train.config import ALL_PROJECTIONS
 from lens.train.data import read_examples, seeded_subset
 from lens.train.distributed import all_reduce_gradients, all_reduce_mean, check_same, init_from_env, shard_slice
+from lens.train.stopping import StopRule, TrainingStopped
 
 logger = logging.getLogger(__name__)
 
@@ -284,9 +286,10 @@ class MNTPWarmup:
         self.step = load_checkpoint(self.out / CHECKPOINT_DIR, peft_model=self.peft, optimizer=self.optimizer,
                                     plan_length=self.config.steps, device=self.device)
 
-    def run(self, resume: bool = False) -> Path:
+    def run(self, resume: bool = False, stop: StopRule | None = None) -> Path:
         """Train (from ``OUT/checkpoint`` when ``resume``), merge the LoRA weights into the backbone and write the
-        model; returns its directory. Distributed, every rank runs this and rank 0 alone writes."""
+        model; returns its directory. Distributed, every rank runs this and rank 0 alone writes. With ``stop``, a
+        time limit or SIGTERM ends it early at a step boundary, checkpoint written (``TrainingStopped``)."""
         from lens.atomic import DirectoryLock
         from lens.train.report import read_log, write_log
 
@@ -301,14 +304,29 @@ class MNTPWarmup:
         check_same(self.step, self.dist, f"the step to start from (does every rank see {self.out}?)")
         self.encoder.model.decoder.train()
         bar = tqdm(total=cfg.steps, initial=self.step, desc="MNTP", disable=not self.show_progress_bar)
-        while self.step < cfg.steps:
-            rows.append(self.train_step())
-            bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}", acc=f"{rows[-1]['accuracy']:.3f}")
-            bar.update(1)
-            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
-                if main:
-                    write_log(self.out / MNTP_LOG_NAME, rows)
-                self.save_checkpoint()
+
+        def checkpoint() -> None:
+            t = time.perf_counter()
+            if main:
+                write_log(self.out / MNTP_LOG_NAME, rows)
+            self.save_checkpoint()
+            if stop is not None:
+                stop.checkpoint_written(time.perf_counter() - t)
+
+        with stop if stop is not None else contextlib.nullcontext():
+            while self.step < cfg.steps:
+                rows.append(self.train_step())
+                bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}", acc=f"{rows[-1]['accuracy']:.3f}")
+                bar.update(1)
+                saved = self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps
+                if saved:
+                    checkpoint()
+                reason = stop.due(self.dist) if stop is not None and self.step < cfg.steps else None
+                if reason:
+                    bar.close()
+                    if not saved:
+                        checkpoint()
+                    raise TrainingStopped(self.step, cfg.steps, reason, self.out / CHECKPOINT_DIR)
         bar.close()
         self.encoder.model.decoder.eval()
         self.peft.merge_and_unload()  # the decoder's LoRA layers become plain, merged linear layers

@@ -20,6 +20,7 @@ contrastive loss (``lens.train.gradcache``): a big batch with the activation mem
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -43,6 +44,7 @@ from lens.train.distributed import (
 from lens.train.gradcache import GradCache
 from lens.train.objectives import BatchLayout, Objective, batch_layout, needs_dense
 from lens.train.prefix import PrefixCache
+from lens.train.stopping import StopRule, TrainingStopped
 from lens.train.report import CARD_NAME, CURVES_NAME, LOG_NAME, model_card, plot_curves, read_log, write_log
 
 logger = logging.getLogger(__name__)
@@ -448,11 +450,13 @@ class Trainer:
             return []
         return [b for b in task_batches(self.val, self.config.batch_size, seed=12345) if len(b) >= 2]
 
-    def train(self, resume: bool = False) -> Path:
+    def train(self, resume: bool = False, stop: StopRule | None = None) -> Path:
         """Run the plan (from the checkpoint when ``resume``), then save the trained model; returns its path.
 
         Distributed, every rank runs this; rank 0 alone writes, and every rank reads the checkpoint to resume
-        (so the output directory must be on a filesystem they all see).
+        (so the output directory must be on a filesystem they all see). With ``stop`` (``lens.train.stopping``),
+        a time limit or SIGTERM ends the run early at a step boundary: the checkpoint is written and
+        ``TrainingStopped`` raised, and ``resume=True`` continues from there.
         """
         from tqdm.auto import tqdm
 
@@ -471,23 +475,39 @@ class Trainer:
         check_same(self.step, self.dist, f"the step to start from (does every rank see {self.output_dir}?)")
         bar = tqdm(total=len(self.plan), initial=self.step, desc="Training", unit="step",
                    disable=not self.show_progress_bar)
-        while self.step < len(self.plan):
-            row = self.train_step()
-            if self.config.eval_every and (self.step % self.config.eval_every == 0 or self.step == len(self.plan)):
-                row["val_loss"] = self.validate()
-            rows.append(row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", stage=row["stage"])
-            bar.update(1)
-            if self.step % self.config.checkpoint_every == 0 or self.step == len(self.plan):
-                if main:
-                    write_log(log_path, rows)
-                self.save_checkpoint(self.output_dir / CHECKPOINT_DIR)
+        with stop if stop is not None else contextlib.nullcontext():
+            while self.step < len(self.plan):
+                row = self.train_step()
+                if self.config.eval_every and (self.step % self.config.eval_every == 0
+                                               or self.step == len(self.plan)):
+                    row["val_loss"] = self.validate()
+                rows.append(row)
+                bar.set_postfix(loss=f"{row['loss']:.3f}", stage=row["stage"])
+                bar.update(1)
+                saved = self.step % self.config.checkpoint_every == 0 or self.step == len(self.plan)
+                if saved:
+                    self._write_checkpoint(log_path, rows, stop)
+                reason = stop.due(self.dist) if stop is not None and self.step < len(self.plan) else None
+                if reason:
+                    bar.close()
+                    if not saved:
+                        self._write_checkpoint(log_path, rows, stop)
+                    raise TrainingStopped(self.step, len(self.plan), reason, self.output_dir / CHECKPOINT_DIR)
         bar.close()
         if main:
             write_log(log_path, rows)
             plot_curves(rows, self.output_dir / CURVES_NAME)
         self.save_model(self.output_dir, rows)
         return self.output_dir
+
+    def _write_checkpoint(self, log_path: Path, rows: list[dict], stop: StopRule | None) -> None:
+        """The log so far (rank 0) and the checkpoint; tells ``stop`` how long the writing took."""
+        t = time.perf_counter()
+        if self.dist.is_main:
+            write_log(log_path, rows)
+        self.save_checkpoint(self.output_dir / CHECKPOINT_DIR)
+        if stop is not None:
+            stop.checkpoint_written(time.perf_counter() - t)
 
     def close(self) -> None:
         """Leave the process group this trainer joined (``lens train`` calls it at the end)."""
