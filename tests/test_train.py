@@ -554,3 +554,34 @@ def test_cli_train_time_limit_exits_75_and_resume_completes(tiny_lens_dir, data_
     assert len((out / "train_log.csv").read_text().splitlines()) == 4
     assert main(argv + ["--time-limit", "0"]) == 2
     assert "not a positive duration" in capsys.readouterr().err
+
+
+def test_sigterm_stops_a_running_lens_train_with_its_checkpoint(tiny_lens_dir, data_file, tmp_path):
+    """A real `lens train` process sent SIGTERM mid-run (as a scheduler does) exits 75 with a checkpoint at the step
+    it stopped after, and the log and checkpoint agree; nothing is written as a finished model."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "lens.cli", "train", "--model", str(tiny_lens_dir), "--data", str(data_file),
+           "--steps", "100000", "--lora-layers", "1", "--batch-size", "4", "--out", str(out), "--device", "cpu"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoint" / "state.json").is_file():  # the loop has run to its first checkpoint
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, err
+    step = json.loads((out / "checkpoint" / "state.json").read_text())["step"]
+    assert f"lens train: stopped at step {step} of 100000 (SIGTERM)" in err
+    assert len((out / "train_log.csv").read_text().splitlines()) == step + 1
+    assert not (out / "config.json").exists()
