@@ -43,7 +43,7 @@ from lens.train.checkpoint import load_checkpoint, save_checkpoint
 from lens.train.config import ALL_PROJECTIONS
 from lens.train.data import read_examples, seeded_subset
 from lens.train.distributed import all_reduce_gradients, all_reduce_mean, check_same, init_from_env, shard_slice
-from lens.train.stopping import StopRule, TrainingStopped
+from lens.train.stopping import StopRule
 
 logger = logging.getLogger(__name__)
 
@@ -306,28 +306,20 @@ class MNTPWarmup:
         bar = tqdm(total=cfg.steps, initial=self.step, desc="MNTP", disable=not self.show_progress_bar)
 
         def checkpoint() -> None:
-            t = time.perf_counter()
             if main:
                 write_log(self.out / MNTP_LOG_NAME, rows)
             self.save_checkpoint()
-            if stop is not None:
-                stop.checkpoint_written(time.perf_counter() - t)
 
-        with stop if stop is not None else contextlib.nullcontext():
+        with stop if stop is not None else contextlib.nullcontext(), bar:
             while self.step < cfg.steps:
                 rows.append(self.train_step())
                 bar.set_postfix(loss=f"{rows[-1]['loss']:.3f}", acc=f"{rows[-1]['accuracy']:.3f}")
                 bar.update(1)
-                saved = self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps
-                if saved:
+                due = self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps
+                if stop is not None:
+                    stop.after_step(self.step, cfg.steps, due, checkpoint, self.out / CHECKPOINT_DIR, self.dist)
+                elif due:
                     checkpoint()
-                reason = stop.due(self.dist) if stop is not None and self.step < cfg.steps else None
-                if reason:
-                    bar.close()
-                    if not saved:
-                        checkpoint()
-                    raise TrainingStopped(self.step, cfg.steps, reason, self.out / CHECKPOINT_DIR)
-        bar.close()
         self.encoder.model.decoder.eval()
         self.peft.merge_and_unload()  # the decoder's LoRA layers become plain, merged linear layers
         self.encoder.adapter_merged = True  # so save_pretrained writes the merged backbone beside the clusters

@@ -114,6 +114,26 @@ class StopRule:
         logger.warning("%s received: stopping after this step, with a checkpoint (send it again to stop at once)",
                        self.signalled)
 
+    def after_step(self, step: int, total: int, checkpoint_due: bool, write_checkpoint: Callable[[], None],
+                   where, dist=None) -> None:
+        """A loop's end of step ``step`` of ``total`` (every rank calls it): writes the checkpoint when one is due
+        (timed, for ``due``), and when the run should stop here writes it if it was not due and raises
+        ``TrainingStopped`` naming ``where`` (the checkpoint's path)."""
+        if checkpoint_due:
+            self._write(write_checkpoint)
+        if step >= total:
+            return
+        reason = self.due(dist)
+        if reason:
+            if not checkpoint_due:
+                self._write(write_checkpoint)
+            raise TrainingStopped(step, total, reason, where)
+
+    def _write(self, write_checkpoint: Callable[[], None]) -> None:
+        t = self.clock()
+        write_checkpoint()
+        self.checkpoint_written(self.clock() - t)
+
     def checkpoint_written(self, seconds: float) -> None:
         """How long the loop's last checkpoint took to write: the time a stop must leave for its own."""
         self._checkpoint_s = seconds

@@ -44,7 +44,7 @@ from lens.train.distributed import (
 from lens.train.gradcache import GradCache
 from lens.train.objectives import BatchLayout, Objective, batch_layout, needs_dense
 from lens.train.prefix import PrefixCache
-from lens.train.stopping import StopRule, TrainingStopped
+from lens.train.stopping import StopRule
 from lens.train.report import CARD_NAME, CURVES_NAME, LOG_NAME, model_card, plot_curves, read_log, write_log
 
 logger = logging.getLogger(__name__)
@@ -475,7 +475,13 @@ class Trainer:
         check_same(self.step, self.dist, f"the step to start from (does every rank see {self.output_dir}?)")
         bar = tqdm(total=len(self.plan), initial=self.step, desc="Training", unit="step",
                    disable=not self.show_progress_bar)
-        with stop if stop is not None else contextlib.nullcontext():
+
+        def checkpoint() -> None:
+            if main:
+                write_log(log_path, rows)
+            self.save_checkpoint(self.output_dir / CHECKPOINT_DIR)
+
+        with stop if stop is not None else contextlib.nullcontext(), bar:
             while self.step < len(self.plan):
                 row = self.train_step()
                 if self.config.eval_every and (self.step % self.config.eval_every == 0
@@ -484,30 +490,17 @@ class Trainer:
                 rows.append(row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", stage=row["stage"])
                 bar.update(1)
-                saved = self.step % self.config.checkpoint_every == 0 or self.step == len(self.plan)
-                if saved:
-                    self._write_checkpoint(log_path, rows, stop)
-                reason = stop.due(self.dist) if stop is not None and self.step < len(self.plan) else None
-                if reason:
-                    bar.close()
-                    if not saved:
-                        self._write_checkpoint(log_path, rows, stop)
-                    raise TrainingStopped(self.step, len(self.plan), reason, self.output_dir / CHECKPOINT_DIR)
-        bar.close()
+                due = self.step % self.config.checkpoint_every == 0 or self.step == len(self.plan)
+                if stop is not None:
+                    stop.after_step(self.step, len(self.plan), due, checkpoint, self.output_dir / CHECKPOINT_DIR,
+                                    self.dist)
+                elif due:
+                    checkpoint()
         if main:
             write_log(log_path, rows)
             plot_curves(rows, self.output_dir / CURVES_NAME)
         self.save_model(self.output_dir, rows)
         return self.output_dir
-
-    def _write_checkpoint(self, log_path: Path, rows: list[dict], stop: StopRule | None) -> None:
-        """The log so far (rank 0) and the checkpoint; tells ``stop`` how long the writing took."""
-        t = time.perf_counter()
-        if self.dist.is_main:
-            write_log(log_path, rows)
-        self.save_checkpoint(self.output_dir / CHECKPOINT_DIR)
-        if stop is not None:
-            stop.checkpoint_written(time.perf_counter() - t)
 
     def close(self) -> None:
         """Leave the process group this trainer joined (``lens train`` calls it at the end)."""
