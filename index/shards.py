@@ -160,6 +160,10 @@ class ShardedIndex:
             shard.set_search_options(**options)
 
     def add(self, *args: Any, **kwargs: Any) -> None:
+        self.check_add()
+
+    def check_add(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        """Always refuses: documents are not added to a sharded index (``HybridIndex.check_add``'s counterpart)."""
         raise ValueError("a sharded index takes no new documents: build an index of them and merge it in "
                          "(lens index merge), or build the whole index again")
 

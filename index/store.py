@@ -459,8 +459,8 @@ class HybridIndex:
         """
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        self._check_writable("add documents")
         ids = self._check_ids(ids, "add")
+        existing = self.check_add(ids, upsert)
         parts = self._parts(lexicon, dense, require_all=True)
         n = len(ids)
         rows = next(iter(parts.values())).shape[0]
@@ -470,19 +470,6 @@ class HybridIndex:
             raise ValueError(f"got {n} ids but {len(metadata)} metadata entries; give one (or None) per id")
         metas = [encode_metadata(m, i) for m, i in zip(metadata, ids)] if metadata is not None else [None] * n
         self._check_finite_chunked(parts, chunk_size)
-        existing = self._docs.lookup(ids)
-        if existing:
-            first = next(i for i in ids if i in existing)
-            more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
-            if not upsert:
-                raise ValueError(
-                    f"document id {first!r}{more} is already in the index; pass upsert=True to replace it"
-                )
-            if not self._type.supports_remove:
-                raise ValueError(self._no_remove_message(f"replace document {first!r}{more}"))
-            if self._spilled:
-                raise ValueError(f"cannot replace document {first!r}{more}: its part of the lists was spilled to "
-                                 "disk; save, then build again without it")
         if n == 0:
             return
 
@@ -514,6 +501,26 @@ class HybridIndex:
             raise
         self._next_id += n
         logger.debug("added %d documents (%d replaced); %d in total", n, len(old_ids), len(self))
+
+    def check_add(self, ids: Sequence[str], upsert: bool = False) -> dict[str, int]:
+        """The checks :meth:`add` makes of ``ids`` alone, so a caller can fail before it encodes anything: the
+        index is writable, the ids are non-empty strings given once, and an id already in the index is allowed
+        (``upsert``) and replaceable (not HNSW, not spilled). Returns the ids already there (id -> internal id)."""
+        self._check_writable("add documents")
+        ids = self._check_ids(ids, "add")
+        existing = self._docs.lookup(ids)
+        if existing:
+            first = next(i for i in ids if i in existing)
+            more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+            if not upsert:
+                raise ValueError(f"document id {first!r}{more} is already in the index; pass upsert=True (lens "
+                                 "index add --upsert) to replace it")
+            if not self._type.supports_remove:
+                raise ValueError(self._no_remove_message(f"replace document {first!r}{more}"))
+            if self._spilled:
+                raise ValueError(f"cannot replace document {first!r}{more}: its part of the lists was spilled to "
+                                 "disk; save, then build again without it")
+        return existing
 
     def _no_remove_message(self, action: str) -> str:
         able = ", ".join(name for name, t in INDEX_TYPES.items() if t.supports_remove)

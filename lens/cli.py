@@ -303,6 +303,33 @@ def cmd_index_merge(args: argparse.Namespace) -> None:
           f"{len(manifest['shards'])} shards ({manifest['mode']}, {manifest['index_type']})")
 
 
+def cmd_index_add(args: argparse.Namespace) -> None:
+    from lens.corpus import load_corpus
+    from lens.updating import add_documents
+
+    start = time.perf_counter()
+    docs = load_corpus(args.corpus)
+    change = add_documents(args.dir, docs, upsert=args.upsert, model=args.model, batch_size=args.batch_size)
+    replaced = f" ({change.replaced} replaced)" if change.replaced else ""
+    print(f"added {change.added + change.replaced} documents to {args.dir}{replaced}: {change.count} documents now, "
+          f"in {time.perf_counter() - start:.1f}s")
+
+
+def cmd_index_remove(args: argparse.Namespace) -> None:
+    from lens.updating import remove_documents
+
+    ids = list(args.ids)
+    if args.ids_file is not None:
+        ids += [line.strip() for line in args.ids_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not ids:
+        raise ValueError("no document ids to remove: give them as arguments or in --ids-file (one per line)")
+    try:
+        change = remove_documents(args.dir, ids)
+    except KeyError as e:  # an unknown id: nothing was removed
+        raise ValueError(e.args[0]) from None
+    print(f"removed {change.removed} documents from {args.dir}: {change.count} documents left")
+
+
 def _build_weights(value: str) -> tuple[float, float] | str:
     return _weights(value, balanced=True)
 
@@ -579,6 +606,21 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("out", type=Path, help="index directory to write (new or an index; replaced atomically)")
     mg.add_argument("inputs", nargs="+", type=Path, help="two or more saved index directories")
     mg.set_defaults(func=cmd_index_merge, command="index merge")
+    ad = ix.add_parser("add", help="encode documents with the index's own encoders and add them to it (--upsert: "
+                                   "replace those whose ids are there); saved again atomically")
+    ad.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    ad.add_argument("--corpus", required=True,
+                    help="the documents to add, in any form `lens index build --corpus` takes")
+    ad.add_argument("--upsert", action="store_true",
+                    help="replace documents whose ids are already in the index (else that is an error)")
+    ad.add_argument("--model", default=None, help="the LENS model directory, if it has moved since the build")
+    ad.add_argument("--batch-size", type=positive_int, default=16)
+    ad.set_defaults(func=cmd_index_add, command="index add")
+    rm = ix.add_parser("remove", help="remove documents by id from an index; saved again atomically")
+    rm.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    rm.add_argument("ids", nargs="*", help="document ids to remove")
+    rm.add_argument("--ids-file", type=Path, default=None, help="a file of document ids, one per line")
+    rm.set_defaults(func=cmd_index_remove, command="index remove")
 
     s = sub.add_parser("search", help="search a hybrid index")
     s.add_argument("dir", type=Path, help="index directory (from lens index build)")

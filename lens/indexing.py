@@ -46,7 +46,8 @@ from lens.sharding import EncoderSpec, RankGroup, load_encoder, run_in_processes
 logger = logging.getLogger(__name__)
 
 __all__ = ["FLOAT32", "RECORD_VERSION", "SNIPPET_CHARS", "STATE_VERSION", "build_index", "build_saved",
-           "check_build_options", "check_documents", "corpus_hash", "encode_chunk", "encode_shard", "ids_hash"]
+           "check_build_options", "check_documents", "corpus_hash", "document_metadata", "encode_chunk",
+           "encode_shard", "ids_hash", "report_truncation"]
 
 SNIPPET_CHARS = 300
 STATE_VERSION = 2  # chunks carry the encoder fingerprint's sha256; shard records
@@ -493,19 +494,29 @@ def _report_truncation(records: Sequence[dict], n_docs: int) -> None:
     """One warning for the whole build: the documents truncated to ``max_seq_length``, summed over every chunk
     (encoded in this run or before it; by any worker)."""
     cut = sum(c.get("truncated", 0) for r in records for c in r["chunks"])
+    report_truncation(cut, n_docs, "/".join(sorted({str(r.get("max_seq_length")) for r in records})))
+
+
+def report_truncation(cut: int, n_docs: int, max_seq_length: Any) -> None:
+    """Warn once that ``cut`` of ``n_docs`` indexed documents were truncated to ``max_seq_length`` tokens."""
     if cut:
-        limits = sorted({str(r.get("max_seq_length")) for r in records})
-        logger.warning("%d of %d documents were longer than max_seq_length=%s tokens and were truncated (their ends are not "
-                       "indexed: split long documents into passages to search all of their text)", cut,
-                       n_docs, "/".join(limits))
+        logger.warning("%d of %d documents were longer than max_seq_length=%s tokens and were truncated (their ends "
+                       "are not indexed: split long documents into passages to search all of their text)", cut,
+                       n_docs, max_seq_length)
+
+
+def document_metadata(doc: Document) -> dict:
+    """What an index stores beside a document's vectors: its title, the start of its text (``SNIPPET_CHARS``, for
+    search results) and its corpus record's extra fields."""
+    return {"title": doc.title, "snippet": doc.text[:SNIPPET_CHARS], **doc.extra}
 
 
 def _fill(index, chunks: _Chunks, docs, part: slice) -> None:
     for i, a, b in chunks.overlapping(part.start, part.stop):
         lex, dense = chunks.load(i)
         rows = docs[chunks.bounds[i][0] + a : chunks.bounds[i][0] + b]
-        meta = [{"title": d.title, "snippet": d.text[:SNIPPET_CHARS], **d.extra} for d in rows]
-        index.add([d.id for d in rows], lex[a:b], None if dense is None else dense[a:b], metadata=meta)
+        index.add([d.id for d in rows], lex[a:b], None if dense is None else dense[a:b],
+                  metadata=[document_metadata(d) for d in rows])
 
 
 def _sample(chunks: _Chunks, n: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:

@@ -1,0 +1,94 @@
+"""Change a saved index in place: add documents (or replace them, by id) and remove documents, without a rebuild.
+
+New documents are encoded by the encoders the index was built with (``lens.search.Searcher.open``: its recorded
+LENS model and dense kind, refused if their fingerprint differs) and in the build's quantisation, from the same
+text (``Document.full_text``) and with the same stored metadata (``lens.indexing.document_metadata``), so they
+are indistinguishable from documents the build encoded. The index keeps its type, ``top_m`` (applied to the new
+documents as they are added) and default weights.
+
+Every id is checked before anything is encoded: an id already in the index is an error unless ``upsert``, and an
+index that cannot change (HNSW for a replace or a removal, a memory-mapped ``ivf-ondisk``, a sharded index for an
+addition) says what to do instead. The directory's writer lock (``lens.atomic.DirectoryLock``) is held from load
+to save, so two changes at once cannot lose one another, and the save is atomic: a failure leaves the index as it
+was.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from lens.corpus import Document
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["IndexChange", "add_documents", "remove_documents"]
+
+
+@dataclass(frozen=True)
+class IndexChange:
+    """What a change did: documents ``added`` (new ids), ``replaced`` (upserted ids), ``removed``, and ``count``,
+    the index's documents afterwards."""
+
+    added: int = 0
+    replaced: int = 0
+    removed: int = 0
+    count: int = 0
+
+
+def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, upsert: bool = False,
+                  model: str | os.PathLike | None = None, batch_size: int = 16,
+                  show_progress_bar: bool = True) -> IndexChange:
+    """Encode ``docs`` as the index at ``directory`` was built and add them; save it again atomically.
+
+    ``upsert``: replace the documents whose ids are already there (else that is an error, raised before anything
+    is encoded). ``model``: the LENS model directory, when it has moved since the build (its fingerprint must
+    still match the index's).
+    """
+    from lens.atomic import DirectoryLock
+    from lens.encoder import count_truncations
+    from lens.indexing import check_documents, document_metadata, report_truncation
+    from lens.search import Searcher
+
+    docs = list(docs)
+    if not docs:
+        raise ValueError("no documents to add: the corpus is empty")
+    check_documents(docs)
+    with DirectoryLock(Path(directory), "index"):
+        searcher = Searcher.open(directory, model)
+        index, encoder = searcher.index, searcher.encoder
+        ids = [d.id for d in docs]
+        replaced = len(index.check_add(ids, upsert))  # before the encoding, not after it
+        built = (index.info or {}).get("lens_quantize")
+        if built:  # the documents already there were encoded so; the new ones must be too
+            encoder.lens.apply_quantize(built)
+        with count_truncations() as tally:
+            lexicon, dense = encoder.encode_documents([d.full_text for d in docs], batch_size=batch_size,
+                                                      show_progress_bar=show_progress_bar)
+        report_truncation(tally.truncated, len(docs), tally.max_seq_length)
+        index.add(ids, lexicon, dense, metadata=[document_metadata(d) for d in docs], upsert=upsert)
+        index.save(directory)
+    logger.info("added %d documents to %s (%d replaced)", len(docs) - replaced, directory, replaced)
+    return IndexChange(added=len(docs) - replaced, replaced=replaced, count=len(index))
+
+
+def remove_documents(directory: str | os.PathLike, ids: Sequence[str]) -> IndexChange:
+    """Remove the documents ``ids`` from the index at ``directory`` and save it again atomically. An unknown id is
+    a ``KeyError`` naming it, and nothing is removed. Needs no model."""
+    from index import HybridIndex
+    from lens.atomic import DirectoryLock
+
+    if isinstance(ids, (str, bytes)):
+        raise ValueError(f"ids must be a list of document ids, got the single string {ids!r}: put it in a list")
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        raise ValueError("no document ids to remove: give at least one")
+    with DirectoryLock(Path(directory), "index"):
+        index = HybridIndex.load(directory)
+        index.remove(ids)
+        index.save(directory)
+    logger.info("removed %d documents from %s", len(ids), directory)
+    return IndexChange(removed=len(ids), count=len(index))

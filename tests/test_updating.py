@@ -1,0 +1,191 @@
+"""`lens index add` / `lens index remove` (lens.updating): a changed index equals one built from its final corpus."""
+
+import hashlib
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from index import HybridIndex
+from lens.atomic import DirectoryLock, LockedError
+from lens.cli import main
+from lens.corpus import load_corpus
+from lens.updating import add_documents, remove_documents
+
+from corpus_helpers import write_corpus
+
+QUERIES = ["cancer drug", "brain cell", "blood risk treatment", "gene protein mouse"]
+
+
+@pytest.fixture(scope="module")
+def corpus_lines(tmp_path_factory):
+    path = write_corpus(tmp_path_factory.mktemp("corpus") / "all.jsonl", 23)
+    return path.read_text().splitlines()
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def build(tiny_lens_dir, corpus, out, *extra):
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(out), "--model",
+                 str(tiny_lens_dir), "--dense", "lens", *extra]) == 0
+    return out
+
+
+def hits_of(directory, k=23):
+    """(ids, scores, metadata) per query, with the index's own encoders."""
+    from lens.search import Searcher
+
+    results = Searcher.open(directory).search(QUERIES, k=k)
+    return [(h.ids, np.asarray(h.scores), h.metadata) for h in results]
+
+
+def assert_same_hits(got, want, atol=1e-5):
+    for (ids, scores, meta), (ids2, scores2, meta2) in zip(got, want):
+        np.testing.assert_allclose(scores, scores2, atol=atol)
+        assert set(ids) == set(ids2)  # ties may order differently; the scores agree position by position
+        assert {i: m for i, m in zip(ids, meta)} == {i: m for i, m in zip(ids2, meta2)}
+
+
+def files_sha(directory):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("extra", [[], ["--top-m", "3"], ["--quantize", "int8"]], ids=["flat", "top-m", "int8"])
+def test_add_equals_a_build_of_the_whole_corpus(tiny_lens_dir, corpus_lines, tmp_path, capsys, monkeypatch, extra):
+    from lens.hybrid import HybridEncoder
+
+    first = write_lines(tmp_path / "first.jsonl", corpus_lines[:15])
+    rest = write_lines(tmp_path / "rest.jsonl", corpus_lines[15:])
+    whole = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines), tmp_path / "whole", *extra)
+    ix = build(tiny_lens_dir, first, tmp_path / "ix", *extra)
+    encoded_as, encode = [], HybridEncoder.encode_documents
+
+    def spy(self, *args, **kwargs):
+        encoded_as.append(self.lens.quantize)
+        return encode(self, *args, **kwargs)
+
+    monkeypatch.setattr(HybridEncoder, "encode_documents", spy)
+    capsys.readouterr()
+    assert main(["-q", "index", "add", str(ix), "--corpus", str(rest)]) == 0
+    assert "added 8 documents" in capsys.readouterr().out and len(HybridIndex.load(ix)) == 23
+    assert HybridIndex.load(ix).top_m == HybridIndex.load(whole).top_m
+    int8 = "int8" in extra
+    assert encoded_as == ["int8" if int8 else None]  # the build's quantisation
+    # an int8 vector moves by ~1e-3 with the texts batched beside it (README), and here they are batched apart
+    assert_same_hits(hits_of(ix), hits_of(whole), atol=1e-2 if int8 else 1e-5)
+
+
+def test_upsert_replaces_and_a_repeated_id_fails_before_encoding(tiny_lens_dir, corpus_lines, tmp_path, capsys,
+                                                                 monkeypatch):
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines), tmp_path / "ix")
+    changed = [json.loads(line) for line in corpus_lines[:2]]
+    for record in changed:
+        record["text"] = "brain brain blood"
+    update = write_lines(tmp_path / "update.jsonl", [json.dumps(r) for r in changed])
+    before = files_sha(ix)
+
+    from lens.hybrid import HybridEncoder
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("encoded before the ids were checked")
+
+    with monkeypatch.context() as m:
+        m.setattr(HybridEncoder, "encode_documents", no_encoding)
+        capsys.readouterr()
+        assert main(["-q", "index", "add", str(ix), "--corpus", str(update)]) == 2
+        err = capsys.readouterr().err
+        assert "'d0' (and 1 more) is already in the index" in err and "--upsert" in err
+    assert files_sha(ix) == before  # nothing changed
+
+    assert main(["-q", "index", "add", str(ix), "--corpus", str(update), "--upsert"]) == 0
+    out = capsys.readouterr().out
+    assert "added 2 documents" in out and "(2 replaced)" in out
+    assert len(HybridIndex.load(ix)) == 23
+    expected = build(tiny_lens_dir, write_lines(tmp_path / "expected.jsonl",
+                                                [json.dumps(r) for r in changed] + corpus_lines[2:]),
+                     tmp_path / "expected")
+    assert_same_hits(hits_of(ix), hits_of(expected))
+
+
+def test_upsert_reports_the_replaced_count(tiny_lens_dir, corpus_lines, tmp_path, capsys):
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "first.jsonl", corpus_lines[:15]), tmp_path / "ix")
+    both = write_lines(tmp_path / "both.jsonl", corpus_lines[13:17])  # 2 already there, 2 new
+    capsys.readouterr()
+    assert main(["-q", "index", "add", str(ix), "--corpus", str(both), "--upsert"]) == 0
+    out = capsys.readouterr().out
+    assert "added 4 documents" in out and "(2 replaced)" in out and "17 documents now" in out
+
+
+def test_remove_equals_a_build_without_them(tiny_lens_dir, corpus_lines, tmp_path, capsys):
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines), tmp_path / "ix")
+    (tmp_path / "ids.txt").write_text("d7\n\nd9\n")
+    capsys.readouterr()
+    assert main(["-q", "index", "remove", str(ix), "d3", "d5", "--ids-file", str(tmp_path / "ids.txt")]) == 0
+    assert "removed 4 documents" in capsys.readouterr().out and len(HybridIndex.load(ix)) == 19
+    kept = [line for line in corpus_lines if json.loads(line)["_id"] not in {"d3", "d5", "d7", "d9"}]
+    expected = build(tiny_lens_dir, write_lines(tmp_path / "kept.jsonl", kept), tmp_path / "expected")
+    assert_same_hits(hits_of(ix), hits_of(expected))
+
+    before = files_sha(ix)
+    assert main(["-q", "index", "remove", str(ix), "d1", "nope"]) == 2
+    assert "'nope' is not in the index; nothing was removed" in capsys.readouterr().err
+    assert main(["-q", "index", "remove", str(ix)]) == 2
+    assert "no document ids to remove" in capsys.readouterr().err
+    assert files_sha(ix) == before
+
+
+def test_types_that_cannot_change_say_what_to_do(tiny_lens_dir, corpus_lines, tmp_path, capsys):
+    corpus = write_lines(tmp_path / "first.jsonl", corpus_lines[:15])
+    rest = write_lines(tmp_path / "rest.jsonl", corpus_lines[15:])
+    hnsw = build(tiny_lens_dir, corpus, tmp_path / "hnsw", "--index", "hnsw")
+    capsys.readouterr()
+    assert main(["-q", "index", "remove", str(hnsw), "d1"]) == 2
+    assert "HNSW graphs cannot delete" in capsys.readouterr().err
+    assert main(["-q", "index", "add", str(hnsw), "--corpus", str(rest)]) == 0  # adding is fine
+    assert len(HybridIndex.load(hnsw)) == 23
+
+    sharded = build(tiny_lens_dir, corpus, tmp_path / "sharded", "--shards", "3")
+    capsys.readouterr()
+    assert main(["-q", "index", "add", str(sharded), "--corpus", str(rest)]) == 2
+    assert "lens index merge" in capsys.readouterr().err
+    assert main(["-q", "index", "remove", str(sharded), "d1", "d14"]) == 0  # from two shards
+    index = HybridIndex.load(sharded)
+    assert len(index) == 13 and "d1" not in index and "d14" not in index and "d2" in index
+
+
+def test_a_change_waits_for_no_other_writer(tiny_lens_dir, corpus_lines, tmp_path):
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines), tmp_path / "ix")
+    held, release = threading.Event(), threading.Event()
+
+    def writer():
+        with DirectoryLock(ix, "index"):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(LockedError):
+            remove_documents(ix, ["d1"])
+        with pytest.raises(LockedError):
+            add_documents(ix, load_corpus(tmp_path / "all.jsonl")[:1], upsert=True, show_progress_bar=False)
+    finally:
+        release.set()
+        thread.join()
+    assert len(HybridIndex.load(ix)) == 23
+    assert remove_documents(ix, ["d1"]).count == 22
+
+
+def test_library_input_errors(tiny_lens_dir, corpus_lines, tmp_path):
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines), tmp_path / "ix")
+    with pytest.raises(ValueError, match="single string 'd1'"):
+        remove_documents(ix, "d1")
+    with pytest.raises(ValueError, match="corpus is empty"):
+        add_documents(ix, [])
+    with pytest.raises(FileNotFoundError):
+        remove_documents(tmp_path / "missing", ["d1"])
