@@ -18,11 +18,11 @@ import logging
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DocTable", "encode_metadata"]
+__all__ = ["DocTable", "check_filter", "encode_metadata"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,44 @@ def encode_metadata(meta: Any, doc_id: str) -> str | None:
         return json.dumps(meta, ensure_ascii=False, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ValueError(f"metadata for document {doc_id!r} is not JSON-serialisable: {e}") from e
+
+
+FilterValue = str | int | float | bool
+# a checked filter: ((field, (value, ...)), ...); a document matches when every field holds one of its values
+Filter = tuple[tuple[str, tuple[FilterValue, ...]], ...]
+
+
+def check_filter(filter: Mapping[str, Any] | None) -> Filter | None:
+    """A metadata filter ``{field: value}`` or ``{field: [value, ...]}`` checked and normalised (None stays None).
+
+    A document matches when, for every field, its metadata's top-level ``field`` equals one of the values, or is a
+    list holding one. Values are strings, numbers or booleans, compared by JSON type (``1`` never matches
+    ``"1"`` or ``true``)."""
+    if filter is None:
+        return None
+    if not isinstance(filter, Mapping) or not filter:
+        raise ValueError(f"a filter is a non-empty dict of metadata field -> value(s), got {filter!r}")
+    out = []
+    for field, values in filter.items():
+        if not isinstance(field, str) or not field or '"' in field:
+            raise ValueError(f"filter field {field!r} must be a non-empty string without double quotes")
+        values = tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else (values,)
+        if not values:
+            raise ValueError(f"filter field {field!r} has an empty list of values; give at least one")
+        for v in values:
+            if not isinstance(v, (str, int, float)) or (isinstance(v, float) and v != v):
+                raise ValueError(f"filter field {field!r}: values must be strings, numbers or booleans, got {v!r}")
+        out.append((field, values))
+    return tuple(out)
+
+
+def _value_condition(value: FilterValue) -> tuple[str, list[Any]]:
+    """SQL over one ``json_each`` row (its ``type`` and ``value``) true when the row equals ``value``."""
+    if isinstance(value, bool):
+        return "type = ?", ["true" if value else "false"]
+    if isinstance(value, (int, float)):
+        return "type IN ('integer', 'real') AND value = ?", [value]
+    return "type = 'text' AND value = ?", [value]
 
 
 def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -108,6 +146,21 @@ class DocTable:
         if row is None:
             raise KeyError(f"document {doc_id!r} is not in the index")
         return json.loads(row[0]) if row[0] is not None else None
+
+    def matching(self, filter: Filter) -> np.ndarray:
+        """The int ids (ascending, int64) of the documents that ``filter`` (from :func:`check_filter`) matches: one
+        scan of the table, each field's value read with SQLite's JSON functions (an array: any of its items)."""
+        clauses, params = [], []
+        for field, values in filter:
+            conditions = [_value_condition(v) for v in values]
+            clauses.append("EXISTS (SELECT 1 FROM json_each(ids.meta, ?) WHERE json_type(ids.meta, ?) != 'object' "
+                           f"AND ({' OR '.join(f'({c})' for c, _ in conditions)}))")
+            path = f'$."{field}"'
+            params += [path, path] + [p for _, ps in conditions for p in ps]
+        q = f"SELECT int_id FROM ids WHERE meta IS NOT NULL AND {' AND '.join(clauses)} ORDER BY int_id"
+        with self._lock:
+            rows = self._conn.execute(q, params).fetchall()
+        return np.array([r[0] for r in rows], dtype=np.int64)
 
     def int_ids(self) -> np.ndarray:
         """All int ids, ascending (int64)."""

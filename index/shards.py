@@ -38,7 +38,7 @@ from .manifest import (
     validate_manifest,
     verify_stream,
 )
-from .metadata import DocTable
+from .metadata import DocTable, check_filter
 from .store import HybridIndex, SearchResult, check_save_target
 from .vectors import mean_weights, weight_pair
 
@@ -149,10 +149,14 @@ class ShardedIndex:
     # ---- search and changes -----------------------------------------------------------------
 
     def search(self, lexicon: Any = None, dense: Any = None, k: int = 10, weights: Any = None,
-               query_top_m: int | None = None) -> list[SearchResult]:
+               query_top_m: int | None = None, filter: Mapping[str, Any] | None = None) -> list[SearchResult]:
         """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``)."""
         weights = self._weights if weights is None else weights  # one default for all shards: comparable scores
-        per_shard = [s.search(lexicon, dense, k=k, weights=weights, query_top_m=query_top_m) for s in self._shards]
+        checked = check_filter(filter)
+        allowed = [None if checked is None else s._docs.matching(checked) for s in self._shards]
+        if checked is not None and not any(len(a) for a in allowed) and len(self):
+            logger.warning("no document matches the filter %s: returning no hits", filter)
+        per_shard = [s._search(lexicon, dense, k, weights, query_top_m, a) for s, a in zip(self._shards, allowed)]
         return [merge_hits([hits[q] for hits in per_shard], k) for q in range(len(per_shard[0]))]
 
     def set_search_options(self, **options: Any) -> None:

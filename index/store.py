@@ -17,6 +17,8 @@ Defined edge cases (the lead-facing contract):
 * A query giving only one part on a hybrid index uses weight 0 for the other part (the given part's
   weight is not rescaled, so scores stay comparable with hybrid queries).
 * Documents may have a zero part (e.g. an empty text): that part contributes 0 to their scores.
+* A metadata ``filter`` (``index.metadata.check_filter``) that matches no document returns empty results and logs a
+  warning; one that matches fewer than ``k`` returns those it matches.
 
 Training (``ivf``, ``sq8``). Until trained, documents go to an exact flat *staging* index, so they are
 searchable (exactly) at once. Training happens automatically inside :meth:`HybridIndex.add` as soon as
@@ -74,7 +76,7 @@ from .manifest import (
     open_index,
     verify_stream,
 )
-from .metadata import DocTable, encode_metadata
+from .metadata import DocTable, check_filter, encode_metadata
 from . import ondisk
 from .ondisk import DATA_FILE
 from .vectors import (
@@ -109,14 +111,30 @@ def _dim(value: Any, name: str) -> int | None:
     return int(value)
 
 
-def faiss_search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
+                 allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``index.search``, but for an ``IndexIDMap`` the inner index is searched and labels are mapped
     here through a zero-copy view of the id map. Same results; it skips the IDMap's own OpenMP region,
-    which costs a scheduler time slice per call on a busy machine (visible in single-query latency)."""
+    which costs a scheduler time slice per call on a busy machine (visible in single-query latency).
+
+    ``allowed``: the only labels (int ids) that may be returned, given to FAISS as an ``IDSelector`` so that the
+    search itself skips the others (exact types stay exact; IVF keeps its ``nprobe``, HNSW its ``efSearch``)."""
     if not isinstance(index, faiss.IndexIDMap):
-        return index.search(queries, k)
-    scores, pos = faiss.downcast_index(index.index).search(queries, k)
+        if allowed is None:
+            return index.search(queries, k)
+        selector = faiss.IDSelectorBatch(allowed)
+        ivf = faiss.extract_index_ivf(index)
+        return index.search(queries, k, params=faiss.SearchParametersIVF(sel=selector, nprobe=ivf.nprobe))
+    inner = faiss.downcast_index(index.index)
     id_map = faiss.rev_swig_ptr(index.id_map.data(), index.ntotal)
+    if allowed is None:
+        scores, pos = inner.search(queries, k)
+    else:  # the inner index numbers its vectors 0..n-1: select those positions, as a bitmap
+        bitmap = np.packbits(np.isin(id_map, allowed), bitorder="little")
+        selector = faiss.IDSelectorBitmap(index.ntotal, faiss.swig_ptr(bitmap))
+        params = (faiss.SearchParametersHNSW(sel=selector, efSearch=inner.hnsw.efSearch)
+                  if isinstance(inner, faiss.IndexHNSW) else faiss.SearchParameters(sel=selector))
+        scores, pos = inner.search(queries, k, params=params)
     labels = np.where(pos >= 0, id_map[np.maximum(pos, 0)], -1)
     return scores, labels
 
@@ -577,15 +595,28 @@ class HybridIndex:
         k: int = 10,
         weights: Any = None,
         query_top_m: int | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> list[SearchResult]:
         """Top-``k`` documents for each query (rows of ``lexicon`` / ``dense``; 1-D = one query).
 
         ``weights``: None (the index default), a pair ``(w_lex, w_dense)`` for all queries, or an
         array of shape (n_queries, 2). A part not given gets weight 0. ``query_top_m`` keeps only that many
         of each query's heaviest lexicon weights (default: none pruned, whatever ``top_m`` the documents had).
-        Returns one :class:`SearchResult` per query; see the module docstring for empty-index, zero-query and
-        ``k > len(index)`` behaviour.
+        ``filter``: search only the documents whose metadata matches, e.g. ``{"source": "wiki", "year": [2023,
+        2024]}`` (``index.metadata.check_filter``); the same top-``k`` as searching an index of those documents
+        alone (exact types). Returns one :class:`SearchResult` per query; see the module docstring for
+        empty-index, zero-query and ``k > len(index)`` behaviour.
         """
+        checked = check_filter(filter)
+        allowed = None if checked is None else self._docs.matching(checked)
+        if allowed is not None and len(allowed) == 0 and len(self):
+            logger.warning("no document matches the filter %s: returning no hits", filter)
+        return self._search(lexicon, dense, k, weights, query_top_m, allowed)
+
+    def _search(self, lexicon: Any, dense: Any, k: int, weights: Any, query_top_m: int | None,
+                allowed: np.ndarray | None) -> list[SearchResult]:
+        """:meth:`search` over the documents whose int ids are ``allowed`` (None: all), with no warning when none
+        are (``index.shards`` warns once for all of its shards)."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if self._spilled:
@@ -621,9 +652,10 @@ class HybridIndex:
             logger.warning("searching an empty index: no documents have been added; returning no hits")
             return results
         live = np.flatnonzero(~zero)
-        if len(live) == 0:
+        if len(live) == 0 or (allowed is not None and len(allowed) == 0):
             return results
-        scores, labels = faiss_search(index, np.ascontiguousarray(qv[live]), int(min(k, index.ntotal)))
+        n = index.ntotal if allowed is None else len(allowed)
+        scores, labels = faiss_search(index, np.ascontiguousarray(qv[live]), int(min(k, n)), allowed)
         docs = self._docs.fetch(labels[labels >= 0].ravel())
         for row, qi in enumerate(live):
             keep = labels[row] >= 0

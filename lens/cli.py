@@ -343,6 +343,29 @@ def _weights(value: str, balanced: bool = False) -> tuple[float, float] | str:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--weights: ").removeprefix("--weights ")) from None
 
 
+def _filter_item(value: str) -> tuple[str, object]:
+    """``FIELD=VALUE`` of ``--filter``: the value read as JSON when it parses (2020, true, ["a", "b"], "007"), else
+    as a string."""
+    field, sep, raw = value.partition("=")
+    if not sep or not field:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE (e.g. source=wiki), got {value!r}")
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = raw
+    return field, parsed
+
+
+def _filter_of(items: list[tuple[str, object]] | None) -> dict | None:
+    """The repeated ``--filter`` items as one filter; a field given twice matches either value."""
+    if not items:
+        return None
+    out: dict[str, list] = {}
+    for field, value in items:
+        out.setdefault(field, []).extend(value if isinstance(value, list) else [value])
+    return out
+
+
 def cmd_search(args: argparse.Namespace) -> None:
     from lens.search import Searcher, check_queries
 
@@ -355,7 +378,8 @@ def cmd_search(args: argparse.Namespace) -> None:
         logger.warning("the index's documents were encoded %s and the queries are encoded %s: scores are close to, "
                        "not the same as, a matched pair's (%s to match)", built or "in float32",
                        args.quantize or "in float32", f"pass --quantize {built}" if built else "drop --quantize")
-    results = searcher.search(args.query, k=args.k, weights=args.weights, instruction=args.instruction)
+    results = searcher.search(args.query, k=args.k, weights=args.weights, instruction=args.instruction,
+                              filter=_filter_of(args.filter))
     if args.json:
         print(json.dumps([{"query": q, "hits": [{"rank": r, "id": i, "score": float(s), **(m or {})}
                                                 for r, (i, s, m) in enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
@@ -632,6 +656,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
+    s.add_argument("--filter", type=_filter_item, action="append", metavar="FIELD=VALUE",
+                   help="search only documents whose metadata FIELD equals VALUE (or, for a list field, holds it); "
+                        "VALUE is read as JSON when it parses (2020, true, [\"a\",\"b\"]: any of them), else as "
+                        "text; repeat for more fields (all must match; the same field twice: either value)")
     s.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
                    help=_QUANTIZE_HELP + "; a warning if the index was built otherwise")
     s.set_defaults(func=cmd_search)

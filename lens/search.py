@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from index import HybridIndex, SearchResult
 from index.manifest import check_fingerprint
@@ -55,8 +55,12 @@ class Searcher:
         return cls(index, encoder)
 
     def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,
-               instruction: str | None = None) -> list[SearchResult]:
-        """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's."""
+               instruction: str | None = None, filter: Mapping[str, Any] | None = None) -> list[SearchResult]:
+        """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's; ``filter`` keeps the
+        documents whose metadata matches (``HybridIndex.search``)."""
+        from index.metadata import check_filter
+
         queries = check_queries(queries)
+        check_filter(filter)  # before the queries are encoded
         lexicon, dense = self.encoder.encode_queries(queries, instruction=instruction)
-        return self.index.search(lexicon, dense, k=k, weights=weights)
+        return self.index.search(lexicon, dense, k=k, weights=weights, filter=filter)

@@ -283,3 +283,27 @@ def test_adi_build_and_search(tmp_path, capsys):
     assert len(hits) == 5 and all(-1.0 <= h["score"] <= 1.0 for h in hits)
     index = HybridIndex.load(ix)
     assert len(index) == 82 and index.mode == "hybrid" and index.dense_dim == 384
+
+
+def test_cli_search_filters_on_corpus_fields(tiny_lens_dir, tmp_path, capsys):
+    corpus = tmp_path / "c.jsonl"
+    words = "cell gene protein cancer patients drug dose mouse brain blood".split()
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"{words[i % 10]} {words[(i * 3) % 10]}",
+                                          "source": ["wiki", "news", "forum"][i % 3], "year": 2020 + i % 4}) + "\n"
+                              for i in range(30)))
+    ix = tmp_path / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "none"]) == 0
+    capsys.readouterr()
+    assert main(["search", str(ix), "cancer drug", "-k", "30", "--json"]) == 0
+    (everything,) = json.loads(capsys.readouterr().out)
+    argv = ["search", str(ix), "cancer drug", "-k", "4", "--json", "--filter", "source=news", "--filter",
+            "year=2021", "--filter", "year=2023"]
+    assert main(argv) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    want = [h["id"] for h in everything["hits"] if h["source"] == "news" and h["year"] in (2021, 2023)][:4]
+    assert [h["id"] for h in result["hits"]] == want and len(want) == 4
+    assert main(["search", str(ix), "cancer", "--filter", 'year="2021"']) == 0  # a JSON string: no number matches
+    assert "no results" in capsys.readouterr().out
+    assert main(["search", str(ix), "cancer", "--filter", "source"]) == 2
+    assert "FIELD=VALUE" in capsys.readouterr().err

@@ -1,0 +1,128 @@
+"""Metadata filters in search: the filtered top-k equals the unfiltered ranking cut to the matching documents."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from index import HybridIndex
+from index.metadata import DocTable, check_filter, encode_metadata
+from index.shards import ShardedIndex
+
+N, LEX, DENSE = 240, 24, 8
+OPTIONS = {"flat": {}, "hnsw": {"ef_search": 256}, "ivf": {"nlist": 4, "min_train": 100, "nprobe": 4},
+           "sq8": {"min_train": 100, "train_size": 200}, "fp16": {},
+           "ivf-ondisk": {"nlist": 4, "min_train": 100, "nprobe": 4}}
+
+
+def corpus():
+    rng = np.random.default_rng(0)
+    lex = rng.random((N, LEX)).astype(np.float32) * (rng.random((N, LEX)) < 0.3)
+    dense = rng.standard_normal((N, DENSE)).astype(np.float32)
+    ids = [f"d{i}" for i in range(N)]
+    meta = [{"group": i % 3, "source": ["wiki", "news", "forum", "web"][i % 4], "tags": ["x", "y", "z"][: 1 + i % 3],
+             "new": i % 5 == 0} for i in range(N)]
+    meta[7] = None  # a document without metadata matches no filter
+    return ids, lex, dense, meta
+
+
+def naive(ids, meta, full, flt):
+    """The reference: every document's score from an unfiltered search, kept where the metadata matches."""
+    def matches(m):
+        if m is None:
+            return False
+        for field, values in flt.items():
+            values = values if isinstance(values, list) else [values]
+            held = m.get(field)
+            held = held if isinstance(held, list) else [held]
+            if not any(type(h) is type(v) and h == v for h in held for v in values):
+                return False
+        return True
+
+    keep = {i for i, m in zip(ids, meta) if matches(m)}
+    return [(i, s) for i, s in zip(full.ids, full.scores) if i in keep]
+
+
+FILTERS = [{"group": 1}, {"source": ["wiki", "forum"]}, {"tags": "z"}, {"new": True, "group": [0, 2]},
+           {"source": "web", "tags": "y"}]
+
+
+@pytest.mark.parametrize("index_type", list(OPTIONS))
+def test_filtered_search_equals_the_ranking_cut_to_the_matches(index_type, tmp_path):
+    ids, lex, dense, meta = corpus()
+    options = dict(OPTIONS[index_type])
+    search_options = {k: options.pop(k) for k in ("ef_search", "nprobe") if k in options}
+    ix = HybridIndex(LEX, DENSE, index_type, **options)
+    ix.add(ids, lex, dense, metadata=meta)
+    ix = HybridIndex.load(ix.save(tmp_path / "ix"))  # as saved (ivf-ondisk: lists memory-mapped)
+    ix.set_search_options(**search_options)
+    assert ix.is_trained or index_type in ("flat", "hnsw", "fp16")
+    q_lex, q_dense = lex[:4] + 0.1, dense[:4]
+    full = ix.search(q_lex, q_dense, k=N)
+    for flt in FILTERS:
+        got = ix.search(q_lex, q_dense, k=7, filter=flt)
+        for f, g in zip(full, got):
+            want = naive(ids, meta, f, flt)[:7]
+            assert g.ids == [i for i, _ in want], (index_type, flt)
+            np.testing.assert_allclose(g.scores, [s for _, s in want], atol=1e-6)
+            assert all(ix.metadata(i) == m for i, m in zip(g.ids, g.metadata))
+
+
+def test_untrained_staging_sharded_and_k_above_the_matches():
+    ids, lex, dense, meta = corpus()
+    staged = HybridIndex(LEX, DENSE, "ivf", nlist=4, min_train=10_000)  # stays in the exact staging index
+    staged.add(ids, lex, dense, metadata=meta)
+    assert not staged.is_trained
+    sharded = ShardedIndex([HybridIndex(LEX, DENSE) for _ in range(3)])
+    for s, part in zip(sharded.shards, np.array_split(np.arange(N), 3)):
+        s.add([ids[i] for i in part], lex[part], dense[part], metadata=[meta[i] for i in part])
+    q_lex, q_dense = lex[10:12], dense[10:12]
+    for ix in (staged, sharded):
+        full = ix.search(q_lex, q_dense, k=N)
+        got = ix.search(q_lex, q_dense, k=N, filter={"source": "news"})  # k above the 60 matches: all of them
+        for f, g in zip(full, got):
+            want = naive(ids, meta, f, {"source": "news"})
+            assert len(want) == 60 and g.ids == [i for i, _ in want]
+
+
+def test_no_match_warns_and_returns_no_hits(caplog):
+    ids, lex, dense, meta = corpus()
+    ix = HybridIndex(LEX, DENSE)
+    ix.add(ids, lex, dense, metadata=meta)
+    with caplog.at_level(logging.WARNING, logger="index.store"):
+        (hits,) = ix.search(lex[0], dense[0], k=5, filter={"source": "tv"})
+    assert hits.ids == [] and "no document matches the filter" in caplog.text
+    sharded = ShardedIndex([ix])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        (hits,) = sharded.search(lex[0], dense[0], k=5, filter={"group": "1"})  # "1" is text; groups are numbers
+    assert hits.ids == [] and caplog.text.count("no document matches the filter") == 1
+
+
+@pytest.mark.parametrize("flt,match", [
+    ({}, "non-empty dict"),
+    ("source=wiki", "non-empty dict"),
+    ({"source": []}, "empty list"),
+    ({"source": None}, "strings, numbers or booleans"),
+    ({"source": {"a": 1}}, "strings, numbers or booleans"),
+    ({'so"urce': "wiki"}, "without double quotes"),
+    ({"x": float("nan")}, "strings, numbers or booleans"),
+])
+def test_bad_filters_are_refused(flt, match):
+    ids, lex, dense, meta = corpus()
+    ix = HybridIndex(LEX, DENSE)
+    ix.add(ids[:5], lex[:5], dense[:5], metadata=meta[:5])
+    with pytest.raises(ValueError, match=match):
+        ix.search(lex[0], dense[0], filter=flt)
+
+
+def test_values_match_by_json_type():
+    table = DocTable()
+    metas = [{"v": 1}, {"v": "1"}, {"v": True}, {"v": 1.0}, {"v": [1, "a"]}, {"v": {"w": 1}}, None, {"u": 1}]
+    table.insert(range(len(metas)), [f"d{i}" for i in range(len(metas))],
+                 [encode_metadata(m, "x") for m in metas])
+    assert table.matching(check_filter({"v": 1})).tolist() == [0, 3, 4]  # 1 and 1.0 are one JSON number
+    assert table.matching(check_filter({"v": "1"})).tolist() == [1]
+    assert table.matching(check_filter({"v": True})).tolist() == [2]
+    assert table.matching(check_filter({"v": "a"})).tolist() == [4]  # a list field: any item
+    assert table.matching(check_filter({"w": 1})).tolist() == []  # fields are top-level only
