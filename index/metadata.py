@@ -17,6 +17,7 @@ import json
 import logging
 import sqlite3
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _BATCH = 500  # ids per IN (...) query; well under SQLite's bound-parameter limit
+_MATCH_CACHE = 16  # filters whose matching ids a table remembers
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ids (int_id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, meta TEXT);
@@ -102,7 +104,13 @@ class DocTable:
             self._conn.execute(
                 "INSERT OR IGNORE INTO info(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
+        self._matches: OrderedDict[tuple, np.ndarray] = OrderedDict()  # filter -> int ids, the latest few
+        self._changed()
+
+    def _changed(self) -> None:
+        """After any write (and at start): the count again, and no remembered filter matches."""
         self._count = self._query_count()
+        self._matches.clear()
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -148,8 +156,23 @@ class DocTable:
         return json.loads(row[0]) if row[0] is not None else None
 
     def matching(self, filter: Filter) -> np.ndarray:
-        """The int ids (ascending, int64) of the documents that ``filter`` (from :func:`check_filter`) matches: one
-        scan of the table, each field's value read with SQLite's JSON functions (an array: any of its items)."""
+        """The int ids (ascending, int64, read-only) of the documents that ``filter`` (from :func:`check_filter`)
+        matches: one scan of the table, each field's value read with SQLite's JSON functions (an array: any of its
+        items). The last ``_MATCH_CACHE`` filters' matches are kept until the table changes, so a filter searched
+        again (one tenant, one source) costs no scan."""
+        key = tuple((field, tuple((type(v).__name__, v) for v in values)) for field, values in filter)  # 1 != True
+        with self._lock:
+            if key in self._matches:
+                self._matches.move_to_end(key)
+                return self._matches[key]
+            found = self._scan(filter)
+            found.flags.writeable = False
+            self._matches[key] = found
+            if len(self._matches) > _MATCH_CACHE:
+                self._matches.popitem(last=False)
+            return found
+
+    def _scan(self, filter: Filter) -> np.ndarray:
         clauses, params = [], []
         for field, values in filter:
             conditions = [_value_condition(v) for v in values]
@@ -198,10 +221,10 @@ class DocTable:
                 yield
             except BaseException:
                 self._conn.execute("ROLLBACK")
-                self._count = self._query_count()
+                self._changed()
                 raise
             self._conn.execute("COMMIT")
-            self._count = self._query_count()
+            self._changed()
 
     def insert(self, int_ids: Sequence[int], doc_ids: Sequence[str], metas: Sequence[str | None]) -> None:
         """Insert rows (``metas`` already JSON-encoded, see :func:`encode_metadata`)."""
@@ -210,13 +233,13 @@ class DocTable:
                 "INSERT INTO ids(int_id, doc_id, meta) VALUES (?, ?, ?)",
                 zip((int(i) for i in int_ids), doc_ids, metas),
             )
-            self._count = self._query_count()
+            self._changed()
 
     def delete(self, int_ids: Sequence[int]) -> None:
         """Delete rows by int id."""
         with self._lock:
             self._conn.executemany("DELETE FROM ids WHERE int_id = ?", ((int(i),) for i in int_ids))
-            self._count = self._query_count()
+            self._changed()
 
     # ---- persistence ------------------------------------------------------------------------
 

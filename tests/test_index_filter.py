@@ -126,3 +126,21 @@ def test_values_match_by_json_type():
     assert table.matching(check_filter({"v": True})).tolist() == [2]
     assert table.matching(check_filter({"v": "a"})).tolist() == [4]  # a list field: any item
     assert table.matching(check_filter({"w": 1})).tolist() == []  # fields are top-level only
+
+
+def test_remembered_matches_follow_every_change():
+    ids, lex, dense, meta = corpus()
+    ix = HybridIndex(LEX, DENSE)
+    ix.add(ids[:30], lex[:30], dense[:30], metadata=meta[:30])
+    flt = {"source": "web"}
+
+    def found():
+        return sorted(ix.search(lex[0], dense[0], k=N, filter=flt)[0].ids)
+
+    assert found() == sorted(f"d{i}" for i in range(3, 30, 4) if i != 7) == found()  # the second from memory
+    ix.add(["extra"], lex[:1], dense[:1], metadata=[{"source": "web"}])
+    assert "extra" in found()
+    ix.remove(["d3"])
+    assert "d3" not in found()
+    ix.add(["d7"], lex[:1], dense[:1], metadata=[{"source": "web"}], upsert=True)  # d7 had no metadata
+    assert "d7" in found()
