@@ -111,6 +111,12 @@ def _dim(value: Any, name: str) -> int | None:
     return int(value)
 
 
+def filtered_breadth(breadth: int, total: int, allowed: int, cap: int) -> int:
+    """How far an approximate search looks under a filter that keeps ``allowed`` of ``total`` documents: its
+    unfiltered ``breadth`` (IVF lists probed, HNSW candidates kept) scaled by ``total / allowed``, at most ``cap``."""
+    return int(min(cap, max(breadth, -(-breadth * total // max(allowed, 1)))))
+
+
 def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
                  allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``index.search``, but for an ``IndexIDMap`` the inner index is searched and labels are mapped
@@ -118,13 +124,17 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
     which costs a scheduler time slice per call on a busy machine (visible in single-query latency).
 
     ``allowed``: the only labels (int ids) that may be returned, given to FAISS as an ``IDSelector`` so that the
-    search itself skips the others (exact types stay exact; IVF keeps its ``nprobe``, HNSW its ``efSearch``)."""
+    search itself skips the others. Exact types stay exact. The approximate ones look further in proportion to
+    what the filter leaves out (:func:`filtered_breadth`): IVF probes ``nprobe * ntotal / len(allowed)`` lists and
+    HNSW keeps ``efSearch * ntotal / len(allowed)`` candidates (each capped), so that they meet about as many
+    matching documents as an unfiltered search meets documents."""
     if not isinstance(index, faiss.IndexIDMap):
         if allowed is None:
             return index.search(queries, k)
         selector = faiss.IDSelectorBatch(allowed)
         ivf = faiss.extract_index_ivf(index)
-        return index.search(queries, k, params=faiss.SearchParametersIVF(sel=selector, nprobe=ivf.nprobe))
+        nprobe = filtered_breadth(ivf.nprobe, ivf.ntotal, len(allowed), ivf.nlist)
+        return index.search(queries, k, params=faiss.SearchParametersIVF(sel=selector, nprobe=nprobe))
     inner = faiss.downcast_index(index.index)
     id_map = faiss.rev_swig_ptr(index.id_map.data(), index.ntotal)
     if allowed is None:
@@ -132,8 +142,11 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
     else:  # the inner index numbers its vectors 0..n-1: select those positions, as a bitmap
         bitmap = np.packbits(np.isin(id_map, allowed), bitorder="little")
         selector = faiss.IDSelectorBitmap(index.ntotal, faiss.swig_ptr(bitmap))
-        params = (faiss.SearchParametersHNSW(sel=selector, efSearch=inner.hnsw.efSearch)
-                  if isinstance(inner, faiss.IndexHNSW) else faiss.SearchParameters(sel=selector))
+        if isinstance(inner, faiss.IndexHNSW):
+            ef = filtered_breadth(inner.hnsw.efSearch, index.ntotal, len(allowed), index.ntotal)
+            params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(ef, k))
+        else:
+            params = faiss.SearchParameters(sel=selector)
         scores, pos = inner.search(queries, k, params=params)
     labels = np.where(pos >= 0, id_map[np.maximum(pos, 0)], -1)
     return scores, labels

@@ -144,3 +144,22 @@ def test_remembered_matches_follow_every_change():
     assert "d3" not in found()
     ix.add(["d7"], lex[:1], dense[:1], metadata=[{"source": "web"}], upsert=True)  # d7 had no metadata
     assert "d7" in found()
+
+
+def test_approximate_types_look_further_under_a_restrictive_filter():
+    from index.store import filtered_breadth
+
+    assert filtered_breadth(16, 1000, 1000, 64) == 16  # no filter's worth of loss: unchanged
+    assert filtered_breadth(16, 1000, 100, 64) == 64  # 160, capped at nlist
+    assert filtered_breadth(16, 1000, 300, 64) == 54  # ceil(16 * 1000 / 300)
+    assert filtered_breadth(16, 1000, 0, 64) == 64
+    ids, lex, dense, meta = corpus()
+    ix = HybridIndex(LEX, DENSE, "ivf", nlist=16, min_train=100)
+    ix.add(ids, lex, dense, metadata=meta)
+    ix.set_search_options(nprobe=1)  # one list of 16: an unfiltered search sees about 1/16 of the documents
+    q_lex, q_dense = lex[:8] + 0.1, dense[:8]
+    exact = HybridIndex(LEX, DENSE)
+    exact.add(ids, lex, dense, metadata=meta)
+    flt = {"source": "news", "new": True}  # 12 of 240: 1 x 240 / 12 = 20 lists, so all 16 are probed
+    for got, want in zip(ix.search(q_lex, q_dense, k=10, filter=flt), exact.search(q_lex, q_dense, k=10, filter=flt)):
+        assert got.ids == want.ids
