@@ -366,10 +366,35 @@ def _filter_of(items: list[tuple[str, object]] | None) -> dict | None:
     return out
 
 
+def _run_target(path: Path) -> None:
+    """Refuse a --run path that cannot be a file, before any model loads."""
+    if path.is_dir():
+        raise IsADirectoryError(f"--run {path} is a directory; give the path of the run file to write")
+
+
+def _search_queries(args: argparse.Namespace) -> dict[str, str]:
+    """``{query id: text}``: the --queries-file's, or the positional queries numbered 1, 2, ..."""
+    from lens.corpus import load_queries
+
+    if args.queries_file is not None:
+        if args.query:
+            raise ValueError("give queries as arguments or in --queries-file, not both")
+        queries = load_queries(args.queries_file)
+        if not queries:
+            raise ValueError(f"{args.queries_file} holds no queries")
+        return queries
+    if not args.query:
+        raise ValueError("no query: give one or more as arguments, or a file of them with --queries-file")
+    return {str(i): q for i, q in enumerate(args.query, 1)}
+
+
 def cmd_search(args: argparse.Namespace) -> None:
     from lens.search import Searcher, check_queries
 
-    check_queries(args.query)  # before the models load
+    queries = _search_queries(args)
+    check_queries(list(queries.values()))  # before the models load
+    if args.run is not None:
+        _run_target(args.run)
     searcher = Searcher.open(args.dir, args.model)
     if args.quantize:
         searcher.encoder.lens.apply_quantize(args.quantize)
@@ -378,8 +403,16 @@ def cmd_search(args: argparse.Namespace) -> None:
         logger.warning("the index's documents were encoded %s and the queries are encoded %s: scores are close to, "
                        "not the same as, a matched pair's (%s to match)", built or "in float32",
                        args.quantize or "in float32", f"pass --quantize {built}" if built else "drop --quantize")
-    results = searcher.search(args.query, k=args.k, weights=args.weights, instruction=args.instruction,
-                              filter=_filter_of(args.filter))
+    results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
+                              filter=_filter_of(args.filter), batch_size=args.batch_size,
+                              show_progress_bar=len(queries) > args.batch_size)
+    if args.run is not None:
+        from lens.trec import write_run
+
+        write_run(args.run, {qid: list(zip(h.ids, h.scores)) for qid, h in zip(queries, results)}, tag=args.run_tag)
+        print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})")
+        return
+    args.query = list(queries.values())
     if args.json:
         print(json.dumps([{"query": q, "hits": [{"rank": r, "id": i, "score": float(s), **(m or {})}
                                                 for r, (i, s, m) in enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
@@ -648,8 +681,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("search", help="search a hybrid index")
     s.add_argument("dir", type=Path, help="index directory (from lens index build)")
-    s.add_argument("query", nargs="+", help="one or more queries")
-    s.add_argument("-k", type=int, default=10)
+    s.add_argument("query", nargs="*", help="one or more queries (or --queries-file)")
+    s.add_argument("-k", type=positive_int, default=10)
+    s.add_argument("--queries-file", type=Path, default=None,
+                   help="queries to answer: a BEIR queries.jsonl[.gz] or directory, or a .tsv of id<TAB>text")
+    s.add_argument("--run", type=Path, default=None, metavar="FILE",
+                   help="write the hits as a TREC run file (qid Q0 docid rank score tag: trec_eval, ranx, pytrec_eval) "
+                        "instead of printing them; e.g. -k 1000 --queries-file queries.jsonl --run lens.trec")
+    s.add_argument("--run-tag", default="lens", help="the run file's last column (default %(default)s)")
+    s.add_argument("--batch-size", type=positive_int, default=64, help="queries encoded and searched together")
     s.add_argument("--weights", type=_weights, default=None,
                    help="LEX,DENSE query weights, each >= 0; negative weights are not supported (default: the "
                         "index's: see `lens index info`). A value starting with '-' must be written --weights=VALUE")

@@ -169,11 +169,22 @@ def load_corpus(path: str | os.PathLike) -> list[Document]:
 
 
 def load_queries(path: str | os.PathLike) -> dict[str, str]:
-    """BEIR queries: ``{query id: text}`` from a queries.jsonl[.gz] file or a BEIR directory."""
+    """Queries ``{query id: text}`` from a BEIR queries.jsonl[.gz] (``_id``/``id`` and ``text``), a BEIR directory,
+    or a ``.tsv`` of ``id<TAB>text`` lines (MS MARCO's and Pyserini's topic files)."""
     p = Path(path)
     if p.is_dir():
         p = _first_existing(p, ("queries.jsonl", "queries.jsonl.gz"), "queries")
     out = {}
+    if p.suffix == ".tsv":
+        with _open_text(p) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                qid, sep, text = line.rstrip("\r\n").partition("\t")
+                if not sep or not qid.strip() or not text.strip():
+                    raise ValueError(f"{p}:{n}: a query line is 'id<TAB>text'")
+                out[qid.strip()] = text
+        return out
     for n, obj in read_jsonl(p):
         qid, text = obj.get("_id", obj.get("id")), obj.get("text")
         if qid is None or not isinstance(text, str):

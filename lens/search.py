@@ -55,12 +55,22 @@ class Searcher:
         return cls(index, encoder)
 
     def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,
-               instruction: str | None = None, filter: Mapping[str, Any] | None = None) -> list[SearchResult]:
+               instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
+               show_progress_bar: bool = False) -> list[SearchResult]:
         """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's; ``filter`` keeps the
-        documents whose metadata matches (``HybridIndex.search``)."""
+        documents whose metadata matches (``HybridIndex.search``). Queries are encoded and searched
+        ``batch_size`` at a time, so a file of many queries needs one batch's vectors in memory."""
+        from tqdm.auto import tqdm
+
         from index.metadata import check_filter
 
         queries = check_queries(queries)
         check_filter(filter)  # before the queries are encoded
-        lexicon, dense = self.encoder.encode_queries(queries, instruction=instruction)
-        return self.index.search(lexicon, dense, k=k, weights=weights, filter=filter)
+        results: list[SearchResult] = []
+        with tqdm(total=len(queries), desc="Searching", unit="query", disable=not show_progress_bar) as bar:
+            for start in range(0, len(queries), batch_size):
+                batch = queries[start : start + batch_size]
+                lexicon, dense = self.encoder.encode_queries(batch, instruction=instruction)
+                results += self.index.search(lexicon, dense, k=k, weights=weights, filter=filter)
+                bar.update(len(batch))
+        return results

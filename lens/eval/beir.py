@@ -208,7 +208,7 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
         summary["subsample"] = data.subsample
     qtimes = {q: t * 1000.0 for (q, _), t in zip(items, times)}
     per_query = {q: ({**v, "query_ms": qtimes[q]} if q in qtimes else dict(v)) for q, v in ev.per_query.items()}
-    return {"summary": summary, "per_query": per_query}
+    return {"summary": summary, "per_query": per_query, "run": run}
 
 
 def machine_info() -> dict:
@@ -239,12 +239,14 @@ def contention_note(summaries: dict, cpus: int | None) -> str | None:
 def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: str, model: str,
                 extra_info: dict | None = None, drop_self: bool | None = None, plot: bool = True,
                 show_progress_bar: bool = True, release_each: bool = False, threads: int | None = None,
-                query_threads: int | None = 1) -> dict:
+                query_threads: int | None = 1, save_runs: bool = False) -> dict:
     """Evaluate ``systems`` on ``data`` and write the dataset's result files into ``out_dir``; returns results.
 
     ``release_each`` frees each system (index, and an encoder it owns) as soon as it is evaluated; otherwise all
-    are freed at the end (fusions reuse their components' indexes)."""
+    are freed at the end (fusions reuse their components' indexes). ``save_runs``: each system's ranking also as a
+    TREC run file, ``out_dir/runs/<system>.trec`` (``lens.trec``), the hits it was judged on."""
     from lens.eval import report
+    from lens.trec import write_run
 
     if drop_self is None:
         drop_self = data.name == "arguana"
@@ -254,6 +256,8 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
         logger.info("%s: running %s", data.name, system.name)
         out = evaluate_system(system, data, depth, drop_self, show_progress_bar, threads, query_threads)
         summaries[system.name], per_query[system.name] = out["summary"], out["per_query"]
+        if save_runs:
+            write_run(out_dir / "runs" / f"{system.name}.trec", out["run"], tag=system.name)
         logger.info("%s %s: nDCG@10 %.4f", data.name, system.name, out["summary"]["ndcg@10"])
         if release_each:
             system.release()
@@ -345,6 +349,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep the first N queries")
     parser.add_argument("--no-plot", action="store_true", help="skip ndcg.png")
+    parser.add_argument("--save-runs", action="store_true",
+                        help="also write each system's ranking as a TREC run file, OUTPUT/DATASET/runs/SYSTEM.trec "
+                             "(for trec_eval, ranx, significance tests)")
     add_thread_arguments(parser)
     return parser
 
@@ -403,7 +410,7 @@ def run(args: argparse.Namespace) -> int:
         results = run_dataset(data, systems, depth=args.depth, out_dir=out_root / folder, command=command,
                               model=args.model, extra_info=extra, plot=not args.no_plot,
                               show_progress_bar=not getattr(args, "quiet", False), threads=args.threads,
-                              query_threads=args.query_threads)
+                              query_threads=args.query_threads, save_runs=args.save_runs)
         lines.append(summary_table(results))
     readme = report.write_readme(out_root)
     print("\n\n".join(lines) + f"\n\nresults in {out_root} (README: {readme})")

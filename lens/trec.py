@@ -1,0 +1,74 @@
+"""TREC run files: the one reader and writer of ``qid Q0 docid rank score tag`` lines.
+
+A run file is what trec_eval, pytrec_eval, ranx and Pyserini exchange: for each query its ranked documents, one per
+line, six whitespace-separated columns. LENS writes one from a saved index (``lens search --queries-file ... --run``)
+and from each system of a benchmark (``lens bench beir --save-runs``), so its rankings can be judged and tested for
+significance with the field's tools. Ranks are written 1, 2, ... in descending score (ties by document id, so the
+file is the same on every run); readers that re-sort by score (trec_eval does) see the same order.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+__all__ = ["read_run", "run_lines", "write_run"]
+
+Ranking = Mapping[str, float] | Sequence[tuple[str, float]]
+
+
+def _check_token(value: str, what: str, qid: str) -> str:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise ValueError(f"query {qid!r}: a {what} in a TREC run must be a non-empty string without whitespace, "
+                         f"got {value!r}")
+    return value
+
+
+def run_lines(run: Mapping[str, Ranking], tag: str = "lens", depth: int | None = None) -> Iterable[str]:
+    """The lines of a run (``{qid: {docid: score}}`` or ``{qid: [(docid, score), ...]}``), queries in the order
+    given, each query's documents by descending score, at most ``depth`` of them."""
+    _check_token(tag, "run tag", "-")
+    for qid, ranking in run.items():
+        _check_token(qid, "query id", qid)
+        pairs = list(ranking.items()) if isinstance(ranking, Mapping) else list(ranking)
+        for docid, score in pairs:
+            _check_token(docid, "document id", qid)
+            if not math.isfinite(float(score)):
+                raise ValueError(f"query {qid!r}: document {docid!r} has score {score!r}; a run needs finite scores")
+        pairs.sort(key=lambda p: (-float(p[1]), p[0]))
+        for rank, (docid, score) in enumerate(pairs[:depth] if depth else pairs, 1):
+            yield f"{qid} Q0 {docid} {rank} {float(score):.6f} {tag}\n"
+
+
+def write_run(path: str | os.PathLike, run: Mapping[str, Ranking], tag: str = "lens",
+              depth: int | None = None) -> Path:
+    """Write ``run`` as a TREC run file at ``path`` atomically (whole or not at all); returns the path."""
+    from lens.atomic import atomic_write_bytes
+
+    text = "".join(run_lines(run, tag, depth))  # every line checked before anything is written
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, text.encode("utf-8"))
+    return path
+
+
+def read_run(path: str | os.PathLike) -> dict[str, dict[str, float]]:
+    """``{qid: {docid: score}}`` from a TREC run file; a malformed line is an error naming it."""
+    run: dict[str, dict[str, float]] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 6:
+                raise ValueError(f"{path}:{n}: a TREC run line has 6 columns (qid Q0 docid rank score tag), got "
+                                 f"{len(fields)}")
+            qid, _, docid, _, score, _ = fields
+            try:
+                value = float(score)
+            except ValueError:
+                raise ValueError(f"{path}:{n}: score {score!r} is not a number") from None
+            run.setdefault(qid, {})[docid] = value
+    return run

@@ -1,0 +1,88 @@
+"""TREC run files (lens.trec), `lens search --queries-file --run` and `lens bench beir --save-runs`."""
+
+import json
+
+import pytest
+
+from lens.cli import main
+from lens.metrics import evaluate
+from lens.trec import read_run, run_lines, write_run
+
+from corpus_helpers import write_corpus
+
+
+def test_lines_rank_by_score_then_id_and_round_trip(tmp_path):
+    run = {"q2": {"b": 0.5, "a": 0.5, "c": 0.9}, "q1": [("x", 1.0), ("y", -2.0)]}
+    assert list(run_lines(run, tag="t")) == [
+        "q2 Q0 c 1 0.900000 t\n", "q2 Q0 a 2 0.500000 t\n", "q2 Q0 b 3 0.500000 t\n",
+        "q1 Q0 x 1 1.000000 t\n", "q1 Q0 y 2 -2.000000 t\n"]
+    assert list(run_lines(run, depth=1)) == ["q2 Q0 c 1 0.900000 lens\n", "q1 Q0 x 1 1.000000 lens\n"]
+    path = write_run(tmp_path / "sub" / "r.trec", run)
+    assert read_run(path) == {"q2": {"c": 0.9, "a": 0.5, "b": 0.5}, "q1": {"x": 1.0, "y": -2.0}}
+
+
+@pytest.mark.parametrize("run,match", [
+    ({"q 1": {"a": 1.0}}, "query id"),
+    ({"q1": {"a b": 1.0}}, "document id"),
+    ({"q1": {"a": float("nan")}}, "finite"),
+])
+def test_bad_runs_are_refused_before_writing(tmp_path, run, match):
+    with pytest.raises(ValueError, match=match):
+        write_run(tmp_path / "r.trec", run)
+    assert not (tmp_path / "r.trec").exists()
+
+
+def test_malformed_lines_name_the_line(tmp_path):
+    (tmp_path / "r.trec").write_text("q1 Q0 a 1 0.5 t\nq1 Q0 b 2 zero t\n")
+    with pytest.raises(ValueError, match="r.trec:2: score 'zero'"):
+        read_run(tmp_path / "r.trec")
+    (tmp_path / "r.trec").write_text("q1 a 1 0.5\n")
+    with pytest.raises(ValueError, match=":1: a TREC run line has 6 columns"):
+        read_run(tmp_path / "r.trec")
+
+
+def test_cli_search_writes_the_hits_it_would_print(tiny_lens_dir, tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "c.jsonl", 23)
+    ix = tmp_path / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "lens"]) == 0
+    queries = {"a1": "cancer drug", "b2": "brain cell blood", "c3": "gene"}
+    (tmp_path / "q.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (tmp_path / "q.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in queries.items()))
+    capsys.readouterr()
+    assert main(["search", str(ix), *queries.values(), "-k", "5", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    want = {q: {h["id"]: h["score"] for h in r["hits"]} for q, r in zip(queries, printed)}
+    for name in ("q.jsonl", "q.tsv"):
+        run = tmp_path / f"{name}.trec"
+        assert main(["search", str(ix), "--queries-file", str(tmp_path / name), "-k", "5", "--run", str(run),
+                     "--batch-size", "2", "--run-tag", "mine"]) == 0
+        assert "wrote the top 5 of 3 queries" in capsys.readouterr().out
+        got = read_run(run)
+        assert list(got) == list(want)
+        for q in want:
+            assert list(got[q]) == list(want[q]) and got[q] == pytest.approx(want[q], abs=1e-6)
+        assert all(line.split()[5] == "mine" for line in run.read_text().splitlines())
+    assert main(["search", str(ix), "cell", "--queries-file", str(tmp_path / "q.tsv")]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["search", str(ix)]) == 2
+    assert "no query" in capsys.readouterr().err
+    assert main(["search", str(ix), "cell", "--run", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    (tmp_path / "bad.tsv").write_text("q1 no tab\n")
+    assert main(["search", str(ix), "--queries-file", str(tmp_path / "bad.tsv")]) == 2
+    assert "bad.tsv:1: a query line is 'id<TAB>text'" in capsys.readouterr().err
+
+
+def test_bench_saves_the_runs_it_judged(tmp_path):
+    from bench_helpers import write_beir
+    from lens.corpus import load_qrels
+    from test_bench_runner import read, run_bench
+
+    ds = write_beir(tmp_path / "data" / "tiny")
+    out = tmp_path / "out"
+    run_bench([str(ds), "--systems", "bm25", "--output-dir", str(out), "--cache-dir", str(tmp_path / "c"),
+               "--save-runs", "--no-plot"])
+    run = read_run(out / "tiny" / "runs" / "bm25.trec")
+    ndcg = evaluate(load_qrels(ds / "qrels" / "test.tsv"), run, ("ndcg@10",)).mean["ndcg@10"]
+    assert ndcg == pytest.approx(read(out / "tiny" / "results.json")["systems"]["bm25"]["ndcg@10"])
