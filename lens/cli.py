@@ -412,13 +412,13 @@ def cmd_search(args: argparse.Namespace) -> None:
         write_run(args.run, {qid: list(zip(h.ids, h.scores)) for qid, h in zip(queries, results)}, tag=args.run_tag)
         print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})")
         return
-    args.query = list(queries.values())
     if args.json:
-        print(json.dumps([{"query": q, "hits": [{"rank": r, "id": i, "score": float(s), **(m or {})}
-                                                for r, (i, s, m) in enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
-                          for q, h in zip(args.query, results)], indent=2, ensure_ascii=False))
+        print(json.dumps([{"query_id": qid, "query": q, "hits": [{"rank": r, "id": i, "score": float(s), **(m or {})}
+                                                                 for r, (i, s, m) in
+                                                                 enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
+                          for (qid, q), h in zip(queries.items(), results)], indent=2, ensure_ascii=False))
         return
-    for query, hits in zip(args.query, results):
+    for query, hits in zip(queries.values(), results):
         print(f"\n{query}")
         if not hits.ids:
             print("  no results")
