@@ -702,7 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "text; repeat for more fields (all must match; the same field twice: either value)")
     s.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
                    help=_QUANTIZE_HELP + "; a warning if the index was built otherwise")
-    s.set_defaults(func=cmd_search)
+    s.set_defaults(func=cmd_search, more_positionals="query")
 
     bench = sub.add_parser("bench", help="retrieval benchmarks").add_subparsers(dest="bench_command", required=True)
     bb = bench.add_parser("beir", help="BEIR-style evaluation of LENS against BM25, MiniLM and their fusions")
@@ -903,11 +903,24 @@ def _storage_oserror(e: OSError) -> bool:
     return e.errno in STORAGE_ERRNOS
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parse_args``, except that a command whose positional list may be empty (``lens search DIR [QUERY ...]``,
+    marked by ``more_positionals``) also takes the words after its options (``lens search DIR -k 3 q1 q2``):
+    argparse alone gives a ``*`` positional nothing once an option follows the one before it."""
+    args, extras = parser.parse_known_args(argv)
+    dest = getattr(args, "more_positionals", None)
+    if extras and (dest is None or any(e.startswith("-") for e in extras)):
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    if extras:
+        getattr(args, dest).extend(extras)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     from lens.atomic import StorageError, storage_error
     from lens.extras import MissingExtraError
     try:
-        args = build_parser().parse_args(_join_dash_values(list(sys.argv[1:] if argv is None else argv)))
+        args = _parse(build_parser(), _join_dash_values(list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as e:  # argparse printed the usage error (or --help); its code is ours
         return e.code if isinstance(e.code, int) else 2
     try:

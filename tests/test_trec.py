@@ -86,3 +86,19 @@ def test_bench_saves_the_runs_it_judged(tmp_path):
     run = read_run(out / "tiny" / "runs" / "bm25.trec")
     ndcg = evaluate(load_qrels(ds / "qrels" / "test.tsv"), run, ("ndcg@10",)).mean["ndcg@10"]
     assert ndcg == pytest.approx(read(out / "tiny" / "results.json")["systems"]["bm25"]["ndcg@10"])
+
+
+def test_cli_search_takes_queries_after_its_options(tiny_lens_dir, tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "c.jsonl", 9)
+    ix = tmp_path / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "none"]) == 0
+    capsys.readouterr()
+    assert main(["search", str(ix), "-k", "2", "cancer drug", "brain", "--json"]) == 0  # as `make demo` calls it
+    assert [r["query"] for r in json.loads(capsys.readouterr().out)] == ["cancer drug", "brain"]
+    assert main(["search", str(ix), "cell", "-k", "2", "gene", "--json"]) == 0
+    assert [r["query_id"] for r in json.loads(capsys.readouterr().out)] == ["1", "2"]
+    assert main(["search", str(ix), "cell", "--bogus"]) == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+    assert main(["index", "info", str(ix), "extra"]) == 2  # other commands still refuse stray words
+    assert "unrecognized arguments: extra" in capsys.readouterr().err
