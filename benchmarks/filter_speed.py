@@ -33,13 +33,12 @@ SHARES = (1, 10, 50)  # percent of the documents a filter keeps
 KINDS = ("flat", "ivf", "hnsw")
 
 
-def make_index(kind: str, n: int, seed: int):
-    """An index of ``n`` synthetic documents with build-like metadata; ``bucket`` = i % 100."""
-    from scale import DENSE, LEXICON, Synthetic
+def make_index(kind: str, data, n: int, seed: int):
+    """An index of ``n`` synthetic documents of ``data`` with build-like metadata; ``bucket`` = i % 100."""
+    from scale import DENSE, LEXICON
 
     from index import HybridIndex
 
-    data = Synthetic(seed, chunk=10_000)
     index = HybridIndex(LEXICON, DENSE, kind)
     rng = np.random.default_rng(seed)
     words = np.array("cell gene protein cancer drug dose mouse brain blood risk treatment wing flow".split())
@@ -50,10 +49,11 @@ def make_index(kind: str, n: int, seed: int):
         index.add(ids, lex, dense, metadata=meta)
     if kind == "ivf":
         index.set_search_options(nprobe=16)
-    return index, data
+    return index
 
 
-def measure(index, data, n_queries: int) -> dict:
+def measure(index, data, vectors: np.ndarray, n_queries: int) -> dict:
+    """One index's row; ``vectors``: the documents' stored vectors (:func:`stored_vectors`), the recall reference."""
     from index.metadata import check_filter
 
     q_lex, q_dense = data.queries(n_queries)
@@ -67,8 +67,7 @@ def measure(index, data, n_queries: int) -> dict:
         return n_queries / (time.perf_counter() - start)
 
     row["qps_unfiltered"] = qps(None)
-    vectors = stored_vectors(data, len(index))
-    row["recall_unfiltered"] = recall(index, data, q_lex, q_dense, None, 100, vectors)
+    row["recall_unfiltered"] = recall(index, q_lex, q_dense, None, 100, vectors)
     for share in SHARES:
         flt = {"bucket": list(range(share))}
         checked = check_filter(flt)
@@ -81,7 +80,7 @@ def measure(index, data, n_queries: int) -> dict:
         remembered = time.perf_counter() - start
         entry = {"matching": int(len(allowed)), "scan_s": scan, "remembered_s": remembered, "qps": qps(flt)}
         entry["qps_ratio"] = entry["qps"] / row["qps_unfiltered"]
-        entry["recall@10"] = recall(index, data, q_lex, q_dense, flt, share, vectors)
+        entry["recall@10"] = recall(index, q_lex, q_dense, flt, share, vectors)
         row[f"{share}%"] = entry
     return row
 
@@ -93,7 +92,7 @@ def stored_vectors(data, n: int) -> np.ndarray:
     return np.vstack([document_vectors(lex, dense) for _, lex, dense in data.docs(n, 0, n)])
 
 
-def recall(index, data, q_lex, q_dense, flt, share, vectors) -> float:
+def recall(index, q_lex, q_dense, flt, share, vectors) -> float:
     """recall@10 of the filtered search against exact scores over the matching documents."""
     from index.vectors import query_vectors
 
@@ -147,10 +146,14 @@ def main(argv=None) -> int:
 
     if args.threads:
         faiss.omp_set_num_threads(args.threads)
+    from scale import Synthetic
+
+    data = Synthetic(args.seed, chunk=10_000)
+    vectors = stored_vectors(data, args.docs)  # made once: every index holds the same documents
     results = {}
     for kind in KINDS:
-        index, data = make_index(kind, args.docs, args.seed)
-        results[kind] = measure(index, data, args.queries)
+        index = make_index(kind, data, args.docs, args.seed)
+        results[kind] = measure(index, data, vectors, args.queries)
         del index
     results["_meta"] = {"command": command_line(), "docs": args.docs, "queries": args.queries,
                         "notes": args.note, "machine": machine_description()}

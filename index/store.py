@@ -491,7 +491,7 @@ class HybridIndex:
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         ids = self._check_ids(ids, "add")
-        existing = self.check_add(ids, upsert)
+        existing = self._existing_for_add(ids, upsert)
         parts = self._parts(lexicon, dense, require_all=True)
         n = len(ids)
         rows = next(iter(parts.values())).shape[0]
@@ -537,8 +537,11 @@ class HybridIndex:
         """The checks :meth:`add` makes of ``ids`` alone, so a caller can fail before it encodes anything: the
         index is writable, the ids are non-empty strings given once, and an id already in the index is allowed
         (``upsert``) and replaceable (not HNSW, not spilled). Returns the ids already there (id -> internal id)."""
+        return self._existing_for_add(self._check_ids(ids, "add"), upsert)
+
+    def _existing_for_add(self, ids: list[str], upsert: bool) -> dict[str, int]:
+        """:meth:`check_add` for ids already checked by ``_check_ids``."""
         self._check_writable("add documents")
-        ids = self._check_ids(ids, "add")
         existing = self._docs.lookup(ids)
         if existing:
             first = next(i for i in ids if i in existing)
