@@ -117,6 +117,16 @@ def filtered_breadth(breadth: int, total: int, allowed: int, cap: int) -> int:
     return int(min(cap, max(breadth, -(-breadth * total // max(allowed, 1)))))
 
 
+def hnsw_filter_is_exact(ef_search: int, m: int, total: int, allowed: int) -> bool:
+    """Whether a filtered HNSW search should score the ``allowed`` matching documents exactly instead of walking
+    the graph. A walk with ``ef`` candidates computes about ``ef * m`` distances (``m``: the graph's links per
+    node; measured with ``faiss.cvar.hnsw_stats``: 0.4-0.6 x ``ef * 2m`` on level 0), and under a filter ``ef`` is
+    widened by :func:`filtered_breadth`; scoring the matches costs one distance each. So a filter that leaves no
+    more documents than the widened walk would compute distances for is searched exactly: faster and without
+    loss (``benchmarks/filter_speed.py``)."""
+    return allowed <= filtered_breadth(ef_search, total, allowed, total) * m
+
+
 def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
                  allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``index.search``, but for an ``IndexIDMap`` the inner index is searched and labels are mapped
@@ -127,7 +137,9 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
     search itself skips the others. Exact types stay exact. The approximate ones look further in proportion to
     what the filter leaves out (:func:`filtered_breadth`): IVF probes ``nprobe * ntotal / len(allowed)`` lists and
     HNSW keeps ``efSearch * ntotal / len(allowed)`` candidates (each capped), so that they meet about as many
-    matching documents as an unfiltered search meets documents."""
+    matching documents as an unfiltered search meets documents. HNSW scores the matches exactly instead, from the
+    graph's own flat storage, when they are fewer than that walk's distance computations
+    (:func:`hnsw_filter_is_exact`): a narrow filter makes the walk visit most of the graph."""
     if not isinstance(index, faiss.IndexIDMap):
         if allowed is None:
             return index.search(queries, k)
@@ -143,8 +155,13 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
         bitmap = np.packbits(np.isin(id_map, allowed), bitorder="little")
         selector = faiss.IDSelectorBitmap(index.ntotal, faiss.swig_ptr(bitmap))
         if isinstance(inner, faiss.IndexHNSW):
-            ef = filtered_breadth(inner.hnsw.efSearch, index.ntotal, len(allowed), index.ntotal)
-            params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(ef, k))
+            hnsw = inner.hnsw
+            ef = filtered_breadth(hnsw.efSearch, index.ntotal, len(allowed), index.ntotal)
+            if hnsw_filter_is_exact(hnsw.efSearch, hnsw.nb_neighbors(1), index.ntotal, len(allowed)):
+                inner = faiss.downcast_index(inner.storage)  # the graph's vectors, at the same positions
+                params = faiss.SearchParameters(sel=selector)
+            else:
+                params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(ef, k))
         else:
             params = faiss.SearchParameters(sel=selector)
         scores, pos = inner.search(queries, k, params=params)

@@ -163,3 +163,43 @@ def test_approximate_types_look_further_under_a_restrictive_filter():
     flt = {"source": "news", "new": True}  # 12 of 240: 1 x 240 / 12 = 20 lists, so all 16 are probed
     for got, want in zip(ix.search(q_lex, q_dense, k=10, filter=flt), exact.search(q_lex, q_dense, k=10, filter=flt)):
         assert got.ids == want.ids
+
+
+def test_hnsw_scores_a_narrow_filter_exactly_and_walks_the_graph_for_a_wide_one():
+    import faiss
+
+    from index.store import hnsw_filter_is_exact
+
+    # a walk with ef 64 over m 32 links computes about 64 * 32 distances; widened by total / allowed under a filter
+    assert hnsw_filter_is_exact(64, 32, 30_000, 300)  # ef 6400: ~205k distances vs 300 matches
+    assert hnsw_filter_is_exact(64, 32, 30_000, 6000)  # ef 320: ~10k vs 6000
+    assert not hnsw_filter_is_exact(64, 32, 30_000, 9000)  # ef 214: ~6.8k vs 9000
+    assert not hnsw_filter_is_exact(64, 32, 30_000, 30_000)
+    assert hnsw_filter_is_exact(64, 32, 30_000, 0)
+
+    rng = np.random.default_rng(3)
+    n, lex_dim, dense_dim = 3000, 16, 8
+    lex = rng.random((n, lex_dim)).astype(np.float32)
+    dense = rng.standard_normal((n, dense_dim)).astype(np.float32)
+    ids = [f"d{i}" for i in range(n)]
+    meta = [{"rare": i % 100 == 0, "half": i % 2} for i in range(n)]
+    ix = HybridIndex(lex_dim, dense_dim, "hnsw", m=4)
+    ix.add(ids, lex, dense, metadata=meta)
+    ix.set_search_options(ef_search=16)
+    exact = HybridIndex(lex_dim, dense_dim)
+    exact.add(ids, lex, dense, metadata=meta)
+    q_lex, q_dense = lex[:5] + 0.05, dense[:5]
+
+    def walked(flt) -> int:
+        faiss.cvar.hnsw_stats.reset()
+        got = ix.search(q_lex, q_dense, k=10, filter=flt)
+        for g, w in zip(got, exact.search(q_lex, q_dense, k=10, filter=flt)):
+            if flt == {"rare": True}:  # scored exactly: the same hits and scores as the flat index
+                assert g.ids == w.ids
+                np.testing.assert_allclose(g.scores, w.scores, atol=1e-5)
+            else:  # approximate, but it finds most of them
+                assert len(set(g.ids) & set(w.ids)) >= 5
+        return faiss.cvar.hnsw_stats.ndis
+
+    assert walked({"rare": True}) == 0  # 30 matches <= 16 * 100 * 4: no graph distance computed
+    assert walked({"half": 1}) > 0  # 1500 matches > 32 * 4: the graph is walked
