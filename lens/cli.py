@@ -10,6 +10,7 @@ import time
 import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import NoReturn
 
 from lens.cmdline import positive_int
 
@@ -217,7 +218,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     import contextlib
 
     from lens.corpus import load_corpus
-    from lens.indexing import build_saved, check_build_options
+    from lens.indexing import build_saved, check_build_options, partial_dir
     from lens.search import model_reference
     from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
@@ -252,11 +253,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
                                    devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights)
         except KeyboardInterrupt:
-            work = args.output.parent / f".{args.output.name}.partial"
-            if any(work.glob("chunk-*.npz")):
-                raise KeyboardInterrupt(f"the chunks encoded so far are kept in {work}; run the same command with "
-                                        "--resume to continue") from None
-            raise
+            _interrupted(partial_dir(args.output))
     if manifest is None:  # a torchrun rank other than 0: rank 0 wrote the index and reports it
         return
     shards = f", {len(manifest['shards'])} shards" if manifest.get("layout") == "sharded" else ""
@@ -303,13 +300,26 @@ def cmd_index_merge(args: argparse.Namespace) -> None:
           f"{len(manifest['shards'])} shards ({manifest['mode']}, {manifest['index_type']})")
 
 
+def _interrupted(work: Path) -> NoReturn:
+    """Re-raise Ctrl-C, saying where the chunks encoded so far are kept for ``--resume`` (when there are some)."""
+    if any(work.glob("chunk-*.npz")):
+        raise KeyboardInterrupt(f"the chunks encoded so far are kept in {work}; run the same command with "
+                                "--resume to continue") from None
+    raise KeyboardInterrupt
+
+
 def cmd_index_add(args: argparse.Namespace) -> None:
     from lens.corpus import load_corpus
+    from lens.indexing import adding_dir
     from lens.updating import add_documents
 
     start = time.perf_counter()
     docs = load_corpus(args.corpus)
-    change = add_documents(args.dir, docs, upsert=args.upsert, model=args.model, batch_size=args.batch_size)
+    try:
+        change = add_documents(args.dir, docs, upsert=args.upsert, model=args.model, batch_size=args.batch_size,
+                               chunk_size=args.chunk_size, resume=args.resume)
+    except KeyboardInterrupt:
+        _interrupted(adding_dir(args.dir))
     replaced = f" ({change.replaced} replaced)" if change.replaced else ""
     print(f"added {change.added + change.replaced} documents to {args.dir}{replaced}: {change.count} documents now, "
           f"in {time.perf_counter() - start:.1f}s")
@@ -672,6 +682,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="replace documents whose ids are already in the index (else that is an error)")
     ad.add_argument("--model", default=None, help="the LENS model directory, if it has moved since the build")
     ad.add_argument("--batch-size", type=positive_int, default=16)
+    ad.add_argument("--resume", action="store_true", help="continue an interrupted addition from its last chunk")
+    ad.add_argument("--chunk-size", type=positive_int, default=64,
+                    help="documents per saved chunk (the unit of --resume)")
     ad.set_defaults(func=cmd_index_add, command="index add")
     rm = ix.add_parser("remove", help="remove documents by id from an index; saved again atomically")
     rm.add_argument("dir", type=Path, help="index directory (from lens index build)")

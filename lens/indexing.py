@@ -45,9 +45,10 @@ from lens.sharding import EncoderSpec, RankGroup, load_encoder, run_in_processes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FLOAT32", "RECORD_VERSION", "SNIPPET_CHARS", "STATE_VERSION", "build_index", "build_saved",
-           "check_build_options", "check_documents", "corpus_hash", "document_metadata", "encode_chunk",
-           "encode_shard", "ids_hash", "report_truncation"]
+__all__ = ["FLOAT32", "RECORD_VERSION", "SNIPPET_CHARS", "STATE_VERSION", "EncodedChunks", "adding_dir",
+           "build_index", "build_saved", "check_build_options", "check_documents", "corpus_hash", "document_metadata",
+           "encode_chunk", "encode_chunks", "encode_shard", "fill_index", "ids_hash", "partial_dir",
+           "report_truncation"]
 
 SNIPPET_CHARS = 300
 STATE_VERSION = 2  # chunks carry the encoder fingerprint's sha256; shard records
@@ -152,7 +153,7 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     if launch is None or launch[0] == 0:
         check_save_target(output)
     check_documents(docs)
-    work = output.parent / f".{output.name}.partial"
+    work = partial_dir(output)
     state = {"version": STATE_VERSION, "corpus_sha256": corpus_hash(docs), "chunk_size": chunk_size}
     settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights)
     if launch is not None:
@@ -250,22 +251,48 @@ def _kept_on_storage_error(work: Path) -> Iterator[None]:
         raise
 
 
-def _prepare(work: Path, state: dict, resume: bool) -> None:
-    """Continue the unfinished build in ``work`` (``resume``, same corpus and chunk size) or start a fresh one."""
+def partial_dir(output: Path) -> Path:
+    """Where a build of ``output`` keeps its encoded chunks until the index is saved (``--resume`` reads them)."""
+    return output.parent / f".{output.name}.partial"
+
+
+def adding_dir(directory: Path) -> Path:
+    """Where ``lens index add`` keeps the chunks it has encoded for the index at ``directory`` until it is saved."""
+    return directory.parent / f".{directory.name}.adding"
+
+
+def _prepare(work: Path, state: dict, resume: bool, what: str = "build") -> None:
+    """Continue the unfinished ``what`` (a build, an addition) in ``work`` (``resume``, same corpus and chunk size)
+    or start a fresh one."""
     if work.exists():
         old = _read_state(work)
         if resume and old == state:
-            logger.info("resuming the build in %s", work)
+            logger.info("resuming the %s in %s", what, work)
         elif resume:
             raise ValueError(
-                f"the unfinished build in {work} was for another corpus or chunk size (or an older LENS); "
+                f"the unfinished {what} in {work} was for another corpus or chunk size (or an older LENS); "
                 "run without --resume to start over"
             )
         else:
-            logger.warning("discarding the unfinished build in %s (pass --resume to continue it)", work)
+            logger.warning("discarding the unfinished %s in %s (pass --resume to continue it)", what, work)
             shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     write_json(work / "state.json", state)
+
+
+def encode_chunks(docs: Sequence[Document], work: Path, encoder, *, chunk_size: int = 64, batch_size: int = 16,
+                  resume: bool = False, show_progress_bar: bool = True, what: str = "addition") -> "EncodedChunks":
+    """Encode ``docs`` in this process into chunk files in ``work``, resumable as a build is (``resume``: the chunks
+    already there, of these documents and this encoder, are kept); returns them, read back one at a time. A full
+    disk raises ``StorageError`` saying that the chunks so far are kept."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"--chunk-size must be a positive integer, got {chunk_size!r}")
+    state = {"version": STATE_VERSION, "corpus_sha256": corpus_hash(docs), "chunk_size": chunk_size}
+    with _kept_on_storage_error(work):
+        _prepare(work, state, resume, what)
+        record = _encode_range(encoder, docs, work, 0, 1, chunk_size, batch_size, show_progress_bar)
+    _report_truncation([record], len(docs))
+    return EncodedChunks(docs, work, [record], chunk_size)
 
 
 def _read_state(work: Path) -> dict | None:
@@ -387,8 +414,9 @@ def _max_seq_length(encoder) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------- assembly
-class _Chunks:
-    """The encoded chunks of a build, read one at a time and checked against the shard records."""
+class EncodedChunks:
+    """The encoded chunks of a build (or of `lens index add`), read one at a time and checked against the shard
+    records."""
 
     def __init__(self, docs: Sequence[Document], work: Path, records: Sequence[dict], chunk_size: int) -> None:
         records = sorted(records, key=lambda r: r["first_chunk"])
@@ -448,7 +476,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
     from lens.atomic import atomic_dir
     from lens.train.distributed import shard_slice
 
-    chunks = _Chunks(docs, work, records, chunk_size)
+    chunks = EncodedChunks(docs, work, records, chunk_size)
     _report_truncation(records, len(docs))
     if chunks.quantize is not None:  # `lens search` compares it with the queries' quantisation
         info = {**(info or {}), "lens_quantize": chunks.quantize}
@@ -473,7 +501,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
     if shards == 1 or itype.on_disk:
         spilled = False
         for s, part in enumerate(parts):
-            _fill(template, chunks, docs, part)
+            fill_index(template, chunks, docs, part)
             if s + 1 < len(parts) and template.is_trained:
                 template.spill(work / f"lists-{s:05d}.faiss")
                 spilled = True
@@ -483,7 +511,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
         writer = ShardWriter(tmp)
         for part in parts:
             shard = template.clone_empty()
-            _fill(shard, chunks, docs, part)
+            fill_index(shard, chunks, docs, part)
             writer.add(shard)
             del shard  # one shard in memory at a time
         manifest = writer.finish(info)
@@ -511,15 +539,16 @@ def document_metadata(doc: Document) -> dict:
     return {"title": doc.title, "snippet": doc.text[:SNIPPET_CHARS], **doc.extra}
 
 
-def _fill(index, chunks: _Chunks, docs, part: slice) -> None:
+def fill_index(index, chunks: EncodedChunks, docs, part: slice, upsert: bool = False) -> None:
+    """Add documents ``part`` of ``docs`` to ``index`` from their encoded chunks, with their stored metadata."""
     for i, a, b in chunks.overlapping(part.start, part.stop):
         lex, dense = chunks.load(i)
         rows = docs[chunks.bounds[i][0] + a : chunks.bounds[i][0] + b]
         index.add([d.id for d in rows], lex[a:b], None if dense is None else dense[a:b],
-                  metadata=[document_metadata(d) for d in rows])
+                  metadata=[document_metadata(d) for d in rows], upsert=upsert)
 
 
-def _sample(chunks: _Chunks, n: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:
+def _sample(chunks: EncodedChunks, n: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:
     """A seeded random sample of ``size`` documents' (lexicon, dense) from the whole corpus, in corpus order."""
     rng = np.random.default_rng(_SAMPLE_SEED)
     pick = np.arange(n) if size >= n else np.sort(rng.choice(n, size=size, replace=False))

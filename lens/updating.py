@@ -10,13 +10,15 @@ Every id is checked before anything is encoded: an id already in the index is an
 index that cannot change (HNSW for a replace or a removal, a memory-mapped ``ivf-ondisk``, a sharded index for an
 addition) says what to do instead. The directory's writer lock (``lens.atomic.DirectoryLock``) is held from load
 to save, so two changes at once cannot lose one another, and the save is atomic: a failure leaves the index as it
-was.
+was. An addition keeps what it has encoded, chunk by chunk, until the save, so an interrupted one resumes
+(``resume=True``, ``lens index add --resume``) instead of encoding everything again.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -40,37 +42,38 @@ class IndexChange:
 
 
 def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, upsert: bool = False,
-                  model: str | os.PathLike | None = None, batch_size: int = 16,
-                  show_progress_bar: bool = True) -> IndexChange:
+                  model: str | os.PathLike | None = None, batch_size: int = 16, chunk_size: int = 64,
+                  resume: bool = False, show_progress_bar: bool = True) -> IndexChange:
     """Encode ``docs`` as the index at ``directory`` was built and add them; save it again atomically.
 
     ``upsert``: replace the documents whose ids are already there (else that is an error, raised before anything
     is encoded). ``model``: the LENS model directory, when it has moved since the build (its fingerprint must
-    still match the index's).
+    still match the index's). The vectors are saved ``chunk_size`` documents at a time beside the index
+    (``lens.indexing.adding_dir``) until the index is saved, so an interrupted addition continues where it stopped
+    when run again with ``resume`` (the same documents; without it, what an earlier run left is discarded).
     """
     from lens.atomic import DirectoryLock
-    from lens.encoder import count_truncations
-    from lens.indexing import check_documents, document_metadata, report_truncation
+    from lens.indexing import adding_dir, check_documents, encode_chunks, fill_index
     from lens.search import Searcher
 
     docs = list(docs)
     if not docs:
         raise ValueError("no documents to add: the corpus is empty")
     check_documents(docs)
-    with DirectoryLock(Path(directory), "index"):
+    directory = Path(directory)
+    with DirectoryLock(directory, "index"):
         searcher = Searcher.open(directory, model)
         index, encoder = searcher.index, searcher.encoder
-        ids = [d.id for d in docs]
-        replaced = len(index.check_add(ids, upsert))  # before the encoding, not after it
+        replaced = len(index.check_add([d.id for d in docs], upsert))  # before the encoding, not after it
         built = (index.info or {}).get("lens_quantize")
         if built:  # the documents already there were encoded so; the new ones must be too
             encoder.lens.apply_quantize(built)
-        with count_truncations() as tally:
-            lexicon, dense = encoder.encode_documents([d.full_text for d in docs], batch_size=batch_size,
-                                                      show_progress_bar=show_progress_bar)
-        report_truncation(tally.truncated, len(docs), tally.max_seq_length)
-        index.add(ids, lexicon, dense, metadata=[document_metadata(d) for d in docs], upsert=upsert)
+        work = adding_dir(directory)
+        chunks = encode_chunks(docs, work, encoder, chunk_size=chunk_size, batch_size=batch_size, resume=resume,
+                               show_progress_bar=show_progress_bar)
+        fill_index(index, chunks, docs, slice(0, len(docs)), upsert=upsert)
         index.save(directory)
+        shutil.rmtree(work)
     logger.info("added %d documents to %s (%d replaced)", len(docs) - replaced, directory, replaced)
     return IndexChange(added=len(docs) - replaced, replaced=replaced, count=len(index))
 

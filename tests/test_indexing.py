@@ -161,7 +161,7 @@ def test_resume_with_another_quantize_encodes_every_chunk_again(tiny_lens_dir, t
 
 def test_shard_records_of_another_quantize_are_refused(tmp_path):
     from lens.corpus import Document
-    from lens.indexing import _Chunks
+    from lens.indexing import EncodedChunks
 
     docs = [Document(f"d{i}", "", "x") for i in range(4)]
     record = {"fingerprint": {"m": 1}, "lexicon_dim": 4, "dense_dim": None, "quantize": None,
@@ -170,9 +170,9 @@ def test_shard_records_of_another_quantize_are_refused(tmp_path):
                {**record, "rank": 1, "first_chunk": 1, "quantize": "int8",
                 "chunks": [{"file": "chunk-000001.npz", "sha256": "0", "rows": 2}]}]
     with pytest.raises(ValueError, match="worker 1 encoded int8 vectors and worker 0 float32"):
-        _Chunks(docs, tmp_path, records, 2)
+        EncodedChunks(docs, tmp_path, records, 2)
     records[1]["quantize"] = None
-    assert _Chunks(docs, tmp_path, records, 2).quantize is None
+    assert EncodedChunks(docs, tmp_path, records, 2).quantize is None
 
 
 def test_build_warns_once_about_truncation_with_the_total(tiny_encoder, corpus_file, tmp_path, monkeypatch, caplog):

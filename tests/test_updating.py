@@ -189,3 +189,51 @@ def test_library_input_errors(tiny_lens_dir, corpus_lines, tmp_path):
         add_documents(ix, [])
     with pytest.raises(FileNotFoundError):
         remove_documents(tmp_path / "missing", ["d1"])
+
+
+def test_an_interrupted_addition_resumes_from_its_last_chunk(tiny_lens_dir, corpus_lines, tmp_path, capsys,
+                                                             monkeypatch):
+    import lens.indexing as indexing
+
+    whole = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines), tmp_path / "whole")
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "first.jsonl", corpus_lines[:5]), tmp_path / "ix")
+    rest = write_lines(tmp_path / "rest.jsonl", corpus_lines[5:])  # 18 documents: 5 chunks of 4
+    before = files_sha(ix)
+    real, calls = indexing.encode_chunk, []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # Ctrl-C during the third chunk
+        return real(*args)
+
+    monkeypatch.setattr(indexing, "encode_chunk", interrupted)
+    args = ["-q", "index", "add", str(ix), "--corpus", str(rest), "--chunk-size", "4"]
+    capsys.readouterr()
+    assert main(args) == 130
+    assert "--resume to continue" in capsys.readouterr().err
+    work = tmp_path / ".ix.adding"
+    assert sorted(p.name for p in work.glob("chunk-*")) == ["chunk-000000.npz", "chunk-000001.npz"]
+    assert files_sha(ix) == before  # the index itself is untouched until the save
+
+    calls.clear()
+    monkeypatch.setattr(indexing, "encode_chunk", lambda *a: calls.append(1) or real(*a))
+    capsys.readouterr()
+    assert main(args + ["--resume"]) == 0
+    assert len(calls) == 3  # 5 chunks, 2 already encoded
+    assert "added 18 documents" in capsys.readouterr().out
+    assert not work.exists()  # cleaned up once the index is saved
+    assert_same_hits(hits_of(ix), hits_of(whole))
+
+    # other documents cannot resume what these left: refused, and what was kept stays for the right command
+    monkeypatch.setattr(indexing, "encode_chunk", interrupted)
+    calls.clear()
+    more = write_lines(tmp_path / "more.jsonl", [json.dumps({"_id": f"n{i}", "text": f"new text {i}"})
+                                                 for i in range(12)])
+    assert main(["-q", "index", "add", str(ix), "--corpus", str(more), "--chunk-size", "4"]) == 130
+    assert main(["-q", "index", "add", str(ix), "--corpus", str(rest), "--chunk-size", "4", "--upsert",
+                 "--resume"]) == 2
+    assert "unfinished addition" in capsys.readouterr().err and work.exists()
+    monkeypatch.setattr(indexing, "encode_chunk", real)
+    assert main(["-q", "index", "add", str(ix), "--corpus", str(more), "--chunk-size", "4", "--resume"]) == 0
+    assert len(HybridIndex.load(ix)) == 35 and not work.exists()
