@@ -732,6 +732,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                "`lens bench beir` run (its per_query.json; encodes nothing)")
     _lazy_arguments(bs, "lens.eval.significance")
     bs.set_defaults(func=_lazy_run("lens.eval.significance"), command="bench significance")
+    br = bench.add_parser("runs", help="judge TREC run files against qrels (nDCG@10, MAP, recall, ...) and test each "
+                                       "against a baseline, query by query (encodes nothing)")
+    _lazy_arguments(br, "lens.eval.runs")
+    br.set_defaults(func=_lazy_run("lens.eval.runs"), command="bench runs")
     bx = bench.add_parser("lexicality", help="how much of a lexicon vector is exact match and how much expansion, "
                                              "and what each part retrieves on its own")
     _lazy_arguments(bx, "lens.eval.lexicality")

@@ -194,7 +194,8 @@ def load_queries(path: str | os.PathLike) -> dict[str, str]:
 
 
 def load_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
-    """BEIR qrels TSV (``query-id<TAB>corpus-id<TAB>score``, header optional): ``{qid: {doc id: grade}}``."""
+    """``{qid: {doc id: grade}}`` from BEIR's qrels TSV (``query-id<TAB>corpus-id<TAB>score``, header optional) or
+    a TREC qrels file (``qid iteration docid grade``, separated by tabs or spaces)."""
     p = Path(path)
     if not p.is_file():
         gz = p.with_name(p.name + ".gz")
@@ -205,12 +206,15 @@ def load_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
     with _open_text(p) as f:
         for n, line in enumerate(f, 1):
             cols = line.rstrip("\r\n").split("\t")
+            if len(cols) == 1:  # no tab: TREC's space-separated columns
+                cols = line.split()
             if not line.strip() or (n == 1 and cols[0] == "query-id"):
                 continue
             if len(cols) == 4:  # TREC style: qid, iteration, doc id, grade
                 cols = [cols[0], cols[2], cols[3]]
             if len(cols) != 3:
-                raise ValueError(f"{p}:{n}: expected query-id, corpus-id and score separated by tabs")
+                raise ValueError(f"{p}:{n}: expected query-id, corpus-id and score separated by tabs (BEIR), or "
+                                 "qid, iteration, docid and grade (TREC)")
             try:
                 grade = int(float(cols[2]))
             except ValueError:

@@ -1,4 +1,5 @@
-"""Retrieval metrics over qrels and runs: nDCG@10, Recall@100 and MRR@10, through ``pytrec_eval`` (trec_eval).
+"""Retrieval metrics over qrels and runs, through ``pytrec_eval`` (trec_eval): nDCG@10, Recall@100 and MRR@10 (what
+a benchmark saves), and nDCG@100, Recall@10 / @1000, P@10 and MAP on request (:data:`MEASURES`).
 
 A *run* is ``{query id: {doc id: score}}`` (higher score = better); *qrels* are ``{query id: {doc id: grade}}``.
 
@@ -26,7 +27,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["MEASURES", "Evaluation", "PairedTest", "average_precision", "choice_accuracy", "choice_correct",
+__all__ = ["DEFAULT_MEASURES", "MEASURES", "Evaluation", "PairedTest", "average_precision", "choice_accuracy", "choice_correct",
            "drop_self_hits", "evaluate", "gold_ranks", "mean_scores", "paired_test", "pool_ndcg_at_10",
            "random_average_precision", "random_choice_accuracy", "random_ndcg_at_10", "truncate_run"]
 
@@ -38,7 +39,13 @@ MEASURES: dict[str, tuple[str, str, int | None]] = {
     "ndcg@10": ("ndcg_cut.10", "ndcg_cut_10", None),
     "recall@100": ("recall.100", "recall_100", None),
     "mrr@10": ("recip_rank", "recip_rank", 10),
+    "ndcg@100": ("ndcg_cut.100", "ndcg_cut_100", None),
+    "recall@10": ("recall.10", "recall_10", None),
+    "recall@1000": ("recall.1000", "recall_1000", None),
+    "p@10": ("P.10", "P_10", None),
+    "map": ("map", "map", None),  # over the whole run: cut it (``truncate_run``) for MAP@k
 }
+DEFAULT_MEASURES = ("ndcg@10", "recall@100", "mrr@10")  # BEIR's headline measure, and what a benchmark saves
 
 
 @dataclass
@@ -76,7 +83,7 @@ def _check(qrels: Qrels, run: Run) -> None:
             raise TypeError(f"run[{q!r}] must be a mapping doc id -> score, got {type(hits).__name__}")
 
 
-def evaluate(qrels: Qrels, run: Run, measures: tuple[str, ...] = tuple(MEASURES)) -> Evaluation:
+def evaluate(qrels: Qrels, run: Run, measures: tuple[str, ...] = DEFAULT_MEASURES) -> Evaluation:
     """Evaluate ``run`` against ``qrels`` on ``measures`` (names of :data:`MEASURES`)."""
     from lens.extras import require
 
@@ -102,7 +109,8 @@ def evaluate(qrels: Qrels, run: Run, measures: tuple[str, ...] = tuple(MEASURES)
     return Evaluation(mean_scores(per_query, measures), per_query)
 
 
-def mean_scores(per_query: Mapping[str, Mapping[str, float]], measures: tuple[str, ...] = tuple(MEASURES)) -> dict[str, float]:
+def mean_scores(per_query: Mapping[str, Mapping[str, float]],
+                measures: tuple[str, ...] = DEFAULT_MEASURES) -> dict[str, float]:
     """Arithmetic mean of each measure over all queries in ``per_query`` (0.0 for none)."""
     n = len(per_query)
     return {m: (sum(v[m] for v in per_query.values()) / n if n else 0.0) for m in measures}

@@ -113,7 +113,7 @@ def test_errors():
     with pytest.raises(ValueError, match="qrels are empty"):
         evaluate({}, {"q": {"d": 1.0}})
     with pytest.raises(ValueError, match="unknown measure"):
-        evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, measures=("map",))
+        evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, measures=("map@7",))
     with pytest.raises(TypeError, match="mapping"):
         evaluate({"q": {"d": 1}}, {"q": ["d"]})
 
