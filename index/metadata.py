@@ -8,6 +8,9 @@ Schema (version 1)::
 
     ids(int_id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, meta TEXT)   -- meta: JSON object or NULL
     info(key TEXT PRIMARY KEY, value TEXT)                                     -- 'schema_version'
+
+and, while the index is in use and never saved, ``temp.postings(field, type, value, int_id)``: the index of the
+metadata fields filters have asked for twice (:meth:`DocTable.matching`).
 """
 
 from __future__ import annotations
@@ -105,12 +108,18 @@ class DocTable:
                 "INSERT OR IGNORE INTO info(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
         self._matches: OrderedDict[tuple, np.ndarray] = OrderedDict()  # filter -> int ids, the latest few
+        self._filtered: set[str] = set()  # fields a filter has scanned for: the next one gets a field index
+        self._indexed: set[str] = set()  # fields with rows in temp.postings (until the table changes)
         self._changed()
 
     def _changed(self) -> None:
-        """After any write (and at start): the count again, and no remembered filter matches."""
+        """After any write (and at start): the count again, and no remembered filter matches or field index."""
         self._count = self._query_count()
         self._matches.clear()
+        if self._indexed:
+            with self._lock:
+                self._conn.execute("DROP TABLE IF EXISTS temp.postings")
+            self._indexed.clear()
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -157,20 +166,56 @@ class DocTable:
 
     def matching(self, filter: Filter) -> np.ndarray:
         """The int ids (ascending, int64, read-only) of the documents that ``filter`` (from :func:`check_filter`)
-        matches: one scan of the table, each field's value read with SQLite's JSON functions (an array: any of its
-        items). The last ``_MATCH_CACHE`` filters' matches are kept until the table changes, so a filter searched
-        again (one tenant, one source) costs no scan."""
+        matches, each field's value read with SQLite's JSON functions (an array: any of its items).
+
+        The first filter on a field scans the table. A second filter on the same field (another tenant, another
+        source) builds that field's index first, a temporary table of (field, JSON type, value, int id) rows
+        with a B-tree over them, in one pass like a scan; from then on every value of the field is an index
+        lookup (at 1M documents: 0.3 ms instead of a 1.3 s scan, here). The index lives until the table changes;
+        it is never saved. The last ``_MATCH_CACHE`` filters' matches are kept too, so a filter searched again
+        costs neither."""
         key = tuple((field, tuple((type(v).__name__, v) for v in values)) for field, values in filter)  # 1 != True
         with self._lock:
             if key in self._matches:
                 self._matches.move_to_end(key)
                 return self._matches[key]
-            found = self._scan(filter)
+            for field, _ in filter:
+                if field in self._filtered and field not in self._indexed:
+                    self._index_field(field)
+            scanned = tuple(part for part in filter if part[0] not in self._indexed)
+            found = self._scan(scanned) if scanned else None
+            for field, values in filter:
+                if field in self._indexed:
+                    ids = self._lookup(field, values)
+                    found = ids if found is None else np.intersect1d(found, ids, assume_unique=True)
+            self._filtered.update(field for field, _ in filter)
             found.flags.writeable = False
             self._matches[key] = found
             if len(self._matches) > _MATCH_CACHE:
                 self._matches.popitem(last=False)
             return found
+
+    def _index_field(self, field: str) -> None:
+        """Fill ``temp.postings`` with one row per (document, value) of ``field``: its ``json_each`` rows, as
+        :meth:`_scan` reads them. A TEMP table: ``save`` (the ``main`` schema) never writes it."""
+        path = f'$."{field}"'
+        self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS postings(field TEXT, type TEXT, value, int_id INTEGER)")
+        self._conn.execute("INSERT INTO temp.postings SELECT ?, j.type, j.value, ids.int_id FROM ids, "
+                           "json_each(ids.meta, ?) AS j WHERE ids.meta IS NOT NULL AND json_type(ids.meta, ?) != "
+                           "'object'", (field, path, path))
+        self._conn.execute("CREATE INDEX IF NOT EXISTS temp.postings_key ON postings(field, type, value, int_id)")
+        self._indexed.add(field)
+
+    def _lookup(self, field: str, values: tuple[FilterValue, ...]) -> np.ndarray:
+        """Int ids (ascending, unique) whose ``field`` holds one of ``values``, from the field's index: one index
+        search per value (an OR of them would read the field's whole range)."""
+        parts = []
+        for v in values:
+            condition, params = _value_condition(v)
+            rows = self._conn.execute(f"SELECT int_id FROM temp.postings WHERE field = ? AND {condition}",
+                                      [field, *params]).fetchall()
+            parts.append(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)))
+        return np.unique(np.concatenate(parts))
 
     def _scan(self, filter: Filter) -> np.ndarray:
         clauses, params = [], []

@@ -128,6 +128,40 @@ def test_values_match_by_json_type():
     assert table.matching(check_filter({"w": 1})).tolist() == []  # fields are top-level only
 
 
+def test_a_field_filtered_twice_gets_an_index_that_matches_like_the_scan(tmp_path):
+    rng = np.random.default_rng(5)
+    kinds = [1, 2, 1.5, "1", "a", "b", True, False, [1, "a"], ["b", 2.0], {"x": 1}, None]
+    metas = [None if i % 13 == 0 else {"v": kinds[i % len(kinds)], "t": f"t{rng.integers(4)}", "n": int(i % 3)}
+             for i in range(200)]
+    metas[5] = {"t": "t1"}  # no "v" at all
+    table = DocTable()
+    table.insert(range(len(metas)), [f"d{i}" for i in range(len(metas))], [encode_metadata(m, "x") for m in metas])
+
+    def postings():
+        return table._conn.execute("SELECT COUNT(*) FROM sqlite_temp_master WHERE name = 'postings'").fetchone()[0]
+
+    filters = [{"v": 1}, {"v": "a"}, {"v": [True, 2]}, {"v": 1.5, "t": "t2"}, {"t": ["t0", "t3"], "n": 0},
+               {"v": False}, {"v": "x"}, {"n": [1, 2], "v": ["b", 1]}]
+    assert postings() == 0
+    for i, flt in enumerate(filters):
+        checked = check_filter(flt)
+        got = table.matching(checked)
+        assert got.tolist() == table._scan(checked).tolist(), flt  # the index answers as the scan does
+        assert got.tolist() == sorted(got.tolist())
+        assert postings() == (i >= 1)  # "v" filtered a second time: indexed
+    table.save(tmp_path / "docs.sqlite")  # the index is not part of the saved table
+    saved = DocTable.load(tmp_path / "docs.sqlite")
+    assert saved._conn.execute("SELECT COUNT(*) FROM sqlite_temp_master").fetchone()[0] == 0
+    assert saved.matching(check_filter({"v": 1})).tolist() == table.matching(check_filter({"v": 1})).tolist()
+
+    table.insert([500], ["new"], [encode_metadata({"v": "a"}, "new")])  # a change drops the index
+    assert postings() == 0
+    assert 500 in table.matching(check_filter({"v": "a"})).tolist()  # rebuilt: "v" was filtered before
+    assert postings() == 1
+    table.delete([500])
+    assert 500 not in table.matching(check_filter({"v": "a"})).tolist()
+
+
 def test_remembered_matches_follow_every_change():
     ids, lex, dense, meta = corpus()
     ix = HybridIndex(LEX, DENSE)
