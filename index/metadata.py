@@ -199,6 +199,8 @@ class DocTable:
         """Fill ``temp.postings`` with one row per (document, value) of ``field``: its ``json_each`` rows, as
         :meth:`_scan` reads them. A TEMP table: ``save`` (the ``main`` schema) never writes it."""
         path = f'$."{field}"'
+        if not self._indexed:  # a fresh table (a rolled-back transaction may have restored an old one)
+            self._conn.execute("DROP TABLE IF EXISTS temp.postings")
         self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS postings(field TEXT, type TEXT, value, int_id INTEGER)")
         self._conn.execute("INSERT INTO temp.postings SELECT ?, j.type, j.value, ids.int_id FROM ids, "
                            "json_each(ids.meta, ?) AS j WHERE ids.meta IS NOT NULL AND json_type(ids.meta, ?) != "

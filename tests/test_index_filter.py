@@ -237,3 +237,16 @@ def test_hnsw_scores_a_narrow_filter_exactly_and_walks_the_graph_for_a_wide_one(
 
     assert walked({"rare": True}) == 0  # 30 matches <= 16 * 100 * 4: no graph distance computed
     assert walked({"half": 1}) > 0  # 1500 matches > 32 * 4: the graph is walked
+
+
+def test_the_field_index_survives_a_rolled_back_change():
+    table = DocTable()
+    table.insert(range(6), [f"d{i}" for i in range(6)], [encode_metadata({"v": i % 3}, "x") for i in range(6)])
+    assert table.matching(check_filter({"v": 0})).tolist() == [0, 3]
+    assert table.matching(check_filter({"v": 1})).tolist() == [1, 4]  # the second filter on "v": indexed
+    with pytest.raises(RuntimeError):
+        with table.transaction():
+            table.insert([9], ["d9"], [encode_metadata({"v": 2}, "x")])
+            raise RuntimeError("undo")
+    assert table.matching(check_filter({"v": 2})).tolist() == [2, 5]  # rebuilt, without the undone row
+    assert table._conn.execute("SELECT COUNT(*) FROM temp.postings").fetchone()[0] == 6  # one row per document
