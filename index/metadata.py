@@ -156,6 +156,16 @@ class DocTable:
                     out[int_id] = (doc_id, json.loads(meta) if meta is not None else None)
         return out
 
+    def doc_ids(self, int_ids: Iterable[int]) -> list[str]:
+        """The document ids of FAISS ids ``int_ids``, in int-id order (unknown ids are left out)."""
+        ids = sorted({int(i) for i in int_ids})
+        out: list[str] = []
+        with self._lock:
+            for batch in _batches(ids):
+                q = f"SELECT doc_id FROM ids WHERE int_id IN ({','.join('?' * len(batch))}) ORDER BY int_id"
+                out += [r[0] for r in self._conn.execute(q, batch)]
+        return out
+
     def metadata(self, doc_id: str) -> dict | None:
         """Metadata of one document; KeyError if it is not in the table."""
         with self._lock:

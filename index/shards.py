@@ -146,6 +146,10 @@ class ShardedIndex:
                 return shard.metadata(doc_id)
         raise KeyError(f"document {doc_id!r} is not in the index")
 
+    def ids_matching(self, filter: Mapping[str, Any]) -> list[str]:
+        """``HybridIndex.ids_matching`` over every shard, shard by shard."""
+        return [doc_id for shard in self._shards for doc_id in shard.ids_matching(filter)]
+
     # ---- search and changes -----------------------------------------------------------------
 
     def search(self, lexicon: Any = None, dense: Any = None, k: int = 10, weights: Any = None,

@@ -359,6 +359,14 @@ class HybridIndex:
         """Metadata stored with ``doc_id`` (None if none); KeyError if the id is unknown."""
         return self._docs.metadata(doc_id)
 
+    def ids_matching(self, filter: Mapping[str, Any]) -> list[str]:
+        """The ids of the documents whose metadata matches ``filter`` (as :meth:`search` takes it), in the order
+        they were added: what to remove, export or count for one source or tenant."""
+        checked = check_filter(filter)
+        if checked is None:
+            raise ValueError("ids_matching needs a filter, e.g. {'source': 'wiki'}")
+        return self._docs.doc_ids(self._docs.matching(checked))
+
     # ---- validation helpers -----------------------------------------------------------------
 
     @staticmethod

@@ -331,10 +331,22 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
     ids = list(args.ids)
     if args.ids_file is not None:
         ids += [line.strip() for line in args.ids_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not ids:
-        raise ValueError("no document ids to remove: give them as arguments or in --ids-file (one per line)")
+    flt = _filter_of(args.filter)
+    if flt is not None and ids:
+        raise ValueError("give ids (or --ids-file) or --filter, not both")
+    if flt is None and not ids:
+        raise ValueError("no document ids to remove: give them as arguments, in --ids-file (one per line), or "
+                         "choose them by --filter FIELD=VALUE")
+    if args.dry_run:
+        from index import HybridIndex
+
+        index = HybridIndex.load(args.dir)
+        found = index.ids_matching(flt) if flt is not None else [i for i in dict.fromkeys(ids) if i in index]
+        shown = ", ".join(found[:10]) + (f", ... ({len(found) - 10} more)" if len(found) > 10 else "")
+        print(f"would remove {len(found)} of {len(index)} documents from {args.dir}" + (f": {shown}" if found else ""))
+        return
     try:
-        change = remove_documents(args.dir, ids)
+        change = remove_documents(args.dir, None if flt is not None else ids, filter=flt)
     except KeyError as e:  # an unknown id: nothing was removed
         raise ValueError(e.args[0]) from None
     print(f"removed {change.removed} documents from {args.dir}: {change.count} documents left")
@@ -686,10 +698,16 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--chunk-size", type=positive_int, default=64,
                     help="documents per saved chunk (the unit of --resume)")
     ad.set_defaults(func=cmd_index_add, command="index add")
-    rm = ix.add_parser("remove", help="remove documents by id from an index; saved again atomically")
+    rm = ix.add_parser("remove", help="remove documents by id or by a metadata filter from an index; saved "
+                                      "again atomically")
     rm.add_argument("dir", type=Path, help="index directory (from lens index build)")
     rm.add_argument("ids", nargs="*", help="document ids to remove")
     rm.add_argument("--ids-file", type=Path, default=None, help="a file of document ids, one per line")
+    rm.add_argument("--filter", type=_filter_item, action="append", metavar="FIELD=VALUE",
+                    help="remove the documents whose metadata matches instead (as lens search --filter; repeat "
+                         "for more fields)")
+    rm.add_argument("--dry-run", action="store_true", help="say how many documents (and which) would be removed, "
+                                                           "and change nothing")
     rm.set_defaults(func=cmd_index_remove, command="index remove")
 
     s = sub.add_parser("search", help="search a hybrid index")

@@ -21,7 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from lens.corpus import Document
 
@@ -78,19 +78,33 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
     return IndexChange(added=len(docs) - replaced, replaced=replaced, count=len(index))
 
 
-def remove_documents(directory: str | os.PathLike, ids: Sequence[str]) -> IndexChange:
-    """Remove the documents ``ids`` from the index at ``directory`` and save it again atomically. An unknown id is
-    a ``KeyError`` naming it, and nothing is removed. Needs no model."""
+def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = None, *,
+                     filter: Mapping[str, Any] | None = None) -> IndexChange:
+    """Remove documents from the index at ``directory`` and save it again atomically: those with ``ids`` (an
+    unknown id is a ``KeyError`` naming it, and nothing is removed), or those whose metadata matches ``filter``
+    (``HybridIndex.ids_matching``; as ``search`` takes it: ``{"source": "wiki"}``), found under the same lock.
+    A filter that matches nothing removes nothing and leaves the files as they were. Needs no model."""
     from index import HybridIndex
+    from index.metadata import check_filter
     from lens.atomic import DirectoryLock
 
-    if isinstance(ids, (str, bytes)):
-        raise ValueError(f"ids must be a list of document ids, got the single string {ids!r}: put it in a list")
-    ids = list(dict.fromkeys(ids))
-    if not ids:
-        raise ValueError("no document ids to remove: give at least one")
+    if (ids is None) == (filter is None):
+        raise ValueError("give the documents to remove by ids or by a metadata filter (one of the two)")
+    if filter is not None:
+        check_filter(filter)
+    else:
+        if isinstance(ids, (str, bytes)):
+            raise ValueError(f"ids must be a list of document ids, got the single string {ids!r}: put it in a list")
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            raise ValueError("no document ids to remove: give at least one")
     with DirectoryLock(Path(directory), "index"):
         index = HybridIndex.load(directory)
+        if filter is not None:
+            ids = index.ids_matching(filter)
+            if not ids:
+                logger.warning("no document in %s matches the filter %s: nothing removed", directory, filter)
+                return IndexChange(count=len(index))
         index.remove(ids)
         index.save(directory)
     logger.info("removed %d documents from %s", len(ids), directory)

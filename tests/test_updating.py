@@ -138,6 +138,37 @@ def test_remove_equals_a_build_without_them(tiny_lens_dir, corpus_lines, tmp_pat
     assert files_sha(ix) == before
 
 
+def test_remove_by_filter_equals_removing_those_ids(tiny_lens_dir, corpus_lines, tmp_path, capsys):
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines), tmp_path / "ix")
+    gone = {json.loads(line)["_id"] for line in corpus_lines if json.loads(line)["title"] in ("cancer", "drug")}
+    assert gone == {"d3", "d5", "d15", "d17"}  # titles are WORDS[i % 12]
+    before = files_sha(ix)
+    capsys.readouterr()
+    assert main(["-q", "index", "remove", str(ix), "--filter", "title=cancer", "--filter", "title=drug",
+                 "--dry-run"]) == 0
+    assert capsys.readouterr().out.strip() == f"would remove 4 of 23 documents from {ix}: d3, d5, d15, d17"
+    assert files_sha(ix) == before  # a dry run changes nothing
+    assert main(["-q", "index", "remove", str(ix), "--filter", "title=nothing-like-it"]) == 0
+    assert "removed 0 documents" in capsys.readouterr().out and files_sha(ix) == before
+    assert main(["-q", "index", "remove", str(ix), "d1", "--filter", "title=cancer"]) == 2
+    assert "not both" in capsys.readouterr().err and files_sha(ix) == before
+
+    assert main(["-q", "index", "remove", str(ix), "--filter", "title=cancer", "--filter", "title=drug"]) == 0
+    assert "removed 4 documents" in capsys.readouterr().out
+    kept = [line for line in corpus_lines if json.loads(line)["_id"] not in gone]
+    expected = build(tiny_lens_dir, write_lines(tmp_path / "kept.jsonl", kept), tmp_path / "expected")
+    assert_same_hits(hits_of(ix), hits_of(expected))
+
+    sharded = build(tiny_lens_dir, write_lines(tmp_path / "all2.jsonl", corpus_lines), tmp_path / "sharded",
+                    "--shards", "3")
+    assert sorted(HybridIndex.load(sharded).ids_matching({"title": ["cancer", "drug"]})) == sorted(gone)
+    change = remove_documents(sharded, filter={"title": ["cancer", "drug"]})
+    assert (change.removed, change.count) == (4, 19)
+    assert not set(HybridIndex.load(sharded).ids_matching({"title": ["cancer", "drug"]}))
+    with pytest.raises(ValueError, match="one of the two"):
+        remove_documents(sharded)
+
+
 def test_types_that_cannot_change_say_what_to_do(tiny_lens_dir, corpus_lines, tmp_path, capsys):
     corpus = write_lines(tmp_path / "first.jsonl", corpus_lines[:15])
     rest = write_lines(tmp_path / "rest.jsonl", corpus_lines[15:])
