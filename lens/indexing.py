@@ -141,8 +141,6 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     from index.store import check_save_target
 
     check_build_options(workers, shards, top_m, len(docs))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"--chunk-size must be a positive integer, got {chunk_size!r}")
     get_index_type(index_type)
     if weights is not None:
         weights = weights_spec(weights)  # a bad value fails before anything is encoded
@@ -154,7 +152,7 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
         check_save_target(output)
     check_documents(docs)
     work = partial_dir(output)
-    state = {"version": STATE_VERSION, "corpus_sha256": corpus_hash(docs), "chunk_size": chunk_size}
+    state = _work_state(docs, chunk_size)
     settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights)
     if launch is not None:
         return _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_size, batch_size, resume,
@@ -285,14 +283,19 @@ def encode_chunks(docs: Sequence[Document], work: Path, encoder, *, chunk_size: 
     """Encode ``docs`` in this process into chunk files in ``work``, resumable as a build is (``resume``: the chunks
     already there, of these documents and this encoder, are kept); returns them, read back one at a time. A full
     disk raises ``StorageError`` saying that the chunks so far are kept."""
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"--chunk-size must be a positive integer, got {chunk_size!r}")
-    state = {"version": STATE_VERSION, "corpus_sha256": corpus_hash(docs), "chunk_size": chunk_size}
+    state = _work_state(docs, chunk_size)
     with _kept_on_storage_error(work):
         _prepare(work, state, resume, what)
         record = _encode_range(encoder, docs, work, 0, 1, chunk_size, batch_size, show_progress_bar)
     _report_truncation([record], len(docs))
     return EncodedChunks(docs, work, [record], chunk_size)
+
+
+def _work_state(docs: Sequence[Document], chunk_size: int) -> dict:
+    """What a work directory's chunks were encoded for (``state.json``): a resume must find the same."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"--chunk-size must be a positive integer, got {chunk_size!r}")
+    return {"version": STATE_VERSION, "corpus_sha256": corpus_hash(docs), "chunk_size": chunk_size}
 
 
 def _read_state(work: Path) -> dict | None:
