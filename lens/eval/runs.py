@@ -124,7 +124,7 @@ def render(result: dict, qrels_path: str) -> list[str]:
         for t in result["tests"]:
             lines.append(f"| {t['run']} | {t['measure']} | {t['diff']:+.4f} | {t['wins']} / {t['ties']} / "
                          f"{t['losses']} | {t['p_ttest']:.3g} | {t['p_randomization']:.3g} | "
-                         f"{verdict(t).replace('A ahead', 'run ahead').replace('B ahead', 'baseline ahead')} |")
+                         f"{verdict(t, 'run', 'baseline')} |")
     return lines
 
 

@@ -46,11 +46,12 @@ def compare(per_query: dict, a: str, b: str, measure: str, resamples: int, seed:
     return {"a": a, "b": b, **r.__dict__}
 
 
-def verdict(row: dict) -> str:
-    """A row in words: which system is ahead and whether both tests put the gap below ``ALPHA``."""
+def verdict(row: dict, a: str = "A", b: str = "B") -> str:
+    """A row in words: which system (``a``: the first, ``b``: the second) is ahead and whether both tests put the
+    gap below ``ALPHA``."""
     if row["diff"] == 0:
         return "level"
-    ahead = "A ahead" if row["diff"] > 0 else "B ahead"
+    ahead = f"{a} ahead" if row["diff"] > 0 else f"{b} ahead"
     significant = row["p_ttest"] < ALPHA and row["p_randomization"] < ALPHA
     return f"{ahead}, {'significant' if significant else 'not significant'}"
 
