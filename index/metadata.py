@@ -9,8 +9,8 @@ Schema (version 1)::
     ids(int_id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, meta TEXT)   -- meta: JSON object or NULL
     info(key TEXT PRIMARY KEY, value TEXT)                                     -- 'schema_version'
 
-and, while the index is in use and never saved, ``temp.postings(field, type, value, int_id)``: the index of the
-metadata fields filters have asked for twice (:meth:`DocTable.matching`).
+Beside it, while the index is in use and never saved, an in-memory :class:`FieldIndex` for each metadata field
+that filters have asked for twice (:meth:`DocTable.matching`).
 """
 
 from __future__ import annotations
@@ -20,19 +20,21 @@ import json
 import logging
 import sqlite3
 import threading
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DocTable", "check_filter", "encode_metadata"]
+__all__ = ["DocTable", "FieldIndex", "check_filter", "encode_metadata"]
 
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _BATCH = 500  # ids per IN (...) query; well under SQLite's bound-parameter limit
 _MATCH_CACHE = 16  # filters whose matching ids a table remembers
+FIELD_INDEX_MAX_VALUES = 100_000  # a field with more distinct values is scanned, not indexed (memory: see FieldIndex)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ids (int_id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, meta TEXT);
@@ -90,6 +92,93 @@ def _value_condition(value: FilterValue) -> tuple[str, list[Any]]:
     return "type = 'text' AND value = ?", [value]
 
 
+def _json_key(json_type: str, value: Any) -> tuple | None:
+    """The key of one ``json_each`` row (its ``type`` and ``value``) that :func:`_value_key` of an equal filter value
+    has: numbers by value (``1`` and ``1.0`` are one key), booleans and strings apart; others (null, arrays,
+    objects) never match a filter and have none."""
+    if json_type == "text":
+        return ("t", value)
+    if json_type in ("integer", "real"):
+        return ("n", value)
+    if json_type in ("true", "false"):
+        return ("b", json_type == "true")
+    return None
+
+
+def _value_key(value: FilterValue) -> tuple:
+    """The key of a filter value (see :func:`_json_key`); bool before int, as ``True`` is an int in Python."""
+    if isinstance(value, bool):
+        return ("b", value)
+    return ("n", value) if isinstance(value, (int, float)) else ("t", value)
+
+
+class FieldIndex:
+    """The postings of one metadata field: for each value, the int ids (ascending, unique) of the documents whose
+    field is that value or a list holding it, as :meth:`DocTable.matching`'s scan reads them.
+
+    One int64 array of ids grouped by value and a dict from value to its group: 8 bytes per (document, value) and
+    a dict entry per distinct value, so a field with more than ``max_values`` distinct values (an id, a title) is
+    not indexed (:meth:`build` returns None). A value's lookup is a slice; several values are merged in numpy."""
+
+    def __init__(self, codes: dict[tuple, int], ids: np.ndarray, starts: np.ndarray) -> None:
+        self._codes, self._ids, self._starts = codes, ids, starts
+        self._bound = int(ids.max()) + 1 if len(ids) else 0  # ids lie in [0, bound)
+
+    @classmethod
+    def build(cls, rows: Iterable[tuple[str, Any, int]], max_values: int = FIELD_INDEX_MAX_VALUES
+              ) -> "FieldIndex | None":
+        """From ``(json type, value, int id)`` rows (``json_each`` over the field); None past ``max_values``."""
+        codes: dict[tuple, int] = {}
+        row_codes, row_ids = array("q"), array("q")
+        for json_type, value, int_id in rows:
+            key = _json_key(json_type, value)
+            if key is None:
+                continue
+            code = codes.get(key)
+            if code is None:
+                if len(codes) >= max_values:
+                    return None
+                code = codes[key] = len(codes)
+            row_codes.append(code)
+            row_ids.append(int_id)
+        c = np.frombuffer(row_codes, dtype=np.int64) if row_codes else np.zeros(0, dtype=np.int64)
+        i = np.frombuffer(row_ids, dtype=np.int64) if row_ids else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((i, c))  # by value, then by id
+        c, i = c[order], i[order]
+        keep = np.ones(len(c), dtype=bool)  # a list holding a value twice gives its document once
+        keep[1:] = (c[1:] != c[:-1]) | (i[1:] != i[:-1])
+        c, i = c[keep], i[keep]
+        return cls(codes, i, np.searchsorted(c, np.arange(len(codes) + 1)))
+
+    def __len__(self) -> int:
+        """The number of (document, value) postings."""
+        return len(self._ids)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the id arrays (the value dict's Python objects are not counted)."""
+        return self._ids.nbytes + self._starts.nbytes
+
+    def lookup(self, values: Iterable[FilterValue]) -> np.ndarray:
+        """The int ids (ascending, unique) of the documents holding any of ``values``."""
+        parts = []
+        for v in values:
+            code = self._codes.get(_value_key(v))
+            if code is not None:
+                parts.append(self._ids[self._starts[code] : self._starts[code + 1]])
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        if len(parts) == 1:
+            return parts[0].copy()
+        merged = np.concatenate(parts)
+        if len(merged) * 32 >= self._bound:  # many ids: a bitmap (np.unique of 500,000: 0.4 s here)
+            seen = np.zeros(self._bound, dtype=bool)
+            seen[merged] = True
+            return np.flatnonzero(seen).astype(np.int64, copy=False)
+        merged.sort()
+        return merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+
+
 def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for i in range(0, len(items), _BATCH):
         yield items[i : i + _BATCH]
@@ -109,17 +198,19 @@ class DocTable:
             )
         self._matches: OrderedDict[tuple, np.ndarray] = OrderedDict()  # filter -> int ids, the latest few
         self._filtered: set[str] = set()  # fields a filter has scanned for: the next one gets a field index
-        self._indexed: set[str] = set()  # fields with rows in temp.postings (until the table changes)
+        self._fields: dict[str, FieldIndex | None] = {}  # field -> its index, None: too many values (until a change)
         self._changed()
 
     def _changed(self) -> None:
         """After any write (and at start): the count again, and no remembered filter matches or field index."""
         self._count = self._query_count()
         self._matches.clear()
-        if self._indexed:
-            with self._lock:
-                self._conn.execute("DROP TABLE IF EXISTS temp.postings")
-            self._indexed.clear()
+        self._fields.clear()
+
+    @property
+    def indexed_fields(self) -> frozenset[str]:
+        """The metadata fields with a :class:`FieldIndex` now (filtered twice since the table last changed)."""
+        return frozenset(f for f, ix in self._fields.items() if ix is not None)
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -179,24 +270,25 @@ class DocTable:
         matches, each field's value read with SQLite's JSON functions (an array: any of its items).
 
         The first filter on a field scans the table. A second filter on the same field (another tenant, another
-        source) builds that field's index first, a temporary table of (field, JSON type, value, int id) rows
-        with a B-tree over them, in one pass like a scan; from then on every value of the field is an index
-        lookup (at 1M documents: 0.3 ms instead of a 1.3 s scan, here). The index lives until the table changes;
-        it is never saved. The last ``_MATCH_CACHE`` filters' matches are kept too, so a filter searched again
-        costs neither."""
+        source) builds that field's :class:`FieldIndex` first, in one pass like a scan; from then on every value
+        of the field is a lookup in memory (``benchmarks/filter_speed.py`` measures both). A field with more
+        than ``FIELD_INDEX_MAX_VALUES`` distinct values is scanned every time instead. The index lives until the
+        table changes; it is never saved. The last ``_MATCH_CACHE`` filters' matches are kept too, so a filter
+        searched again costs neither."""
         key = tuple((field, tuple((type(v).__name__, v) for v in values)) for field, values in filter)  # 1 != True
         with self._lock:
             if key in self._matches:
                 self._matches.move_to_end(key)
                 return self._matches[key]
             for field, _ in filter:
-                if field in self._filtered and field not in self._indexed:
-                    self._index_field(field)
-            scanned = tuple(part for part in filter if part[0] not in self._indexed)
+                if field in self._filtered and field not in self._fields:
+                    self._fields[field] = self._index_field(field)
+            indexes = {field: self._fields.get(field) for field, _ in filter}
+            scanned = tuple(part for part in filter if indexes[part[0]] is None)
             found = self._scan(scanned) if scanned else None
             for field, values in filter:
-                if field in self._indexed:
-                    ids = self._lookup(field, values)
+                if indexes[field] is not None:
+                    ids = indexes[field].lookup(values)
                     found = ids if found is None else np.intersect1d(found, ids, assume_unique=True)
             self._filtered.update(field for field, _ in filter)
             found.flags.writeable = False
@@ -205,29 +297,16 @@ class DocTable:
                 self._matches.popitem(last=False)
             return found
 
-    def _index_field(self, field: str) -> None:
-        """Fill ``temp.postings`` with one row per (document, value) of ``field``: its ``json_each`` rows, as
-        :meth:`_scan` reads them. A TEMP table: ``save`` (the ``main`` schema) never writes it."""
+    def _index_field(self, field: str) -> FieldIndex | None:
+        """The :class:`FieldIndex` of ``field`` from its ``json_each`` rows, as :meth:`_scan` reads them."""
         path = f'$."{field}"'
-        if not self._indexed:  # a fresh table (a rolled-back transaction may have restored an old one)
-            self._conn.execute("DROP TABLE IF EXISTS temp.postings")
-        self._conn.execute("CREATE TEMP TABLE IF NOT EXISTS postings(field TEXT, type TEXT, value, int_id INTEGER)")
-        self._conn.execute("INSERT INTO temp.postings SELECT ?, j.type, j.value, ids.int_id FROM ids, "
-                           "json_each(ids.meta, ?) AS j WHERE ids.meta IS NOT NULL AND json_type(ids.meta, ?) != "
-                           "'object'", (field, path, path))
-        self._conn.execute("CREATE INDEX IF NOT EXISTS temp.postings_key ON postings(field, type, value, int_id)")
-        self._indexed.add(field)
-
-    def _lookup(self, field: str, values: tuple[FilterValue, ...]) -> np.ndarray:
-        """Int ids (ascending, unique) whose ``field`` holds one of ``values``, from the field's index: one index
-        search per value (an OR of them would read the field's whole range)."""
-        parts = []
-        for v in values:
-            condition, params = _value_condition(v)
-            rows = self._conn.execute(f"SELECT int_id FROM temp.postings WHERE field = ? AND {condition}",
-                                      [field, *params]).fetchall()
-            parts.append(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)))
-        return np.unique(np.concatenate(parts))
+        rows = self._conn.execute("SELECT j.type, j.value, ids.int_id FROM ids, json_each(ids.meta, ?) AS j "
+                                  "WHERE ids.meta IS NOT NULL AND json_type(ids.meta, ?) != 'object'", (path, path))
+        index = FieldIndex.build(rows, FIELD_INDEX_MAX_VALUES)
+        if index is None:
+            logger.info("metadata field %r has more than %d distinct values: filters on it scan the table",
+                        field, FIELD_INDEX_MAX_VALUES)
+        return index
 
     def _scan(self, filter: Filter) -> np.ndarray:
         clauses, params = [], []

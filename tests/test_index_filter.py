@@ -138,7 +138,7 @@ def test_a_field_filtered_twice_gets_an_index_that_matches_like_the_scan(tmp_pat
     table.insert(range(len(metas)), [f"d{i}" for i in range(len(metas))], [encode_metadata(m, "x") for m in metas])
 
     def postings():
-        return table._conn.execute("SELECT COUNT(*) FROM sqlite_temp_master WHERE name = 'postings'").fetchone()[0]
+        return int("v" in table.indexed_fields)
 
     filters = [{"v": 1}, {"v": "a"}, {"v": [True, 2]}, {"v": 1.5, "t": "t2"}, {"t": ["t0", "t3"], "n": 0},
                {"v": False}, {"v": "x"}, {"n": [1, 2], "v": ["b", 1]}]
@@ -151,7 +151,7 @@ def test_a_field_filtered_twice_gets_an_index_that_matches_like_the_scan(tmp_pat
         assert postings() == (i >= 1)  # "v" filtered a second time: indexed
     table.save(tmp_path / "docs.sqlite")  # the index is not part of the saved table
     saved = DocTable.load(tmp_path / "docs.sqlite")
-    assert saved._conn.execute("SELECT COUNT(*) FROM sqlite_temp_master").fetchone()[0] == 0
+    assert saved.indexed_fields == frozenset()
     assert saved.matching(check_filter({"v": 1})).tolist() == table.matching(check_filter({"v": 1})).tolist()
 
     table.insert([500], ["new"], [encode_metadata({"v": "a"}, "new")])  # a change drops the index
@@ -249,4 +249,40 @@ def test_the_field_index_survives_a_rolled_back_change():
             table.insert([9], ["d9"], [encode_metadata({"v": 2}, "x")])
             raise RuntimeError("undo")
     assert table.matching(check_filter({"v": 2})).tolist() == [2, 5]  # rebuilt, without the undone row
-    assert table._conn.execute("SELECT COUNT(*) FROM temp.postings").fetchone()[0] == 6  # one row per document
+    assert len(table._fields["v"]) == 6  # one posting per document
+
+
+def test_a_field_with_too_many_values_is_scanned_not_indexed(monkeypatch, caplog):
+    from index import metadata
+
+    table = DocTable()
+    metas = [{"title": f"t{i}", "v": i % 2, "tags": ["a", "a", i % 3]} for i in range(12)]
+    table.insert(range(12), [f"d{i}" for i in range(12)], [encode_metadata(m, "x") for m in metas])
+    monkeypatch.setattr(metadata, "FIELD_INDEX_MAX_VALUES", 4)
+    with caplog.at_level("INFO", logger="index.metadata"):
+        for flt in ({"title": "t3"}, {"title": ["t5", "t7"], "v": 1}, {"tags": ["a", 2]}, {"tags": 1, "v": 0}):
+            checked = check_filter(flt)
+            assert table.matching(checked).tolist() == table._scan(checked).tolist(), flt
+    assert table.matching(check_filter({"title": "t9"})).tolist() == [9]
+    assert table.indexed_fields == frozenset({"v", "tags"})  # 12 titles > 4: scanned each time
+    assert "'title' has more than 4 distinct values" in caplog.text
+    assert len(table._fields["tags"]) == 24  # "a" twice in a list is one posting: 12 x {"a", i % 3}
+
+
+def test_field_index_lookup_equals_a_naive_reference():
+    from index.metadata import FieldIndex
+
+    rng = np.random.default_rng(3)
+    pool = [("text", "x", "x"), ("text", "1", "1"), ("integer", 1, 1), ("real", 1.0, 1.0), ("true", 1, True),
+            ("false", 0, False), ("integer", 2, 2), ("null", None, None), ("array", "[1]", None)]
+    rows = [(*pool[k][:2], int(i)) for i in range(300) for k in rng.choice(len(pool), size=rng.integers(0, 4))]
+    rows += [("text", "far", 10**6), ("text", "near", 7), ("text", "near", 7)]  # few ids over a wide range
+    index = FieldIndex.build(rows)
+    for values in (["x"], [1], [1.0], [True], [False], ["1", 2], [2, True, "x"], ["nothing"], [3], ["x", "x"],
+                   ["far", "near", "far"], ["near"]):
+        want = sorted({i for t, v, i in rows for q in values if (
+            (t == "text" and isinstance(q, str) and v == q)
+            or (t in ("integer", "real") and not isinstance(q, (bool, str)) and v == q)
+            or (t in ("true", "false") and isinstance(q, bool) and (t == "true") == q))})
+        assert index.lookup(values).tolist() == want, values
+    assert FieldIndex.build(rows, max_values=3) is None  # eight distinct keys
