@@ -708,7 +708,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "for more fields)")
     rm.add_argument("--dry-run", action="store_true", help="say how many documents (and which) would be removed, "
                                                            "and change nothing")
-    rm.set_defaults(func=cmd_index_remove, command="index remove")
+    rm.set_defaults(func=cmd_index_remove, command="index remove", more_positionals="ids")
 
     s = sub.add_parser("search", help="search a hybrid index")
     s.add_argument("dir", type=Path, help="index directory (from lens index build)")
@@ -940,8 +940,9 @@ def _storage_oserror(e: OSError) -> bool:
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """``parse_args``, except that a command whose positional list may be empty (``lens search DIR [QUERY ...]``,
-    marked by ``more_positionals``) also takes the words after its options (``lens search DIR -k 3 q1 q2``):
-    argparse alone gives a ``*`` positional nothing once an option follows the one before it."""
+    ``lens index remove DIR [ID ...]``, marked by ``more_positionals``) also takes the words after its options
+    (``lens search DIR -k 3 q1 q2``): argparse alone gives a ``*`` positional nothing once an option follows the
+    one before it."""
     args, extras = parser.parse_known_args(argv)
     dest = getattr(args, "more_positionals", None)
     if extras and (dest is None or any(e.startswith("-") for e in extras)):

@@ -124,7 +124,7 @@ def test_remove_equals_a_build_without_them(tiny_lens_dir, corpus_lines, tmp_pat
     ix = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines), tmp_path / "ix")
     (tmp_path / "ids.txt").write_text("d7\n\nd9\n")
     capsys.readouterr()
-    assert main(["-q", "index", "remove", str(ix), "d3", "d5", "--ids-file", str(tmp_path / "ids.txt")]) == 0
+    assert main(["-q", "index", "remove", str(ix), "d3", "--ids-file", str(tmp_path / "ids.txt"), "d5"]) == 0
     assert "removed 4 documents" in capsys.readouterr().out and len(HybridIndex.load(ix)) == 19
     kept = [line for line in corpus_lines if json.loads(line)["_id"] not in {"d3", "d5", "d7", "d9"}]
     expected = build(tiny_lens_dir, write_lines(tmp_path / "kept.jsonl", kept), tmp_path / "expected")
@@ -151,6 +151,8 @@ def test_remove_by_filter_equals_removing_those_ids(tiny_lens_dir, corpus_lines,
     assert main(["-q", "index", "remove", str(ix), "--filter", "title=nothing-like-it"]) == 0
     assert "removed 0 documents" in capsys.readouterr().out and files_sha(ix) == before
     assert main(["-q", "index", "remove", str(ix), "d1", "--filter", "title=cancer"]) == 2
+    assert "not both" in capsys.readouterr().err and files_sha(ix) == before
+    assert main(["-q", "index", "remove", str(ix), "--filter", "title=cancer", "d1"]) == 2  # an id after it too
     assert "not both" in capsys.readouterr().err and files_sha(ix) == before
 
     assert main(["-q", "index", "remove", str(ix), "--filter", "title=cancer", "--filter", "title=drug"]) == 0
