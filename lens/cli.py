@@ -420,11 +420,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     searcher = Searcher.open(args.dir, args.model)
     if args.quantize:
         searcher.encoder.lens.apply_quantize(args.quantize)
-    built = (searcher.index.info or {}).get("lens_quantize")
-    if built != args.quantize:
-        logger.warning("the index's documents were encoded %s and the queries are encoded %s: scores are close to, "
-                       "not the same as, a matched pair's (%s to match)", built or "in float32",
-                       args.quantize or "in float32", f"pass --quantize {built}" if built else "drop --quantize")
+    _quantize_mismatch(searcher.index, args.quantize)
     results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
                               filter=_filter_of(args.filter), batch_size=args.batch_size,
                               show_progress_bar=len(queries) > args.batch_size)
@@ -451,7 +447,46 @@ def cmd_search(args: argparse.Namespace) -> None:
             print(f"{r:>3}. {score:7.4f}  {doc_id}  {title}{snippet}")
 
 
+def _quantize_mismatch(index, quantize: str | None) -> None:
+    """Warn when queries will be encoded otherwise than the index's documents were (float32 vs int8)."""
+    built = (index.info or {}).get("lens_quantize")
+    if built != quantize:
+        logger.warning("the index's documents were encoded %s and the queries are encoded %s: scores are close to, "
+                       "not the same as, a matched pair's (%s to match)", built or "in float32",
+                       quantize or "in float32", f"pass --quantize {built}" if built else "drop --quantize")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from lens.serve import SearchService, make_server
+
+    service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
+                            max_k=args.max_k)
+    _quantize_mismatch(service.searcher.index, args.quantize)
+    service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
+    server = make_server(service, args.host, args.port)
+    host, port = server.server_address[:2]
+    print(f"serving {args.dir} ({len(service.searcher.index)} documents) on http://{host}:{port} "
+          f"(POST /search, GET /search?q=..., /health, /info); Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("stopped")
+    finally:
+        server.server_close()
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- parser
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is an integer from 0 to 65535, got {value!r}")
+    return port
+
+
 def _clusters_arg(value: str):
     if value == "vocab":
         return value
@@ -734,6 +769,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
                    help=_QUANTIZE_HELP + "; a warning if the index was built otherwise")
     s.set_defaults(func=cmd_search, more_positionals="query")
+
+    sv = sub.add_parser("serve", help="serve a hybrid index over HTTP as JSON (POST /search, GET /search?q=, "
+                                      "/health, /info); a save by lens index add or remove is picked up")
+    sv.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine "
+                                                        "only; 0.0.0.0 for every interface)")
+    sv.add_argument("--port", type=_port, default=8080, help="TCP port (default %(default)s; 0: any free one)")
+    sv.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
+    sv.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
+                    help=_QUANTIZE_HELP + "; a warning if the index was built otherwise")
+    sv.add_argument("--max-queries", type=positive_int, default=256, help="queries one request may hold")
+    sv.add_argument("--max-k", type=positive_int, default=1000, help="largest k a request may ask for")
+    sv.set_defaults(func=cmd_serve)
 
     bench = sub.add_parser("bench", help="retrieval benchmarks").add_subparsers(dest="bench_command", required=True)
     bb = bench.add_parser("beir", help="BEIR-style evaluation of LENS against BM25, MiniLM and their fusions")

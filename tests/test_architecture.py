@@ -10,7 +10,7 @@ too. Lazy imports inside functions count like any other: they are dependencies a
                   lens.instructions, lens.inputs (tokenisation, masks)
     3 models and  lens.attention, lens.layers, lens.backbone, lens.model, lens.model_dir, lens.encoder,
       stores      lens.vocab, lens.dense, lens.bm25, index (factory, metadata, manifest, store)
-    4 training,   lens.hybrid, lens.indexing, lens.search, lens.updating, lens.train.*, lens.eval.*
+    4 training,   lens.hybrid, lens.indexing, lens.search, lens.serve, lens.updating, lens.train.*, lens.eval.*
       search,
       evaluation
     5 interface   lens.cli, lens.cli_data, lens (the package's lazy facade); benchmarks/ scripts sit above all
@@ -40,8 +40,8 @@ LAYERS: dict[str, int] = {
     "lens.encoder": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,
     "index.ondisk": 3, "index.shards": 3, "lens.sharding": 4,
-    "lens.hybrid": 4, "lens.indexing": 4, "lens.search": 4, "lens.updating": 4, "lens.train": 4, "lens.eval": 4,
-    "lens.integrations": 4,
+    "lens.hybrid": 4, "lens.indexing": 4, "lens.search": 4, "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
+    "lens.eval": 4, "lens.integrations": 4,
     "lens.cli": 5, "lens.cli_data": 5, "lens": 5,
 }
 PACKAGES = ("lens", "index")

@@ -1,0 +1,154 @@
+"""What answering over HTTP costs (``lens serve``): latency and throughput of ``POST /search`` against the same
+searches called in the process (``SearchService.search``), in one run on one index.
+
+The index is built once from a corpus with the shipped default (LENS lexicon + MiniLM, as ``lens index build``
+makes it) and cached under ``--cache-dir``. After a warm-up pass over the queries, each is searched alone, in
+turn, first in the process and then through a server on a free local port (Python's ``urllib``, a new connection
+per request, as a simple client does); then ``--clients`` threads send the same queries at once, to show that concurrent requests share the CPU
+rather than add to it. Reported: the median and 95th percentile latency and queries per second, and each HTTP
+figure as a ratio to the in-process one.
+
+    python benchmarks/serve_speed.py --corpus adi --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from lens.cmdline import command_line  # noqa: E402
+from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark  # noqa: E402
+from lens.train.report import machine_description  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timings(call, queries: list[str], repeat: int) -> list[float]:
+    """Seconds per call of ``call(query)``, every query ``repeat`` times, one after another."""
+    out = []
+    for _ in range(repeat):
+        for q in queries:
+            start = time.perf_counter()
+            call(q)
+            out.append(time.perf_counter() - start)
+    return out
+
+
+def summary(seconds: list[float], wall: float | None = None) -> dict:
+    ordered = sorted(seconds)
+    return {"requests": len(seconds), "p50_ms": 1000 * statistics.median(ordered),
+            "p95_ms": 1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+            "qps": len(seconds) / (wall if wall is not None else sum(seconds))}
+
+
+def post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url + "/search", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def concurrent(url: str, queries: list[str], clients: int, k: int) -> dict:
+    """Every query sent by each of ``clients`` threads at once; latencies of all, throughput over the wall time."""
+    seconds: list[float] = []
+    lock = threading.Lock()
+
+    def client(offset: int) -> None:
+        mine = timings(lambda q: post(url, {"query": q, "k": k}), queries[offset:] + queries[:offset], 1)
+        with lock:
+            seconds.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(i * len(queries) // clients,)) for i in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return summary(seconds, time.perf_counter() - start)
+
+
+def render(results: dict) -> list[str]:
+    meta = results["_meta"]
+    lines = ["# Serving over HTTP: what `lens serve` adds to a search", "", f"- Command: `{meta['command']}`",
+             f"- Machine: {meta['machine']}",
+             f"- Index: {meta['documents']:,} documents of `{meta['corpus']}` (shipped default: LENS lexicon + "
+             f"MiniLM, flat); {meta['queries']} of its queries, each searched alone {meta['repeat']}x, k {meta['k']}."
+             " In process: `SearchService.search`; HTTP: `POST /search` to a `lens.serve` server on 127.0.0.1, a "
+             "new connection per request (urllib).", "",
+             "| path | requests | p50 ms | p95 ms | QPS | QPS / in process |", "|---|---:|---:|---:|---:|---:|"]
+    base = results["in_process"]["qps"]
+    for key, name in (("in_process", "in process, one at a time"), ("http", "HTTP, one at a time"),
+                      ("http_concurrent", f"HTTP, {meta['clients']} clients at once")):
+        r = results[key]
+        lines.append(f"| {name} | {r['requests']} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['qps']:.1f} | "
+                     f"{r['qps'] / base:.2f} |")
+    for note in meta.get("notes") or []:
+        lines += ["", f"- {note}"]
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--corpus", default="adi", help="a corpus for lens index build (a BEIR or classic set's name "
+                                                   "under --data-dir, or a path); its queries are searched")
+    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    p.add_argument("--queries", type=int, default=30, help="how many of its queries")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("-k", type=int, default=10)
+    p.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "lens-bench" / "serve")
+    p.add_argument("--threads", type=int, default=None)
+    add_markdown_only_arguments(p, output=ROOT / "benchmarks" / "results" / "serve_speed")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    if markdown_only(args, args.output, render):
+        return 0
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from lens.cli import main as lens_main
+    from lens.corpus import load_queries
+    from lens.eval.beir import resolve_dataset
+    from lens.serve import SearchService, make_server
+
+    corpus = resolve_dataset(args.corpus, args.data_dir)
+    index_dir = args.cache_dir / Path(str(args.corpus)).name
+    if not (index_dir / "manifest.json").is_file():
+        code = lens_main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(index_dir)])
+        if code:
+            raise SystemExit(f"lens index build failed ({code})")
+    queries = list(load_queries(corpus).values())[: args.queries]
+    service = SearchService(index_dir)
+    for q in queries:  # warm: the first pass at each input length is slow (allocations), and FAISS's threads
+        service.search({"query": q, "k": args.k})
+    results = {"in_process": summary(timings(lambda q: service.search({"query": q, "k": args.k}), queries,
+                                             args.repeat))}
+    server = make_server(service, "127.0.0.1", 0)
+    url = "http://127.0.0.1:%d" % server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        post(url, {"query": queries[0], "k": args.k})
+        results["http"] = summary(timings(lambda q: post(url, {"query": q, "k": args.k}), queries, args.repeat))
+        results["http_concurrent"] = concurrent(url, queries, args.clients, args.k)
+    finally:
+        server.shutdown()
+        server.server_close()
+    results["_meta"] = {"command": command_line(), "machine": machine_description(), "corpus": str(args.corpus),
+                        "documents": len(service.searcher.index), "queries": len(queries), "repeat": args.repeat,
+                        "clients": args.clients, "k": args.k, "notes": args.note}
+    print(write_benchmark(args.output, results, render(results)), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

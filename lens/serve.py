@@ -1,0 +1,274 @@
+"""An HTTP JSON service over a saved hybrid index (``lens serve DIR``), on Python's own ``ThreadingHTTPServer``.
+
+Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 404, 405, 413 or 500):
+
+- ``POST /search`` ``{"query": "text"}`` or ``{"queries": [...]}``, optional ``"k"``, ``"filter"`` (as
+  ``HybridIndex.search``), ``"weights"`` ``[w_lex, w_dense]``, ``"instruction"``; answers
+  ``{"results": [{"query", "hits": [{"rank", "id", "score", "metadata"}]}], "documents", "took_ms"}``.
+- ``GET /search?q=...&k=...``: one query, for a quick look with curl or a browser.
+- ``GET /health``: ``{"status": "ok", "documents": N}`` (and ``"reload_error"`` when the index on disk could not be
+  loaded again and the previous version is still served).
+- ``GET /info``: the index's type, size, parts, weights, models and version.
+
+The service follows its directory: a save by ``lens index add`` / ``remove`` (an atomic swap of the directory) is
+seen on the next request and the new version loaded beside the old, which answers until the new one is ready; the
+models are loaded again only if the index now names other ones. Queries are encoded one request at a time (the
+model uses every CPU thread already); FAISS searches run outside that lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import parse_qs, urlsplit
+
+from index.metadata import check_filter
+from index.vectors import weight_pair
+from lens.search import Searcher, check_queries
+
+__all__ = ["SearchService", "RequestError", "make_server"]
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY = 1 << 20  # bytes of a request body
+
+
+class RequestError(ValueError):
+    """A request the service refuses; ``status`` is its HTTP status."""
+
+    def __init__(self, message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _version(directory: Path) -> tuple[int, int, int] | None:
+    """What identifies the saved version of an index directory: its manifest's inode, mtime and size (a save swaps
+    in a new directory, so each save makes a new file); None while a swap is under way."""
+    try:
+        st = os.stat(directory / "manifest.json")
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _int(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequestError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+class SearchService:
+    """A :class:`~lens.search.Searcher` for one index directory, kept at the directory's latest saved version.
+
+    ``model``: the LENS model to encode queries with (default: the one the index names); ``quantize``: ``"int8"``
+    to encode them with int8 layers (``LensEncoder.apply_quantize``). ``max_queries`` and ``max_k`` bound one
+    request."""
+
+    def __init__(self, directory: str | os.PathLike, model: str | os.PathLike | None = None,
+                 quantize: str | None = None, max_queries: int = 256, max_k: int = 1000) -> None:
+        self.directory = Path(directory)
+        self.model, self.quantize = model, quantize
+        self.max_queries, self.max_k = max_queries, max_k
+        self._encode_lock = threading.Lock()  # one request encodes at a time
+        self._reload_lock = threading.Lock()
+        self._version = _version(self.directory)
+        self._searcher = self._open()
+        self.reload_error: str | None = None
+
+    def _open(self) -> Searcher:
+        searcher = Searcher.open(self.directory, self.model)
+        if self.quantize:
+            searcher.encoder.lens.apply_quantize(self.quantize)
+        return searcher
+
+    @property
+    def searcher(self) -> Searcher:
+        """The searcher of the directory's latest version (loaded again when a save has changed it)."""
+        version = _version(self.directory)
+        if version is not None and version != self._version:
+            with self._reload_lock:
+                if version != self._version:
+                    self._reload(version)
+        return self._searcher
+
+    def _reload(self, version: tuple[int, int, int]) -> None:
+        from index import HybridIndex
+        from index.manifest import check_fingerprint
+        from lens.encoder import LATER_FINGERPRINT_KEYS
+
+        current = self._searcher
+        try:
+            index = HybridIndex.load(self.directory)
+            info, old = index.info or {}, current.index.info or {}
+            same_models = self.model is not None or all(info.get(key) == old.get(key) for key in ("lens_model",
+                                                                                                    "dense"))
+            if same_models:
+                check_fingerprint(current.encoder.fingerprint(), index.fingerprint, self.directory,
+                                  LATER_FINGERPRINT_KEYS)
+                searcher = Searcher(index, current.encoder)
+            else:
+                searcher = self._open()
+        except Exception as e:  # keep answering from the version loaded before, and say why on /health
+            self.reload_error = f"{type(e).__name__}: {e}"
+            logger.error("could not load %s again (%s); still serving the version loaded before", self.directory,
+                         self.reload_error)
+            self._version = version  # not retried until the directory changes again
+            return
+        self._searcher, self._version, self.reload_error = searcher, version, None
+        logger.info("loaded %s again: %d documents", self.directory, len(searcher.index))
+
+    def health(self) -> dict[str, Any]:
+        searcher = self.searcher
+        out: dict[str, Any] = {"status": "ok", "documents": len(searcher.index)}
+        if self.reload_error:
+            out["reload_error"] = self.reload_error
+        return out
+
+    def info(self) -> dict[str, Any]:
+        index = self.searcher.index
+        info = index.info or {}
+        return {"directory": str(self.directory.resolve()), "documents": len(index), "index_type": index.index_type,
+                "mode": index.mode, "lexicon_dim": index.lexicon_dim, "dense_dim": index.dense_dim,
+                "weights": list(index.weights), "lens_model": info.get("lens_model"), "dense": info.get("dense"),
+                "quantize": self.quantize, "max_queries": self.max_queries, "max_k": self.max_k}
+
+    def search(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The answer to a ``POST /search`` body (see the module docstring); bad input raises RequestError."""
+        start = time.perf_counter()
+        if not isinstance(body, Mapping):
+            raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
+        unknown = set(body) - {"query", "queries", "k", "filter", "weights", "instruction"}
+        if unknown:
+            raise RequestError(f"unknown field(s) {sorted(unknown)}; a search takes query or queries, k, filter, "
+                               "weights and instruction")
+        if ("query" in body) == ("queries" in body):
+            raise RequestError('give "query" (one text) or "queries" (a list of texts), not both or neither')
+        queries = [body["query"]] if "query" in body else body["queries"]
+        if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
+            raise RequestError('"queries" must be a list of strings' if "queries" in body else
+                               '"query" must be a string')
+        if not 1 <= len(queries) <= self.max_queries:
+            raise RequestError(f"a request holds 1 to {self.max_queries} queries, got {len(queries)}")
+        k = _int(body.get("k", 10), '"k"', 1, self.max_k)
+        instruction = body.get("instruction")
+        if instruction is not None and not isinstance(instruction, str):
+            raise RequestError(f'"instruction" must be a string or null, got {instruction!r}')
+        weights = body.get("weights")
+        if weights is not None:
+            if not isinstance(weights, list) or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
+                                                        for w in weights):
+                raise RequestError(f'"weights" must be a list of two numbers [w_lex, w_dense], got {weights!r}')
+            weights = weight_pair(weights, '"weights"')
+        filter = body.get("filter")
+        check_filter(filter)  # before encoding
+        check_queries(queries)
+        searcher = self.searcher
+        with self._encode_lock:
+            lexicon, dense = searcher.encoder.encode_queries(queries, instruction=instruction)
+        results = searcher.index.search(lexicon, dense, k=k, weights=weights, filter=filter)
+        return {"results": [{"query": q, "hits": [{"rank": r, "id": i, "score": float(s), "metadata": m}
+                                                  for r, (i, s, m) in enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
+                            for q, h in zip(queries, results)],
+                "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "_Server"
+    protocol_version = "HTTP/1.1"  # keep-alive: a client's next request reuses the connection
+
+    def log_message(self, format: str, *args: Any) -> None:  # the access log goes to logging, not stderr
+        logger.debug("%s %s", self.address_string(), format % args)
+
+    def _send(self, status: HTTPStatus, payload: Mapping[str, Any]) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _answer(self, work) -> None:
+        try:
+            self._send(HTTPStatus.OK, work())
+        except RequestError as e:
+            self._send(e.status, {"error": str(e)})
+        except ValueError as e:  # the library's own checks of filters, weights and texts
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+        except Exception:
+            logger.exception("%s %s failed", self.command, self.path)
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; the server's log says more"})
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        service = self.server.service
+        if url.path == "/health":
+            self._answer(service.health)
+        elif url.path == "/info":
+            self._answer(service.info)
+        elif url.path == "/search":
+            self._answer(lambda: service.search(_query_string(url.query)))
+        else:
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {url.path!r}; try POST /search, "
+                                                       "GET /search?q=..., /health or /info"})
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path != "/search":
+            self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path!r}; POST to /search"})
+            return
+        self._answer(lambda: self.server.service.search(self._body()))
+
+    def _body(self) -> Any:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise RequestError("a POST needs a Content-Length header", HTTPStatus.LENGTH_REQUIRED) from None
+        if length > MAX_BODY:
+            self.close_connection = True  # the body is not read
+            raise RequestError(f"the request body is {length} bytes; at most {MAX_BODY} are taken",
+                               HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+        raw = self.rfile.read(length)
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            raise RequestError(f"the request body is not JSON ({e})") from None
+
+    def _refuse(self) -> None:
+        self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{self.command} is not served; use GET or POST"})
+
+    do_PUT = do_DELETE = do_PATCH = _refuse
+
+
+def _query_string(query: str) -> dict[str, Any]:
+    params = parse_qs(query, keep_blank_values=True)
+    unknown = set(params) - {"q", "k"}
+    if unknown or "q" not in params:
+        raise RequestError("GET /search takes q (the query) and k, e.g. /search?q=gene+therapy&k=5; POST a JSON "
+                           "body for filters and weights")
+    body: dict[str, Any] = {"queries": params["q"]}
+    if "k" in params:
+        try:
+            body["k"] = int(params["k"][-1])
+        except ValueError:
+            raise RequestError(f"k must be an integer, got {params['k'][-1]!r}") from None
+    return body
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], service: SearchService) -> None:
+        super().__init__(address, _Handler)
+        self.service = service
+
+
+def make_server(service: SearchService, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:
+    """An HTTP server answering for ``service`` (``port`` 0: any free port; ``server.server_address`` says which).
+    Run it with ``serve_forever()``; ``shutdown()`` from another thread stops it."""
+    return _Server((host, port), service)

@@ -1,0 +1,187 @@
+"""`lens serve` (lens.serve): the HTTP answers equal `Searcher.search`, bad requests get a 4xx that says why, and a
+save by `lens index add` is served from the next request on."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lens.cli import main
+from lens.search import Searcher
+from lens.serve import SearchService, make_server
+
+from corpus_helpers import write_corpus
+
+QUERIES = ["cancer drug", "brain cell", "blood risk treatment"]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tiny_lens_dir, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    corpus = write_corpus(tmp / "corpus.jsonl", 20)
+    out = tmp / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(out), "--model",
+                 str(tiny_lens_dir), "--dense", "lens"]) == 0
+    return out
+
+
+class Running:
+    """A server on a free port in a thread, stopped on exit."""
+
+    def __init__(self, service):
+        self.server = make_server(service, "127.0.0.1", 0)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def call(self, path, body=None, method=None, raw=None):
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+
+def expected(directory, queries, **kw):
+    return [[(i, float(s), m) for i, s, m in zip(h.ids, h.scores, h.metadata)]
+            for h in Searcher.open(directory).search(queries, **kw)]
+
+
+def served(results):
+    return [[(h["id"], h["score"], h["metadata"]) for h in r["hits"]] for r in results]
+
+
+def assert_same(got, want):
+    for g, w in zip(got, want, strict=True):
+        assert [i for i, _, _ in g] == [i for i, _, _ in w]
+        np.testing.assert_allclose([s for _, s, _ in g], [s for _, s, _ in w], rtol=1e-5, atol=1e-6)
+        assert [m for _, _, m in g] == [m for _, _, m in w]
+
+
+def test_answers_equal_the_searcher(index_dir):
+    with Running(SearchService(index_dir)) as srv:
+        status, body = srv.call("/search", {"queries": QUERIES, "k": 5})
+        assert status == 200 and [r["query"] for r in body["results"]] == QUERIES and body["documents"] == 20
+        assert [h["rank"] for h in body["results"][0]["hits"]] == [1, 2, 3, 4, 5]
+        assert_same(served(body["results"]), expected(index_dir, QUERIES, k=5))
+
+        flt, weights = {"title": ["cancer", "drug"]}, [1.0, 0.0]
+        status, body = srv.call("/search", {"query": "cancer drug", "k": 20, "filter": flt, "weights": weights})
+        assert status == 200
+        want = expected(index_dir, ["cancer drug"], k=20, filter=flt, weights=tuple(weights))
+        assert_same(served(body["results"]), want)
+        assert {m["title"] for _, _, m in want[0]} == {"cancer", "drug"} and len(want[0]) == 4
+
+        status, body = srv.call("/search?q=brain+cell&k=3")
+        assert status == 200 and body["results"][0]["query"] == "brain cell"
+        assert_same(served(body["results"]), expected(index_dir, ["brain cell"], k=3))
+
+        assert srv.call("/health") == (200, {"status": "ok", "documents": 20})
+        status, info = srv.call("/info")
+        assert status == 200 and (info["documents"], info["index_type"], info["mode"]) == (20, "flat", "hybrid")
+
+
+@pytest.mark.parametrize("body, status, words", [
+    ({"queries": "cancer"}, 400, '"queries" must be a list of strings'),
+    ({"query": ["cancer"]}, 400, '"query" must be a string'),
+    ({"query": "a", "queries": ["b"]}, 400, "not both or neither"),
+    ({}, 400, "not both or neither"),
+    ({"query": "cancer", "top_k": 3}, 400, "unknown field(s) ['top_k']"),
+    ({"query": "cancer", "k": 0}, 400, '"k" must be an integer from 1 to 1000'),
+    ({"query": "cancer", "k": "5"}, 400, '"k" must be an integer'),
+    ({"query": "cancer", "k": 5000}, 400, "from 1 to 1000"),
+    ({"query": "   "}, 400, "a query is empty"),
+    ({"queries": []}, 400, "1 to 256 queries"),
+    ({"query": "cancer", "weights": [-1, 1]}, 400, "negative weights are not supported"),
+    ({"query": "cancer", "weights": "0.5,0.5"}, 400, "a list of two numbers"),
+    ({"query": "cancer", "filter": {"title": []}}, 400, "empty list of values"),
+    ({"query": "cancer", "filter": "title=cancer"}, 400, "a filter is a non-empty dict"),
+    ({"query": "cancer", "instruction": 3}, 400, '"instruction" must be a string'),
+    (["cancer"], 400, "must be a JSON object"),
+])
+def test_bad_requests_say_what_was_wrong(index_dir, body, status, words):
+    with Running(SearchService(index_dir)) as srv:
+        got, answer = srv.call("/search", body)
+        assert got == status and words in answer["error"], answer
+
+
+def test_bad_http_gets_a_clear_status(index_dir, monkeypatch):
+    from lens import serve
+
+    with Running(SearchService(index_dir)) as srv:
+        status, answer = srv.call("/search", raw=b"{not json")
+        assert status == 400 and "not JSON" in answer["error"]
+        assert srv.call("/nowhere")[0] == 404 and srv.call("/nowhere", {"query": "x"})[0] == 404
+        status, answer = srv.call("/search", {"query": "x"}, method="PUT")
+        assert status == 405 and "PUT is not served" in answer["error"]
+        status, answer = srv.call("/search?k=3")
+        assert status == 400 and "takes q (the query) and k" in answer["error"]
+        monkeypatch.setattr(serve, "MAX_BODY", 10)
+        status, answer = srv.call("/search", {"query": "cancer drug treatment"})
+        assert status == 413 and "at most 10 are taken" in answer["error"]
+
+
+def test_a_save_is_served_from_the_next_request(index_dir, tiny_lens_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from index import HybridIndex
+
+    ix = tmp_path / "ix"
+    shutil.copytree(index_dir, ix)
+    with Running(SearchService(ix)) as srv:
+        assert srv.call("/health")[1]["documents"] == 20
+        more = write_corpus(tmp_path / "more.jsonl", 5, prefix="new", seed=1)
+        assert main(["-q", "index", "add", str(ix), "--corpus", str(more)]) == 0
+        status, body = srv.call("/search", {"queries": QUERIES, "k": 25})
+        assert status == 200 and body["documents"] == 25
+        assert_same(served(body["results"]), expected(ix, QUERIES, k=25))
+
+        def broken(*a, **kw):
+            raise ValueError("damaged for the test")
+
+        assert main(["-q", "index", "remove", str(ix), "new0"]) == 0
+        monkeypatch.setattr(HybridIndex, "load", broken)  # the server's next load fails
+        status, health = srv.call("/health")
+        assert health["documents"] == 25 and "damaged for the test" in health["reload_error"]
+        assert srv.call("/search", {"query": "cancer", "k": 30})[1]["documents"] == 25  # the version before
+        monkeypatch.undo()
+        assert main(["-q", "index", "remove", str(ix), "new1"]) == 0
+        assert srv.call("/health")[1] == {"status": "ok", "documents": 23}
+
+
+def test_lens_serve_command_starts_answers_and_stops_on_ctrl_c(index_dir):
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from lens.cli import main; sys.exit(main())",
+                             "serve", str(index_dir), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert "20 documents) on http://127.0.0.1:" in line, line + proc.stderr.read()
+        url = line.split(" on ")[1].split()[0]
+        with urllib.request.urlopen(url + "/health", timeout=60) as r:
+            assert json.loads(r.read()) == {"status": "ok", "documents": 20}
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "stopped" in out, err
+    finally:
+        proc.kill()
+    assert main(["serve", str(index_dir), "--port", "70000"]) == 2
