@@ -185,3 +185,15 @@ def test_lens_serve_command_starts_answers_and_stops_on_ctrl_c(index_dir):
     finally:
         proc.kill()
     assert main(["serve", str(index_dir), "--port", "70000"]) == 2
+
+
+def test_a_sharded_index_is_served_like_its_searcher(tiny_lens_dir, tmp_path):
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 20)
+    ix = tmp_path / "sharded"
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model",
+                 str(tiny_lens_dir), "--dense", "lens", "--shards", "2"]) == 0
+    with Running(SearchService(ix)) as srv:
+        status, body = srv.call("/search", {"queries": QUERIES, "k": 7, "filter": {"title": ["cell", "gene"]}})
+        assert status == 200
+        assert_same(served(body["results"]), expected(ix, QUERIES, k=7, filter={"title": ["cell", "gene"]}))
+        assert srv.call("/info")[1]["documents"] == 20
