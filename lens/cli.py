@@ -411,7 +411,7 @@ def _search_queries(args: argparse.Namespace) -> dict[str, str]:
 
 
 def cmd_search(args: argparse.Namespace) -> None:
-    from lens.search import Searcher, check_queries
+    from lens.search import Searcher, check_queries, hit_records
 
     queries = _search_queries(args)
     check_queries(list(queries.values()))  # before the models load
@@ -431,9 +431,7 @@ def cmd_search(args: argparse.Namespace) -> None:
         print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})")
         return
     if args.json:
-        print(json.dumps([{"query_id": qid, "query": q, "hits": [{"rank": r, "id": i, "score": float(s), **(m or {})}
-                                                                 for r, (i, s, m) in
-                                                                 enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
+        print(json.dumps([{"query_id": qid, "query": q, "hits": hit_records(h)}
                           for (qid, q), h in zip(queries.items(), results)], indent=2, ensure_ascii=False))
         return
     for query, hits in zip(queries.values(), results):

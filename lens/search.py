@@ -14,7 +14,7 @@ from index import HybridIndex, SearchResult
 from index.manifest import check_fingerprint
 from lens.hybrid import HybridEncoder
 
-__all__ = ["Searcher", "check_queries", "model_reference"]
+__all__ = ["Searcher", "check_queries", "hit_records", "model_reference"]
 
 
 def model_reference(model: str | os.PathLike) -> str:
@@ -32,6 +32,14 @@ def check_queries(queries: Sequence[str]) -> list[str]:
         if not isinstance(q, str) or not q.strip():
             raise ValueError("a query is empty: give some words to search for")
     return queries
+
+
+def hit_records(result: SearchResult) -> list[dict[str, Any]]:
+    """One query's hits as JSON-ready records, best first: ``{"rank", "id", "score", "metadata"}`` (the one shape
+    of ``lens search --json`` and ``lens serve``; the metadata stays apart, so a field named ``score`` or ``id``
+    cannot hide the hit's own)."""
+    return [{"rank": rank, "id": doc_id, "score": float(score), "metadata": meta}
+            for rank, (doc_id, score, meta) in enumerate(zip(result.ids, result.scores, result.metadata), 1)]
 
 
 class Searcher:

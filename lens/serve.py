@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from index.metadata import check_filter
 from index.vectors import weight_pair
-from lens.search import Searcher, check_queries
+from lens.search import Searcher, check_queries, hit_records
 
 __all__ = ["SearchService", "RequestError", "make_server"]
 
@@ -173,9 +173,7 @@ class SearchService:
         with self._encode_lock:
             lexicon, dense = searcher.encoder.encode_queries(queries, instruction=instruction)
         results = searcher.index.search(lexicon, dense, k=k, weights=weights, filter=filter)
-        return {"results": [{"query": q, "hits": [{"rank": r, "id": i, "score": float(s), "metadata": m}
-                                                  for r, (i, s, m) in enumerate(zip(h.ids, h.scores, h.metadata), 1)]}
-                            for q, h in zip(queries, results)],
+        return {"results": [{"query": q, "hits": hit_records(h)} for q, h in zip(queries, results)],
                 "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
 
 

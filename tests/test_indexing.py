@@ -209,7 +209,7 @@ def test_cli_build_search_info_and_encoder_mismatch(tiny_lens_dir, corpus_file, 
     (result,) = json.loads(capsys.readouterr().out)
     hits = result["hits"]
     assert result["query"] == "cancer drug"
-    assert [h["rank"] for h in hits] == [1, 2, 3] and all("title" in h for h in hits)
+    assert [h["rank"] for h in hits] == [1, 2, 3] and all("title" in h["metadata"] for h in hits)
     assert main(["search", str(ix), "cancer drug", "brain", "-k", "2"]) == 0
     out = capsys.readouterr().out
     assert "cancer drug" in out and "brain" in out and out.count("\n  1. ") == 2 and "  3. " not in out
@@ -289,7 +289,8 @@ def test_cli_search_filters_on_corpus_fields(tiny_lens_dir, tmp_path, capsys):
     corpus = tmp_path / "c.jsonl"
     words = "cell gene protein cancer patients drug dose mouse brain blood".split()
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"{words[i % 10]} {words[(i * 3) % 10]}",
-                                          "source": ["wiki", "news", "forum"][i % 3], "year": 2020 + i % 4}) + "\n"
+                                          "source": ["wiki", "news", "forum"][i % 3], "year": 2020 + i % 4,
+                                          "score": 100 + i}) + "\n"
                               for i in range(30)))
     ix = tmp_path / "ix"
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
@@ -297,11 +298,14 @@ def test_cli_search_filters_on_corpus_fields(tiny_lens_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["search", str(ix), "cancer drug", "-k", "30", "--json"]) == 0
     (everything,) = json.loads(capsys.readouterr().out)
+    hits = everything["hits"]  # a metadata field named "score" stays in the metadata; the hit's score is the search's
+    assert all(h["score"] <= 1.0 and h["metadata"]["score"] == 100 + int(h["id"][1:]) for h in hits)
     argv = ["search", str(ix), "cancer drug", "-k", "4", "--json", "--filter", "source=news", "--filter",
             "year=2021", "--filter", "year=2023"]
     assert main(argv) == 0
     (result,) = json.loads(capsys.readouterr().out)
-    want = [h["id"] for h in everything["hits"] if h["source"] == "news" and h["year"] in (2021, 2023)][:4]
+    want = [h["id"] for h in everything["hits"]
+            if h["metadata"]["source"] == "news" and h["metadata"]["year"] in (2021, 2023)][:4]
     assert [h["id"] for h in result["hits"]] == want and len(want) == 4
     assert main(["search", str(ix), "cancer", "--filter", 'year="2021"']) == 0  # a JSON string: no number matches
     assert "no results" in capsys.readouterr().out
