@@ -189,6 +189,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
@@ -218,6 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         if urlsplit(self.path).path != "/search":
+            self.close_connection = True  # its body is not read: it must not be taken for the next request
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path!r}; POST to /search"})
             return
         self._answer(lambda: self.server.service.search(self._body()))
@@ -238,6 +241,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise RequestError(f"the request body is not JSON ({e})") from None
 
     def _refuse(self) -> None:
+        self.close_connection = True  # its body is not read
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{self.command} is not served; use GET or POST"})
 
     do_PUT = do_DELETE = do_PATCH = _refuse

@@ -197,3 +197,24 @@ def test_a_sharded_index_is_served_like_its_searcher(tiny_lens_dir, tmp_path):
         assert status == 200
         assert_same(served(body["results"]), expected(ix, QUERIES, k=7, filter={"title": ["cell", "gene"]}))
         assert srv.call("/info")[1]["documents"] == 20
+
+
+def test_a_kept_alive_connection_never_reads_an_unread_body_as_a_request(index_dir):
+    import http.client
+
+    with Running(SearchService(index_dir)) as srv:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.server.server_address[1], timeout=60)
+        body = json.dumps({"query": "cancer drug", "k": 2})
+        for path, status in (("/search", 200), ("/search", 200), ("/nowhere", 404), ("/search", 200)):
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            answer = json.loads(response.read())
+            assert response.status == status, answer
+        conn.request("PUT", "/search", body="GET /health HTTP/1.1\r\n\r\n")  # a body that looks like a request
+        response = conn.getresponse()
+        assert response.status == 405 and response.getheader("Connection") == "close"
+        response.read()
+        conn.request("POST", "/search", body=body)
+        response = conn.getresponse()
+        assert response.status == 200 and len(json.loads(response.read())["results"][0]["hits"]) == 2
+        conn.close()
