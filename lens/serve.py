@@ -12,8 +12,8 @@ Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 
 
 The service follows its directory: a save by ``lens index add`` / ``remove`` (an atomic swap of the directory) is
 seen on the next request and the new version loaded beside the old, which answers until the new one is ready; the
-models are loaded again only if the index now names other ones. Queries are encoded one request at a time (the
-model uses every CPU thread already); FAISS searches run outside that lock.
+models are loaded again only if the index now names other ones. Queries are encoded in one thread, those of
+concurrent requests batched together (:class:`QueryBatcher`); FAISS searches run in the requests' threads.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import threading
 import time
+from concurrent.futures import Future
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,7 +35,7 @@ from index.metadata import check_filter
 from index.vectors import weight_pair
 from lens.search import Searcher, check_queries, hit_records
 
-__all__ = ["SearchService", "RequestError", "make_server"]
+__all__ = ["QueryBatcher", "SearchService", "RequestError", "make_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,62 @@ def _int(value: Any, name: str, low: int, high: int) -> int:
     return value
 
 
+class QueryBatcher:
+    """Encodes the queries of concurrent requests together, in one thread: while a batch is encoding, the requests
+    that arrive wait in a queue, and the next batch takes all of them (up to ``max_batch`` queries; those with
+    the same encoder and instruction are encoded as one call). A lone request waits for nothing; under load, fewer
+    and larger forward passes serve more queries per second than one request at a time
+    (``benchmarks/serve_speed.py``)."""
+
+    def __init__(self, max_batch: int = 32) -> None:
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+
+    def encode(self, encoder, queries: list[str], instruction: str | None):
+        """``encoder.encode_queries(queries, instruction=instruction)``, batched with other requests' queries."""
+        with self._start_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="lens-serve-encoder", daemon=True)
+                self._thread.start()
+        job: Future = Future()
+        self._queue.put((encoder, instruction, queries, job))
+        return job.result()
+
+    def _run(self) -> None:
+        while True:
+            jobs = [self._queue.get()]
+            size = len(jobs[0][2])
+            while size < self.max_batch:
+                try:
+                    jobs.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+                size += len(jobs[-1][2])
+            groups: dict[tuple[int, str | None], list] = {}
+            for job in jobs:
+                groups.setdefault((id(job[0]), job[1]), []).append(job)
+            for group in groups.values():
+                self._encode(group)
+
+    @staticmethod
+    def _encode(group: list) -> None:
+        encoder, instruction = group[0][0], group[0][1]
+        texts = [q for job in group for q in job[2]]
+        try:
+            lexicon, dense = encoder.encode_queries(texts, instruction=instruction, batch_size=len(texts))
+        except BaseException as e:  # every waiting request gets the error
+            for job in group:
+                job[3].set_exception(e)
+            return
+        start = 0
+        for job in group:
+            stop = start + len(job[2])
+            job[3].set_result((lexicon[start:stop], None if dense is None else dense[start:stop]))
+            start = stop
+
+
 class SearchService:
     """A :class:`~lens.search.Searcher` for one index directory, kept at the directory's latest saved version.
 
@@ -76,7 +134,7 @@ class SearchService:
         self.directory = Path(directory)
         self.model, self.quantize = model, quantize
         self.max_queries, self.max_k = max_queries, max_k
-        self._encode_lock = threading.Lock()  # one request encodes at a time
+        self._batcher = QueryBatcher(max_batch=max(32, max_queries))
         self._reload_lock = threading.Lock()
         self._version = _version(self.directory)
         self._searcher = self._open()
@@ -170,8 +228,7 @@ class SearchService:
         check_filter(filter)  # before encoding
         check_queries(queries)
         searcher = self.searcher
-        with self._encode_lock:
-            lexicon, dense = searcher.encoder.encode_queries(queries, instruction=instruction)
+        lexicon, dense = self._batcher.encode(searcher.encoder, queries, instruction)
         results = searcher.index.search(lexicon, dense, k=k, weights=weights, filter=filter)
         return {"results": [{"query": q, "hits": hit_records(h)} for q, h in zip(queries, results)],
                 "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
