@@ -150,10 +150,12 @@ class SearchService:
     def searcher(self) -> Searcher:
         """The searcher of the directory's latest version (loaded again when a save has changed it)."""
         version = _version(self.directory)
-        if version is not None and version != self._version:
-            with self._reload_lock:
+        if version is not None and version != self._version and self._reload_lock.acquire(blocking=False):
+            try:  # one request loads the new version; the others go on with the old one meanwhile
                 if version != self._version:
                     self._reload(version)
+            finally:
+                self._reload_lock.release()
         return self._searcher
 
     def _reload(self, version: tuple[int, int, int]) -> None:

@@ -286,3 +286,30 @@ def test_concurrent_requests_get_the_answers_of_lone_ones(index_dir):
         status, body = got[i]
         assert status == 200 and body["results"][0]["query"] == queries[i]
         assert_same(served(body["results"]), [want[i]])
+
+
+def test_a_slow_reload_holds_up_no_other_request(index_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from index import HybridIndex
+
+    ix = tmp_path / "ix"
+    shutil.copytree(index_dir, ix)
+    service = SearchService(ix)
+    assert main(["-q", "index", "add", str(ix), "--corpus", str(write_corpus(tmp_path / "m.jsonl", 5, "new"))]) == 0
+    entered, gate, real = threading.Event(), threading.Event(), HybridIndex.load
+
+    def slow(*args, **kwargs):
+        entered.set()
+        assert gate.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(HybridIndex, "load", slow)
+    first = []
+    loader = threading.Thread(target=lambda: first.append(service.health()))
+    loader.start()
+    assert entered.wait(60)
+    assert service.health()["documents"] == 20  # answered from the old version while the new one loads
+    gate.set()
+    loader.join()
+    assert first[0]["documents"] == 25 and service.health()["documents"] == 25
