@@ -461,7 +461,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             max_k=args.max_k)
     _quantize_mismatch(service.searcher.index, args.quantize)
     service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
-    server = make_server(service, args.host, args.port)
+    try:
+        server = make_server(service, args.host, args.port)
+    except OSError as e:  # a port in use, a privileged port, an address not of this machine: say which
+        raise ValueError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); choose another --port "
+                         "(0: any free one) or --host") from e
     host, port = server.server_address[:2]
     print(f"serving {args.dir} ({len(service.searcher.index)} documents) on http://{host}:{port} "
           f"(POST /search, GET /search?q=..., /health, /info); Ctrl-C stops", flush=True)

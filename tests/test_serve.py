@@ -186,6 +186,18 @@ def test_lens_serve_command_starts_answers_and_stops_on_ctrl_c(index_dir):
     assert main(["serve", str(index_dir), "--port", "70000"]) == 2
 
 
+def test_a_port_in_use_is_a_clear_error(index_dir, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(index_dir), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port} (Address already in use); choose another --port" in err
+
+
 def test_a_sharded_index_is_served_like_its_searcher(tiny_lens_dir, tmp_path):
     corpus = write_corpus(tmp_path / "corpus.jsonl", 20)
     ix = tmp_path / "sharded"
