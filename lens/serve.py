@@ -109,6 +109,7 @@ class QueryBatcher:
     def _encode(group: list) -> None:
         encoder, instruction = group[0][0], group[0][1]
         texts = [q for job in group for q in job[2]]
+        logger.debug("encoding %d queries of %d requests together", len(texts), len(group))
         try:
             lexicon, dense = encoder.encode_queries(texts, instruction=instruction, batch_size=len(texts))
         except BaseException as e:  # every waiting request gets the error
