@@ -3,10 +3,10 @@ searches called in the process (``SearchService.search``), in one run on one ind
 
 The index is built once from a corpus with the shipped default (LENS lexicon + MiniLM, as ``lens index build``
 makes it) and cached under ``--cache-dir``. After a warm-up pass over the queries, each is searched alone, in
-turn, first in the process and then through a server on a free local port (Python's ``urllib``, a new connection
-per request, as a simple client does); then ``--clients`` threads send the same queries at once, to show that concurrent requests share the CPU
-rather than add to it. Reported: the median and 95th percentile latency and queries per second, and each HTTP
-figure as a ratio to the in-process one.
+the process and through a server on a free local port (Python's ``urllib``, a new connection per request, as a
+simple client does), the two taking turns query by query; then ``--clients`` threads send the same queries at
+once, whose queries the server encodes in shared batches (``lens.serve.QueryBatcher``). Reported: the median
+and 95th percentile latency and queries per second, and each HTTP figure as a ratio to the in-process one.
 
     python benchmarks/serve_speed.py --corpus adi --threads 2
 """
@@ -34,12 +34,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def timings(call, queries: list[str], repeat: int) -> list[float]:
     """Seconds per call of ``call(query)``, every query ``repeat`` times, one after another."""
-    out = []
+    return interleaved([call], queries, repeat)[0]
+
+
+def interleaved(calls, queries: list[str], repeat: int) -> list[list[float]]:
+    """Seconds per call of each of ``calls`` on every query ``repeat`` times, the calls taking turns on each query,
+    so that a machine's drift over the run falls on all of them alike."""
+    out: list[list[float]] = [[] for _ in calls]
     for _ in range(repeat):
         for q in queries:
-            start = time.perf_counter()
-            call(q)
-            out.append(time.perf_counter() - start)
+            for call, times in zip(calls, out):
+                start = time.perf_counter()
+                call(q)
+                times.append(time.perf_counter() - start)
     return out
 
 
@@ -131,14 +138,14 @@ def main(argv=None) -> int:
     service = SearchService(index_dir)
     for q in queries:  # warm: the first pass at each input length is slow (allocations), and FAISS's threads
         service.search({"query": q, "k": args.k})
-    results = {"in_process": summary(timings(lambda q: service.search({"query": q, "k": args.k}), queries,
-                                             args.repeat))}
     server = make_server(service, "127.0.0.1", 0)
     url = "http://127.0.0.1:%d" % server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         post(url, {"query": queries[0], "k": args.k})
-        results["http"] = summary(timings(lambda q: post(url, {"query": q, "k": args.k}), queries, args.repeat))
+        local, http = interleaved([lambda q: service.search({"query": q, "k": args.k}),
+                                   lambda q: post(url, {"query": q, "k": args.k})], queries, args.repeat)
+        results = {"in_process": summary(local), "http": summary(http)}
         results["http_concurrent"] = concurrent(url, queries, args.clients, args.k)
     finally:
         server.shutdown()
