@@ -37,6 +37,7 @@ def main() -> int:
     p.add_argument("--lora-layers", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0, help="the training seed (batch order, LoRA start); all rows share it")
     p.add_argument("--eval-split", default="test", choices=("dev", "test"),
                    help="the STS-B split judged (dev for studies that choose a loss; test for the first comparison)")
     p.add_argument("--prefix-cache", type=Path, default=ROOT / ".cache" / "lens-train" / "prefix-loss-comparison")
@@ -61,7 +62,8 @@ def main() -> int:
                                     steps=args.steps, max_examples=args.pairs)],
                 model=args.model, lora_layers=args.lora_layers, batch_size=args.batch_size, lr=args.lr,
                 warmup_steps=5, eval_every=0, checkpoint_every=10**9, threads=args.threads, device="cpu",
-                instructions={"sts": STS_INSTRUCTION}, **({"bias_init": bias_init} if bias_init else {}),
+                instructions={"sts": STS_INSTRUCTION}, seed=args.seed,
+                **({"bias_init": bias_init} if bias_init else {}),
             )
             t = time.perf_counter()
             trainer = Trainer(cfg, Path(tmp) / loss.replace(":", "-"), prefix_cache_dir=args.prefix_cache)
@@ -82,12 +84,13 @@ def main() -> int:
 
     command = command_line()
     meta = {"command": command, "steps": args.steps, "pairs": args.pairs, "batch_size": args.batch_size,
-            "lora_layers": args.lora_layers, "lr": args.lr, "eval_split": args.eval_split,
+            "lora_layers": args.lora_layers, "lr": args.lr, "seed": args.seed, "eval_split": args.eval_split,
             "load_avg_1min_after": os.getloadavg()[0], "rows": rows}
     lines = ["# Loss comparison: InfoNCE vs BCE vs graded BCE", "", "```bash", command, "```", "",
              f"Same start (the untrained default clustering), same {args.steps} steps of the same batches "
              f"({args.batch_size} STS-B train pairs each, from {args.pairs} pairs), LoRA r=32 on the top "
-             f"{args.lora_layers} layers + the cluster head, lr {args.lr}. Metric: STS-B {args.eval_split} Spearman x 100 of "
+             f"{args.lora_layers} layers + the cluster head, lr {args.lr}, seed {args.seed}. "
+             f"Metric: STS-B {args.eval_split} Spearman x 100 of "
              "the lexicon vectors (sentence1 as a query behind the STS instruction, sentence2 as a document). "
              "BCE rows start their bias fitted to the first batch (-log(N-1) - 20 x its mean cosine); `:siglip` "
              "rows at SigLIP's -log(N-1).", "",
