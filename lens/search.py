@@ -49,16 +49,24 @@ class Searcher:
         self.index, self.encoder = index, encoder
 
     @classmethod
-    def open(cls, directory: str | os.PathLike, model: str | os.PathLike | None = None) -> "Searcher":
+    def open(cls, directory: str | os.PathLike, model: str | os.PathLike | None = None,
+             reuse: "Searcher | None" = None) -> "Searcher":
         """Load the index at ``directory`` with its LENS model (or ``model``), refusing one built by other encoders.
 
         The index is loaded first, so the encoders named in its manifest and its vectors come from one version
-        even if another process saves over it meanwhile."""
+        even if another process saves over it meanwhile. ``reuse``: a searcher of an earlier version whose
+        encoders are kept when the index names the same ones (or ``model`` is given), instead of loading them."""
         from lens.encoder import LATER_FINGERPRINT_KEYS
 
         index = HybridIndex.load(directory)
         info = index.info or {}
-        encoder = HybridEncoder.from_pretrained(model or info.get("lens_model", "default"), info.get("dense", "none"))
+        old = (reuse.index.info or {}) if reuse is not None else None
+        if old is not None and (model is not None or all(info.get(key) == old.get(key)
+                                                          for key in ("lens_model", "dense"))):
+            encoder = reuse.encoder
+        else:
+            encoder = HybridEncoder.from_pretrained(model or info.get("lens_model", "default"),
+                                                    info.get("dense", "none"))
         check_fingerprint(encoder.fingerprint(), index.fingerprint, Path(directory), LATER_FINGERPRINT_KEYS)
         return cls(index, encoder)
 

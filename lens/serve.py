@@ -160,22 +160,11 @@ class SearchService:
         return self._searcher
 
     def _reload(self, version: tuple[int, int, int]) -> None:
-        from index import HybridIndex
-        from index.manifest import check_fingerprint
-        from lens.encoder import LATER_FINGERPRINT_KEYS
-
         current = self._searcher
         try:
-            index = HybridIndex.load(self.directory)
-            info, old = index.info or {}, current.index.info or {}
-            same_models = self.model is not None or all(info.get(key) == old.get(key) for key in ("lens_model",
-                                                                                                    "dense"))
-            if same_models:
-                check_fingerprint(current.encoder.fingerprint(), index.fingerprint, self.directory,
-                                  LATER_FINGERPRINT_KEYS)
-                searcher = Searcher(index, current.encoder)
-            else:
-                searcher = self._open()
+            searcher = Searcher.open(self.directory, self.model, reuse=current)
+            if self.quantize and searcher.encoder is not current.encoder:
+                searcher.encoder.lens.apply_quantize(self.quantize)
         except Exception as e:  # keep answering from the version loaded before, and say why on /health
             self.reload_error = f"{type(e).__name__}: {e}"
             logger.error("could not load %s again (%s); still serving the version loaded before", self.directory,
