@@ -417,9 +417,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     check_queries(list(queries.values()))  # before the models load
     if args.run is not None:
         _run_target(args.run)
-    searcher = Searcher.open(args.dir, args.model)
-    if args.quantize:
-        searcher.encoder.lens.apply_quantize(args.quantize)
+    searcher = Searcher.open(args.dir, args.model, args.quantize)
     _quantize_mismatch(searcher.index, args.quantize)
     results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
                               filter=_filter_of(args.filter), batch_size=args.batch_size,

@@ -50,12 +50,14 @@ class Searcher:
 
     @classmethod
     def open(cls, directory: str | os.PathLike, model: str | os.PathLike | None = None,
-             reuse: "Searcher | None" = None) -> "Searcher":
+             quantize: str | None = None, reuse: "Searcher | None" = None) -> "Searcher":
         """Load the index at ``directory`` with its LENS model (or ``model``), refusing one built by other encoders.
 
         The index is loaded first, so the encoders named in its manifest and its vectors come from one version
-        even if another process saves over it meanwhile. ``reuse``: a searcher of an earlier version whose
-        encoders are kept when the index names the same ones (or ``model`` is given), instead of loading them."""
+        even if another process saves over it meanwhile. ``quantize``: encode queries with int8 layers
+        (``LensEncoder.apply_quantize``). ``reuse``: a searcher of an earlier version whose encoders (already
+        quantized as asked) are kept when the index names the same ones (or ``model`` is given), instead of loading
+        them."""
         from lens.encoder import LATER_FINGERPRINT_KEYS
 
         index = HybridIndex.load(directory)
@@ -67,6 +69,8 @@ class Searcher:
         else:
             encoder = HybridEncoder.from_pretrained(model or info.get("lens_model", "default"),
                                                     info.get("dense", "none"))
+            if quantize:
+                encoder.lens.apply_quantize(quantize)
         check_fingerprint(encoder.fingerprint(), index.fingerprint, Path(directory), LATER_FINGERPRINT_KEYS)
         return cls(index, encoder)
 

@@ -138,14 +138,8 @@ class SearchService:
         self._batcher = QueryBatcher(max_batch=max(32, max_queries))
         self._reload_lock = threading.Lock()
         self._version = _version(self.directory)
-        self._searcher = self._open()
+        self._searcher = Searcher.open(self.directory, self.model, quantize)
         self.reload_error: str | None = None
-
-    def _open(self) -> Searcher:
-        searcher = Searcher.open(self.directory, self.model)
-        if self.quantize:
-            searcher.encoder.lens.apply_quantize(self.quantize)
-        return searcher
 
     @property
     def searcher(self) -> Searcher:
@@ -160,11 +154,8 @@ class SearchService:
         return self._searcher
 
     def _reload(self, version: tuple[int, int, int]) -> None:
-        current = self._searcher
         try:
-            searcher = Searcher.open(self.directory, self.model, reuse=current)
-            if self.quantize and searcher.encoder is not current.encoder:
-                searcher.encoder.lens.apply_quantize(self.quantize)
+            searcher = Searcher.open(self.directory, self.model, self.quantize, reuse=self._searcher)
         except Exception as e:  # keep answering from the version loaded before, and say why on /health
             self.reload_error = f"{type(e).__name__}: {e}"
             logger.error("could not load %s again (%s); still serving the version loaded before", self.directory,
