@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from index import HybridIndex, SearchResult
 from index.manifest import check_fingerprint
@@ -76,10 +76,12 @@ class Searcher:
 
     def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
-               show_progress_bar: bool = False) -> list[SearchResult]:
+               show_progress_bar: bool = False, encode: Callable | None = None) -> list[SearchResult]:
         """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's; ``filter`` keeps the
         documents whose metadata matches (``HybridIndex.search``). Queries are encoded and searched
-        ``batch_size`` at a time, so a file of many queries needs one batch's vectors in memory."""
+        ``batch_size`` at a time, so a file of many queries needs one batch's vectors in memory. ``encode(texts,
+        instruction)`` makes a batch's (lexicon, dense) vectors (default: this searcher's encoder; ``lens serve``
+        passes one that batches concurrent requests together)."""
         from tqdm.auto import tqdm
 
         from index.metadata import check_filter
@@ -90,7 +92,8 @@ class Searcher:
         with tqdm(total=len(queries), desc="Searching", unit="query", disable=not show_progress_bar) as bar:
             for start in range(0, len(queries), batch_size):
                 batch = queries[start : start + batch_size]
-                lexicon, dense = self.encoder.encode_queries(batch, instruction=instruction)
+                lexicon, dense = (encode(batch, instruction) if encode is not None
+                                  else self.encoder.encode_queries(batch, instruction=instruction))
                 results += self.index.search(lexicon, dense, k=k, weights=weights, filter=filter)
                 bar.update(len(batch))
         return results

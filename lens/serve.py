@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import parse_qs, urlsplit
 
-from index.metadata import check_filter
 from index.vectors import weight_pair
-from lens.search import Searcher, check_queries, hit_records
+from lens.search import Searcher, hit_records
 
 __all__ = ["QueryBatcher", "SearchService", "RequestError", "make_server"]
 
@@ -207,12 +206,10 @@ class SearchService:
                                                         for w in weights):
                 raise RequestError(f'"weights" must be a list of two numbers [w_lex, w_dense], got {weights!r}')
             weights = weight_pair(weights, '"weights"')
-        filter = body.get("filter")
-        check_filter(filter)  # before encoding
-        check_queries(queries)
         searcher = self.searcher
-        lexicon, dense = self._batcher.encode(searcher.encoder, queries, instruction)
-        results = searcher.index.search(lexicon, dense, k=k, weights=weights, filter=filter)
+        results = searcher.search(queries, k=k, weights=weights, instruction=instruction, filter=body.get("filter"),
+                                  batch_size=len(queries),
+                                  encode=lambda texts, instr: self._batcher.encode(searcher.encoder, texts, instr))
         return {"results": [{"query": q, "hits": hit_records(h)} for q, h in zip(queries, results)],
                 "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
 
