@@ -18,7 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SETS = {"stsbenchmark": "stsbenchmark/stsbenchmark.tsv.gz", "sick-r": "sick-r/sick.tsv.gz"}
+
+from lens.eval.sts import STS_FILES as SETS  # noqa: E402
 
 
 def main() -> int:

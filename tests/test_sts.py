@@ -70,3 +70,67 @@ def test_pairing_symmetric_by_default_asymmetric_on_request():
     assert enc.calls == [("query", "Find it", "lexicon"), ("document", None, "lexicon")] and (b == 2.0).all()
     with pytest.raises(ValueError, match="unknown STS pairing 'both'.*symmetric, asymmetric"):
         lens_pair_encoder(enc, pairing="both")
+
+
+def test_pair_stratum_by_shape():
+    from lens.eval.sts import pair_stratum
+
+    assert pair_stratum("A man is playing a flute.", "Two men play flutes.") == "caption-like"
+    assert pair_stratum("Obama visits China", "Obama arrives in Beijing") == "headline-like"
+    assert pair_stratum("How do I fix it?", "The fix is easy.") == "question"
+    assert pair_stratum("I think you are right about this.", "You are right, I think.") == "other"
+    # a caption needs both sentences short and opening with a determiner; a headline needs no final punctuation
+    assert pair_stratum("A man is playing a flute.", "He plays.") == "other"
+    long = "A man " + "very " * 20 + "slowly walks."
+    assert pair_stratum(long, "A man walks.") == "other"
+    assert pair_stratum("Obama visits China", "Obama arrives in Beijing.") == "other"
+
+
+def test_word_overlap_is_jaccard_of_lowercased_words():
+    from lens.eval.sts import word_overlap
+
+    assert word_overlap("The cat sat.", "the CAT ran") == pytest.approx(2 / 4)
+    assert word_overlap("a b", "c d") == 0.0
+    assert word_overlap("...", "!!") == 0.0
+
+
+def test_spearman_by_stratum_matches_a_loop_over_strata():
+    from scipy.stats import spearmanr
+
+    from lens.eval.sts import STRATA, spearman_by_stratum
+
+    rng = np.random.default_rng(0)
+    n = 60
+    pred, gold = rng.normal(size=n), rng.uniform(0, 5, size=n)
+    strata = [STRATA[i % 3] for i in range(n - 4)] + ["other"] * 4  # "other" has 4 pairs: too few
+    out = spearman_by_stratum(pred, gold, strata)
+    assert list(out) == [*STRATA, "all"]
+    for name in STRATA[:3]:
+        rows = [i for i, s in enumerate(strata) if s == name]
+        assert out[name] == (len(rows), pytest.approx(100 * spearmanr(pred[rows], gold[rows]).statistic))
+    assert out["other"][0] == 4 and np.isnan(out["other"][1])
+    assert out["all"] == (n, pytest.approx(100 * spearmanr(pred, gold).statistic))
+    assert "question" not in spearman_by_stratum(pred[:3], gold[:3], ["other"] * 3)  # an empty stratum is left out
+    with pytest.raises(ValueError, match="equally long"):
+        spearman_by_stratum(pred, gold, strata[:-1])
+
+
+def test_sts_breakdown_markdown_only_renders_rows_and_notes(tmp_path):
+    from bench_helpers import load_script
+
+    bd = load_script("sts_breakdown")
+    out = tmp_path / "bd"
+    with pytest.raises(SystemExit, match="run without --markdown-only"):
+        bd.main(["--markdown-only", "--output", str(out)])
+    rows = [{"set": "stsbenchmark", "split": "test", "stratum": "caption-like", "pairs": 500,
+             "lens-lexicon": 83.7, "minilm": 91.2, "word-overlap": 54.3},
+            {"set": "stsbenchmark", "split": "test", "stratum": "other", "pairs": 4,
+             "lens-lexicon": float("nan"), "minilm": float("nan"), "word-overlap": float("nan")}]
+    results = {"_meta": {"command": "python benchmarks/sts_breakdown.py", "model": "default"}, "rows": rows}
+    import json
+
+    out.with_suffix(".json").write_text(json.dumps(results))
+    assert bd.main(["--markdown-only", "--output", str(out), "--note", "read once"]) == 0
+    md = out.with_suffix(".md").read_text()
+    assert "| stsbenchmark | test | caption-like | 500 | 83.7 | 91.2 | 54.3 | -7.5 |" in md
+    assert "| stsbenchmark | test | other | 4 | – | – | – | – |" in md and "- read once" in md

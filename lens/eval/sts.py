@@ -9,6 +9,7 @@ protocol of this package's earlier STS results. The score is the cosine of the t
 from __future__ import annotations
 
 import os
+import re
 from typing import Callable
 
 import numpy as np
@@ -18,6 +19,14 @@ from lens.corpus import read_sts
 
 STS_INSTRUCTION = "Retrieve semantically similar text"
 PAIRINGS = ("symmetric", "asymmetric")
+# the STS sets of ``shared/data/sts``, by name: their files under that directory
+STS_FILES = {"stsbenchmark": "stsbenchmark/stsbenchmark.tsv.gz", "sick-r": "sick-r/sick.tsv.gz"}
+# Shape-based strata of STS pairs (``pair_stratum``), standing in for STS-B's genres, whose labels the shared files
+# do not carry: image captions, news headlines, questions, and the rest (forum posts and news prose).
+STRATA = ("caption-like", "headline-like", "question", "other")
+_DETERMINER = re.compile(r"^(a|an|the|two|three|four|several|some|many|one)\b", re.IGNORECASE)
+_WORD = re.compile(r"[a-z0-9]+")
+CAPTION_MAX_WORDS = 15
 
 
 def load_sts(path: str | os.PathLike, split: str = "test") -> tuple[list[str], list[str], np.ndarray]:
@@ -65,3 +74,44 @@ def lens_pair_encoder(encoder, output: str = "lexicon", instruction: str = STS_I
         return first, encoder.encode_documents(s2, **kw)
 
     return encode_pairs
+
+
+def pair_stratum(sentence1: str, sentence2: str) -> str:
+    """The stratum (``STRATA``) of one pair, from the shape of its two sentences.
+
+    ``question`` when either ends with "?"; ``caption-like`` when both begin with a determiner or number ("A man
+    is ...", "Two dogs ...") and are at most ``CAPTION_MAX_WORDS`` words, as image captions are;
+    ``headline-like`` when neither ends in sentence punctuation, as news headlines do; ``other`` for the rest.
+    """
+    a, b = sentence1.strip(), sentence2.strip()
+    if a.endswith("?") or b.endswith("?"):
+        return "question"
+    if all(_DETERMINER.match(t) and len(t.split()) <= CAPTION_MAX_WORDS for t in (a, b)):
+        return "caption-like"
+    if not any(re.search(r"[.!?\"')]$", t) for t in (a, b)):
+        return "headline-like"
+    return "other"
+
+
+def word_overlap(sentence1: str, sentence2: str) -> float:
+    """Jaccard overlap of the two sentences' lowercased word sets (0 for two empty sentences): the score of a
+    model that matches words and nothing else."""
+    a, b = set(_WORD.findall(sentence1.lower())), set(_WORD.findall(sentence2.lower()))
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+def spearman_by_stratum(pred: np.ndarray, gold: np.ndarray, strata: list[str],
+                        min_pairs: int = 10) -> dict[str, tuple[int, float]]:
+    """``{stratum: (pairs, Spearman x 100)}`` over the pairs of each stratum, in ``STRATA`` order, plus ``"all"``;
+    a stratum with fewer than ``min_pairs`` pairs gets NaN (a correlation over a handful of pairs says nothing)."""
+    pred, gold = np.asarray(pred, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if not (len(pred) == len(gold) == len(strata)):
+        raise ValueError(f"pred, gold and strata must be equally long, got {len(pred)}, {len(gold)}, {len(strata)}")
+    labels = np.asarray(strata)
+    out: dict[str, tuple[int, float]] = {}
+    for name in (*STRATA, "all"):
+        rows = np.ones(len(labels), bool) if name == "all" else labels == name
+        n = int(rows.sum())
+        if n:
+            out[name] = (n, 100 * spearman(pred[rows], gold[rows]) if n >= min_pairs else float("nan"))
+    return out
