@@ -39,16 +39,22 @@ def render(results: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
         lens, minilm = r["lens-lexicon"], r["minilm"]
+        gap = None if lens is None or minilm is None else lens - minilm
         lines.append(f"| {r['set']} | {r['split']} | {r['stratum']} | {r['pairs']} | {_fmt(lens)} | {_fmt(minilm)} | "
-                     f"{_fmt(r['word-overlap'])} | {_fmt(lens - minilm, sign=True)} |")
+                     f"{_fmt(r['word-overlap'])} | {_fmt(gap, sign=True)} |")
     notes = meta.get("notes") or []
     return lines + (["", "Notes:", *[f"- {n}" for n in notes]] if notes else [])
 
 
-def _fmt(v: float, sign: bool = False) -> str:
-    if v != v:  # NaN: too few pairs
+def _fmt(v: float | None, sign: bool = False) -> str:
+    if v is None:  # too few pairs for a correlation
         return "–"
     return f"{v:+.1f}" if sign else f"{v:.1f}"
+
+
+def _number(v: float) -> float | None:
+    """NaN (a stratum too small for a correlation) as None: JSON has no NaN."""
+    return None if v != v else v
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             by_system = {system: spearman_by_stratum(scores[system], gold, strata) for system in SYSTEMS}
             for stratum, (n, _) in by_system["minilm"].items():
                 rows.append({"set": name, "split": split, "stratum": stratum, "pairs": n,
-                             **{system: by_system[system][stratum][1] for system in SYSTEMS}})
+                             **{system: _number(by_system[system][stratum][1]) for system in SYSTEMS}})
                 print(rows[-1], flush=True)
     meta = {"command": command_line(), "model": args.model, "seconds": time.perf_counter() - started,
             "load_avg_1min_after": os.getloadavg()[0], "notes": list(args.note)}

@@ -125,7 +125,7 @@ def test_sts_breakdown_markdown_only_renders_rows_and_notes(tmp_path):
     rows = [{"set": "stsbenchmark", "split": "test", "stratum": "caption-like", "pairs": 500,
              "lens-lexicon": 83.7, "minilm": 91.2, "word-overlap": 54.3},
             {"set": "stsbenchmark", "split": "test", "stratum": "other", "pairs": 4,
-             "lens-lexicon": float("nan"), "minilm": float("nan"), "word-overlap": float("nan")}]
+             "lens-lexicon": None, "minilm": None, "word-overlap": None}]
     results = {"_meta": {"command": "python benchmarks/sts_breakdown.py", "model": "default"}, "rows": rows}
     import json
 
