@@ -30,12 +30,14 @@ def main() -> int:
     p.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "sts")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--pairing", default="symmetric", help="comma-separated, from symmetric, asymmetric")
+    p.add_argument("--instruction", default=None,
+                   help='the LENS query instruction (default: STS_INSTRUCTION, "Retrieve semantically similar text")')
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sts")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    from lens.eval.sts import PAIRINGS, lens_pair_encoder, load_sts, sts_score
+    from lens.eval.sts import PAIRINGS, STS_INSTRUCTION, lens_pair_encoder, load_sts, sts_score
     from lens.dense import DenseEncoder
     from lens.encoder import LensEncoder
 
@@ -43,6 +45,7 @@ def main() -> int:
     unknown = [x for x in pairings if x not in PAIRINGS]
     if unknown:
         p.error(f"unknown --pairing {', '.join(unknown)}; choose from {', '.join(PAIRINGS)}")
+    instruction = STS_INSTRUCTION if args.instruction is None else args.instruction
     lens = LensEncoder.from_pretrained(args.model)
     minilm = DenseEncoder.from_pretrained()
     rows = []
@@ -60,17 +63,19 @@ def main() -> int:
             gold, t)
         for pairing in pairings:  # LENS encodes each pairing once (output="both"): lexicon and dense share it
             t = time.perf_counter()
-            a, b = lens_pair_encoder(lens, output="both", pairing=pairing)(s1, s2)
+            a, b = lens_pair_encoder(lens, output="both", pairing=pairing, instruction=instruction)(s1, s2)
             add(name, "lens-lexicon", pairing, a.lexicon, b.lexicon, gold, t)
             add(name, "lens-dense", pairing, a.dense, b.dense, gold, time.perf_counter())
     from lens.cmdline import command_line
     from lens.eval.report import write_benchmark
 
     command = command_line()
-    meta = {"command": command, "model": args.model, "rows": rows, "load_avg_1min_after": os.getloadavg()[0]}
+    meta = {"command": command, "model": args.model, "instruction": instruction, "rows": rows,
+            "load_avg_1min_after": os.getloadavg()[0]}
     lines = ["# STS: Spearman x 100 (cosine of the pair's vectors)", "", "```bash", command, "```", "",
-             f"LENS model: `{args.model}`. Pairing `symmetric` encodes both sentences as queries behind \"Retrieve "
-             "semantically similar text\" (MTEB's protocol); `asymmetric` encodes sentence2 as a document. MiniLM "
+             f"LENS model: `{args.model}`. Pairing `symmetric` encodes both sentences as queries behind \"{instruction}\""
+             + (" (MTEB's protocol)" if instruction == STS_INSTRUCTION else " (not MTEB's STS instruction)")
+             + "; `asymmetric` encodes sentence2 as a document. MiniLM "
              "encodes both plainly. Seconds include encoding (a pairing's lexicon row encodes, its dense row reuses).",
              "", "| set | split | system | pairing | Spearman | pairs | seconds |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['set']} | {r['split']} | {r['system']} | {r['pairing']} | {r['spearman']:.1f} | {r['pairs']} | "
