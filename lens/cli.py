@@ -1,18 +1,20 @@
-"""The ``lens`` command. Heavy imports happen inside each subcommand so ``lens --help`` is instant."""
+"""The ``lens`` command: its parser, the commands on texts and models, and the output set-up. The commands over a
+saved index are in ``lens.cli_index``, the training ones in ``lens.cli_train``, ``lens data`` in ``lens.cli_data``.
+Heavy imports happen inside each subcommand so ``lens --help`` is instant."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import time
 import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import NoReturn
 
-from lens.cmdline import positive_int
+from lens.cli_index import (build_weights_arg, cmd_index_add, cmd_index_build, cmd_index_info, cmd_index_merge,
+                            cmd_index_remove, cmd_search, cmd_serve, filter_item_arg, weights_arg)
+from lens.cli_train import add_time_limit_argument, cmd_merge, cmd_mntp, cmd_train
+from lens.cmdline import check_quantize_workers, positive_int
 
 logger = logging.getLogger("lens")
 
@@ -168,7 +170,7 @@ def cmd_encode(args: argparse.Namespace) -> None:
     ids, texts = read_records(Path(args.input), fmt.sparse)
     if not texts:
         raise ValueError(f"{args.input} holds no texts")
-    _check_quantize_workers(args.quantize, args.workers > 1)
+    check_quantize_workers(args.quantize, args.workers > 1)
     encoder = LensEncoder.from_pretrained(args.model, quantize=args.quantize)
     kwargs = dict(batch_size=args.batch_size, show_progress_bar=True, normalize=not args.no_normalize,
                   output=args.kind)
@@ -206,275 +208,6 @@ def cmd_explain(args: argparse.Namespace) -> None:
             print(f"  cluster {r.cluster:>5}  weight {r.weight:6.3f}  {toks}")
 
 
-def _check_quantize_workers(quantize: str | None, several: bool) -> None:
-    """--quantize runs in this process only: worker processes (--workers, --devices, torchrun) load float32."""
-    if quantize and several:
-        raise ValueError("--quantize applies to a single CPU process; drop --workers / --devices (or torchrun), "
-                         "or drop --quantize")
-
-
-# ---------------------------------------------------------------------------------------------- index / search
-def cmd_index_build(args: argparse.Namespace) -> None:
-    import contextlib
-
-    from lens.corpus import load_corpus
-    from lens.indexing import build_saved, check_build_options, partial_dir
-    from lens.search import model_reference
-    from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
-
-    from index.store import check_save_target
-    from lens.atomic import DirectoryLock
-
-    start = time.perf_counter()
-    devices = [d.strip() for d in args.devices.split(",") if d.strip()] if args.devices else None
-    check_build_options(args.workers, args.shards, args.top_m)
-    if devices:
-        worker_devices(args.workers, devices)  # a wrong device fails now, not after the corpus loads
-    ranked = torchrun_rank()  # under torchrun every rank runs this; rank 0 alone writes the output
-    _check_quantize_workers(args.quantize, ranked is not None or args.workers > 1 or bool(devices))
-    first = ranked is None or ranked[0] == 0
-    if first:
-        check_save_target(args.output)  # before any work: never build over a folder that is not an index
-    # a second build of the same output fails now, not after loading
-    with DirectoryLock(args.output, "index") if first else contextlib.nullcontext():
-        docs = load_corpus(args.corpus)
-        check_build_options(args.workers, args.shards, args.top_m, len(docs))  # before the model loads
-        if ranked is not None or args.workers > 1 or devices:
-            encoder = EncoderSpec(str(args.model), args.dense)  # each worker (rank) loads its own, on its device
-        else:
-            from lens.hybrid import HybridEncoder
-
-            encoder = HybridEncoder.from_pretrained(args.model, args.dense, quantize=args.quantize)
-        info = {"lens_model": model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
-        if args.quantize:
-            info["lens_quantize"] = args.quantize  # `lens search` warns when the queries' differ
-        try:
-            manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
-                                   batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
-                                   devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights)
-        except KeyboardInterrupt:
-            _interrupted(partial_dir(args.output))
-    if manifest is None:  # a torchrun rank other than 0: rank 0 wrote the index and reports it
-        return
-    shards = f", {len(manifest['shards'])} shards" if manifest.get("layout") == "sharded" else ""
-    print(f"indexed {manifest['count']} documents into {args.output} ({manifest['mode']}, {args.index}{shards}) "
-          f"in {time.perf_counter() - start:.1f}s")
-
-
-def cmd_index_info(args: argparse.Namespace) -> None:
-    import os
-
-    from index.manifest import data_files, open_index, verify_stream
-    from index.ondisk import DATA_FILE
-
-    m, gen = open_index(args.dir)
-    with gen:
-        if not args.no_verify:  # damage is an error (exit 2), printed before any summary
-            for name in data_files(m):
-                verify_stream(gen.files.get(name), args.dir / name, m["files"][name])
-        size = sum(os.fstat(f.fileno()).st_size for f in gen.files.values() if f is not None)
-    print(f"{args.dir}: {m['count']} documents, {m.get('mode', 'hybrid')} ({m['index_type']}), "
-          f"dims lexicon={m['lexicon_dim']} dense={m['dense_dim']}, weights={m['weights']}, "
-          f"{size / 1e6:.1f} MB on disk")
-    names = ", ".join(data_files(m)) if len(m["files"]) <= 3 else f"all {len(m['files'])} files"
-    print(f"  checked: sizes and sha256 of {names} match the manifest" if not args.no_verify
-          else "  NOT checked (--no-verify): sizes and sha256 of the data files")
-    if m.get("layout") == "sharded":
-        counts = ", ".join(f"{s['dir']}: {s['count']}" for s in m["shards"])
-        print(f"  shards: {len(m['shards'])} searched together ({counts})")
-    if any(name.split("/")[-1] == DATA_FILE for name in m["files"]):
-        print(f"  inverted lists: {DATA_FILE}, memory-mapped when loaded (read-only)")
-    if m.get("top_m") is not None:
-        print(f"  top-m: each document keeps its {m['top_m']} heaviest lexicon weights (queries are not pruned)")
-    for key, value in sorted((m.get("info") or {}).items()):
-        print(f"  {key}: {value}")
-    for key, value in sorted((m.get("fingerprint") or {}).items()):
-        print(f"  fingerprint.{key}: {value}")
-
-
-def cmd_index_merge(args: argparse.Namespace) -> None:
-    from index.shards import merge_indexes
-
-    manifest = merge_indexes(args.out, args.inputs)
-    print(f"merged {len(args.inputs)} indexes into {args.out}: {manifest['count']} documents in "
-          f"{len(manifest['shards'])} shards ({manifest['mode']}, {manifest['index_type']})")
-
-
-def _interrupted(work: Path) -> NoReturn:
-    """Re-raise Ctrl-C, saying where the chunks encoded so far are kept for ``--resume`` (when there are some)."""
-    if any(work.glob("chunk-*.npz")):
-        raise KeyboardInterrupt(f"the chunks encoded so far are kept in {work}; run the same command with "
-                                "--resume to continue") from None
-    raise KeyboardInterrupt
-
-
-def cmd_index_add(args: argparse.Namespace) -> None:
-    from lens.corpus import load_corpus
-    from lens.indexing import adding_dir
-    from lens.updating import add_documents
-
-    start = time.perf_counter()
-    docs = load_corpus(args.corpus)
-    try:
-        change = add_documents(args.dir, docs, upsert=args.upsert, model=args.model, batch_size=args.batch_size,
-                               chunk_size=args.chunk_size, resume=args.resume)
-    except KeyboardInterrupt:
-        _interrupted(adding_dir(args.dir))
-    replaced = f" ({change.replaced} replaced)" if change.replaced else ""
-    print(f"added {change.added + change.replaced} documents to {args.dir}{replaced}: {change.count} documents now, "
-          f"in {time.perf_counter() - start:.1f}s")
-
-
-def cmd_index_remove(args: argparse.Namespace) -> None:
-    from lens.updating import remove_documents
-
-    ids = list(args.ids)
-    if args.ids_file is not None:
-        ids += [line.strip() for line in args.ids_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    flt = _filter_of(args.filter)
-    if flt is not None and ids:
-        raise ValueError("give ids (or --ids-file) or --filter, not both")
-    if flt is None and not ids:
-        raise ValueError("no document ids to remove: give them as arguments, in --ids-file (one per line), or "
-                         "choose them by --filter FIELD=VALUE")
-    if args.dry_run:
-        from index import HybridIndex
-
-        index = HybridIndex.load(args.dir)
-        found = index.ids_matching(flt) if flt is not None else [i for i in dict.fromkeys(ids) if i in index]
-        shown = ", ".join(found[:10]) + (f", ... ({len(found) - 10} more)" if len(found) > 10 else "")
-        print(f"would remove {len(found)} of {len(index)} documents from {args.dir}" + (f": {shown}" if found else ""))
-        return
-    try:
-        change = remove_documents(args.dir, None if flt is not None else ids, filter=flt)
-    except KeyError as e:  # an unknown id: nothing was removed
-        raise ValueError(e.args[0]) from None
-    print(f"removed {change.removed} documents from {args.dir}: {change.count} documents left")
-
-
-def _build_weights(value: str) -> tuple[float, float] | str:
-    return _weights(value, balanced=True)
-
-
-def _weights(value: str, balanced: bool = False) -> tuple[float, float] | str:
-    from index.vectors import weight_pair, weights_spec
-
-    try:
-        return (weights_spec if balanced else weight_pair)(value, "--weights")
-    except ValueError as e:  # argparse puts "argument --weights: " in front already
-        raise argparse.ArgumentTypeError(str(e).removeprefix("--weights: ").removeprefix("--weights ")) from None
-
-
-def _filter_item(value: str) -> tuple[str, object]:
-    """``FIELD=VALUE`` of ``--filter``: the value read as JSON when it parses (2020, true, ["a", "b"], "007"), else
-    as a string."""
-    field, sep, raw = value.partition("=")
-    if not sep or not field:
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE (e.g. source=wiki), got {value!r}")
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        parsed = raw
-    return field, parsed
-
-
-def _filter_of(items: list[tuple[str, object]] | None) -> dict | None:
-    """The repeated ``--filter`` items as one filter; a field given twice matches either value."""
-    if not items:
-        return None
-    out: dict[str, list] = {}
-    for field, value in items:
-        out.setdefault(field, []).extend(value if isinstance(value, list) else [value])
-    return out
-
-
-def _run_target(path: Path) -> None:
-    """Refuse a --run path that cannot be a file, before any model loads."""
-    if path.is_dir():
-        raise IsADirectoryError(f"--run {path} is a directory; give the path of the run file to write")
-
-
-def _search_queries(args: argparse.Namespace) -> dict[str, str]:
-    """``{query id: text}``: the --queries-file's, or the positional queries numbered 1, 2, ..."""
-    from lens.corpus import load_queries
-
-    if args.queries_file is not None:
-        if args.query:
-            raise ValueError("give queries as arguments or in --queries-file, not both")
-        queries = load_queries(args.queries_file)
-        if not queries:
-            raise ValueError(f"{args.queries_file} holds no queries")
-        return queries
-    if not args.query:
-        raise ValueError("no query: give one or more as arguments, or a file of them with --queries-file")
-    return {str(i): q for i, q in enumerate(args.query, 1)}
-
-
-def cmd_search(args: argparse.Namespace) -> None:
-    from lens.search import Searcher, check_queries, hit_records
-
-    queries = _search_queries(args)
-    check_queries(list(queries.values()))  # before the models load
-    if args.run is not None:
-        _run_target(args.run)
-    searcher = Searcher.open(args.dir, args.model, args.quantize)
-    _quantize_mismatch(searcher.index, args.quantize)
-    results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
-                              filter=_filter_of(args.filter), batch_size=args.batch_size,
-                              show_progress_bar=len(queries) > args.batch_size)
-    if args.run is not None:
-        from lens.trec import write_run
-
-        write_run(args.run, {qid: list(zip(h.ids, h.scores)) for qid, h in zip(queries, results)}, tag=args.run_tag)
-        print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})")
-        return
-    if args.json:
-        print(json.dumps([{"query_id": qid, "query": q, "hits": hit_records(h)}
-                          for (qid, q), h in zip(queries.items(), results)], indent=2, ensure_ascii=False))
-        return
-    for query, hits in zip(queries.values(), results):
-        print(f"\n{query}")
-        if not hits.ids:
-            print("  no results")
-        for r, (doc_id, score, meta) in enumerate(zip(hits.ids, hits.scores, hits.metadata), 1):
-            meta = meta or {}
-            snippet = " ".join(str(meta.get("snippet", "")).split())[:100]
-            title = f"[{meta['title']}] " if meta.get("title") else ""
-            print(f"{r:>3}. {score:7.4f}  {doc_id}  {title}{snippet}")
-
-
-def _quantize_mismatch(index, quantize: str | None) -> None:
-    """Warn when queries will be encoded otherwise than the index's documents were (float32 vs int8)."""
-    built = (index.info or {}).get("lens_quantize")
-    if built != quantize:
-        logger.warning("the index's documents were encoded %s and the queries are encoded %s: scores are close to, "
-                       "not the same as, a matched pair's (%s to match)", built or "in float32",
-                       quantize or "in float32", f"pass --quantize {built}" if built else "drop --quantize")
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from lens.serve import SearchService, make_server
-
-    service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
-                            max_k=args.max_k)
-    _quantize_mismatch(service.searcher.index, args.quantize)
-    service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
-    try:
-        server = make_server(service, args.host, args.port)
-    except OSError as e:  # a port in use, a privileged port, an address not of this machine: say which
-        raise ValueError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); choose another --port "
-                         "(0: any free one) or --host") from e
-    host, port = server.server_address[:2]
-    print(f"serving {args.dir} ({len(service.searcher.index)} documents) on http://{host}:{port} "
-          f"(POST /search, GET /search?q=..., /health, /info); Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        print("stopped")
-    finally:
-        server.server_close()
-    return 0
-
 
 # ---------------------------------------------------------------------------------------------- parser
 def _port(value: str) -> int:
@@ -494,116 +227,6 @@ def _clusters_arg(value: str):
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of clusters or 'vocab', got {value!r}") from None
-
-
-def _stop_rule(args: argparse.Namespace, start: float):
-    """The ``StopRule`` of a training command: SIGTERM always, ``--time-limit`` counted from the command's start."""
-    from lens.train.stopping import StopRule
-
-    return StopRule(args.time_limit, start=start, clock=time.perf_counter)
-
-
-def _time_limit_argument(p: argparse.ArgumentParser) -> None:
-    def duration(value: str) -> float:
-        from lens.train.stopping import parse_duration
-
-        try:
-            return parse_duration(value)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    p.add_argument("--time-limit", type=duration, default=None, metavar="T",
-                   help="stop cleanly before T (90s, 9m, 1.5h, HH:MM:SS; a bare number is minutes) from the command's "
-                        "start: checkpoint written, exit status 75; --resume continues. SIGTERM stops the same way")
-
-
-def _run_loop(loop, run, start: float, done, command: str) -> int:
-    """Run a training loop (``Trainer``, ``MNTPWarmup``) to its end, leave torchrun's process group even when it
-    fails, and print ``done(out_dir, seconds)`` once: on the main process. A run stopped early with its checkpoint
-    (time limit, SIGTERM) says so and returns ``EXIT_RESUMABLE``."""
-    from lens.train.stopping import EXIT_RESUMABLE, TrainingStopped
-
-    try:
-        out = run()
-    except TrainingStopped as e:
-        if loop.dist.is_main:
-            print(f"lens {command}: {e} (after {time.perf_counter() - start:.0f} s)", file=sys.stderr)
-        return EXIT_RESUMABLE
-    finally:
-        loop.close()
-    if loop.dist.is_main:
-        print(done(out, time.perf_counter() - start))
-    return 0
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    from lens.train.config import StageConfig, TrainConfig
-    from lens.train.trainer import Trainer
-
-    if args.config is not None:
-        from lens.atomic import read_json
-
-        raw = read_json(args.config, "training config")
-    elif args.data:
-        raw = {"stages": [{"name": "train", "data": [str(p) for p in args.data]}]}
-    else:
-        raise ValueError("give --config FILE or --data FILE [FILE ...]")
-    for flag, key in (("model", "model"), ("lora_layers", "lora_layers"), ("batch_size", "batch_size"),
-                      ("lr", "lr"), ("seed", "seed"), ("threads", "threads"), ("device", "device"),
-                      ("cache_chunk", "cache_chunk")):
-        if getattr(args, flag) is not None:
-            raw[key] = getattr(args, flag)
-    config = TrainConfig.from_dict(raw, source=str(args.config or "command line"))
-    if args.config is None or args.loss or args.steps or args.epochs:
-        for stage in config.stages:
-            stage.loss = args.loss or stage.loss
-            stage.steps = args.steps if args.steps is not None else stage.steps
-            stage.epochs = args.epochs if args.epochs is not None else stage.epochs
-            StageConfig.loss_weights(stage)
-    start = time.perf_counter()
-    trainer = Trainer(config, args.out, prefix_cache_dir=args.prefix_cache)  # joins torchrun's process group
-    return _run_loop(trainer, lambda: trainer.train(resume=args.resume, stop=_stop_rule(args, start)), start,
-              lambda out, s: f"trained {trainer.step} steps in {s:.0f} s; model in {out} "
-                             f"(LensEncoder.from_pretrained({str(out)!r}))", args.command)
-
-
-def cmd_mntp(args: argparse.Namespace) -> int:
-    from lens.train.mntp import MNTP_CONFIG_NAME, MNTPConfig, MNTPWarmup
-
-    saved = args.out / MNTP_CONFIG_NAME
-    if args.config is None and args.resume and saved.is_file():
-        args.config = saved  # `lens mntp --out DIR --resume` continues the run DIR holds
-    raw = MNTPConfig.load(args.config).to_dict() if args.config is not None else {}
-    for key in ("model", "steps", "batch_size", "max_length", "mask_rate", "lr", "max_texts", "seed", "threads",
-                "device", "checkpoint_every", "micro_batch_size"):
-        if getattr(args, key) is not None:
-            raw[key] = getattr(args, key)
-    if args.gradient_checkpointing:
-        raw["gradient_checkpointing"] = True
-    if args.data:
-        raw["data"] = [str(p) for p in args.data]
-    if not raw.get("data"):
-        raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
-    start = time.perf_counter()
-    warmup = MNTPWarmup(MNTPConfig.from_dict(raw), args.out, show_progress_bar=True)  # -q hides bars
-    return _run_loop(warmup, lambda: warmup.run(resume=args.resume, stop=_stop_rule(args, start)), start,
-              lambda out, s: f"MNTP warm-up done in {s:.0f} s; bidirectional model in {out}: continue with "
-                             f"`lens train --model {out} ...`", args.command)
-
-
-def cmd_merge(args: argparse.Namespace) -> None:
-    from lens.atomic import DirectoryLock
-    from lens.encoder import LensEncoder
-    from lens.model_dir import check_model_target
-
-    check_model_target(args.out)
-    with DirectoryLock(args.out, "model directory"):
-        enc = LensEncoder.from_pretrained(args.model)
-        if enc.config.adapter is None:
-            raise ValueError(f"{args.model} has no adapter to merge; it is already standalone")
-        enc.save_pretrained(args.out)
-    print(f"wrote {args.out}: merged backbone in {args.out / 'backbone'}; load it with "
-          f"LensEncoder.from_pretrained({str(args.out)!r})")
 
 
 _QUANTIZE_HELP = "int8: the decoder's linear layers in int8 on CPU (faster; vectors close to float32's, not equal)"
@@ -705,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the index, queries are not pruned")
     b.add_argument("--quantize", choices=LazyChoices("lens.quantize:QUANTIZE_MODES"), default=None,
                    help=_QUANTIZE_HELP + "; recorded in the index")
-    b.add_argument("--weights", type=_build_weights, default=None, metavar="LEX,DENSE|balanced",
+    b.add_argument("--weights", type=build_weights_arg, default=None, metavar="LEX,DENSE|balanced",
                    help="the index's default query weights (`lens search --weights` overrides them per search): two "
                         "numbers (default 0.5,0.5), or 'balanced': each part weighted inversely to the spread of its "
                         "cosines over a sample of the corpus (see benchmarks/results/hybrid_weights.md)")
@@ -738,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("dir", type=Path, help="index directory (from lens index build)")
     rm.add_argument("ids", nargs="*", help="document ids to remove")
     rm.add_argument("--ids-file", type=Path, default=None, help="a file of document ids, one per line")
-    rm.add_argument("--filter", type=_filter_item, action="append", metavar="FIELD=VALUE",
+    rm.add_argument("--filter", type=filter_item_arg, action="append", metavar="FIELD=VALUE",
                     help="remove the documents whose metadata matches instead (as lens search --filter; repeat "
                          "for more fields)")
     rm.add_argument("--dry-run", action="store_true", help="say how many documents (and which) would be removed, "
@@ -756,13 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of printing them; e.g. -k 1000 --queries-file queries.jsonl --run lens.trec")
     s.add_argument("--run-tag", default="lens", help="the run file's last column (default %(default)s)")
     s.add_argument("--batch-size", type=positive_int, default=64, help="queries encoded and searched together")
-    s.add_argument("--weights", type=_weights, default=None,
+    s.add_argument("--weights", type=weights_arg, default=None,
                    help="LEX,DENSE query weights, each >= 0; negative weights are not supported (default: the "
                         "index's: see `lens index info`). A value starting with '-' must be written --weights=VALUE")
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
-    s.add_argument("--filter", type=_filter_item, action="append", metavar="FIELD=VALUE",
+    s.add_argument("--filter", type=filter_item_arg, action="append", metavar="FIELD=VALUE",
                    help="search only documents whose metadata FIELD equals VALUE (or, for a list field, holds it); "
                         "VALUE is read as JSON when it parses (2020, true, [\"a\",\"b\"]: any of them), else as "
                         "text; repeat for more fields (all must match; the same field twice: either value)")
@@ -832,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--prefix-cache", type=Path, default=None,
                    help="where to keep the frozen layers' outputs (default: OUT/prefix-cache); share it between runs")
     t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
-    _time_limit_argument(t)
+    add_time_limit_argument(t)
     t.set_defaults(func=cmd_train)
 
     w = sub.add_parser("mntp", help="MNTP warm-up (LLM2Vec): adapt the decoder to bidirectional attention by "
@@ -860,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="texts per forward on a process (default: its whole share of the batch); same gradients")
     w.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute each layer in the backward pass: less memory, more time (large backbones)")
-    _time_limit_argument(w)
+    add_time_limit_argument(w)
     w.set_defaults(func=cmd_mntp)
 
     m = sub.add_parser("merge", help="fold a trained model's LoRA adapter into a standalone directory")

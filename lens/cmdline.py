@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["command_line", "int_list", "positive_int"]
+__all__ = ["check_quantize_workers", "command_line", "int_list", "positive_int"]
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
@@ -56,3 +56,10 @@ def int_list(flag: str, minimum: int = 1, example: str = "64,128"):
         return list(dict.fromkeys(out))
 
     return parse
+
+
+def check_quantize_workers(quantize: str | None, several: bool) -> None:
+    """--quantize runs in this process only: worker processes (--workers, --devices, torchrun) load float32."""
+    if quantize and several:
+        raise ValueError("--quantize applies to a single CPU process; drop --workers / --devices (or torchrun), "
+                         "or drop --quantize")

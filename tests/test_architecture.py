@@ -42,7 +42,7 @@ LAYERS: dict[str, int] = {
     "index.ondisk": 3, "index.shards": 3, "lens.sharding": 4,
     "lens.hybrid": 4, "lens.indexing": 4, "lens.search": 4, "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
     "lens.eval": 4, "lens.integrations": 4,
-    "lens.cli": 5, "lens.cli_data": 5, "lens": 5,
+    "lens.cli": 5, "lens.cli_data": 5, "lens.cli_index": 5, "lens.cli_train": 5, "lens": 5,
 }
 PACKAGES = ("lens", "index")
 
