@@ -429,6 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
                                              "and what each part retrieves on its own")
     _lazy_arguments(bx, "lens.eval.lexicality")
     bx.set_defaults(func=_lazy_run("lens.eval.lexicality"), command="bench lexicality")
+    bq = bench.add_parser("sts", help="STS Spearman of the lexicon and dense vectors against MiniLM, on STS-B, SICK-R "
+                                      "or any sentence1/sentence2/score TSV; --by-stratum per group of pairs")
+    _lazy_arguments(bq, "lens.eval.sts_bench")
+    bq.set_defaults(func=_lazy_run("lens.eval.sts_bench"), command="bench sts")
 
     t = sub.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs; runs unchanged "
                                      "under torchrun / accelerate launch (data parallel)")

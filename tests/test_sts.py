@@ -113,24 +113,3 @@ def test_spearman_by_stratum_matches_a_loop_over_strata():
     assert "question" not in spearman_by_stratum(pred[:3], gold[:3], ["other"] * 3)  # an empty stratum is left out
     with pytest.raises(ValueError, match="equally long"):
         spearman_by_stratum(pred, gold, strata[:-1])
-
-
-def test_sts_breakdown_markdown_only_renders_rows_and_notes(tmp_path):
-    from bench_helpers import load_script
-
-    bd = load_script("sts_breakdown")
-    out = tmp_path / "bd"
-    with pytest.raises(SystemExit, match="run without --markdown-only"):
-        bd.main(["--markdown-only", "--output", str(out)])
-    rows = [{"set": "stsbenchmark", "split": "test", "stratum": "caption-like", "pairs": 500,
-             "lens-lexicon": 83.7, "minilm": 91.2, "word-overlap": 54.3},
-            {"set": "stsbenchmark", "split": "test", "stratum": "other", "pairs": 4,
-             "lens-lexicon": None, "minilm": None, "word-overlap": None}]
-    results = {"_meta": {"command": "python benchmarks/sts_breakdown.py", "model": "default"}, "rows": rows}
-    import json
-
-    out.with_suffix(".json").write_text(json.dumps(results))
-    assert bd.main(["--markdown-only", "--output", str(out), "--note", "read once"]) == 0
-    md = out.with_suffix(".md").read_text()
-    assert "| stsbenchmark | test | caption-like | 500 | 83.7 | 91.2 | 54.3 | -7.5 |" in md
-    assert "| stsbenchmark | test | other | 4 | – | – | – | – |" in md and "- read once" in md

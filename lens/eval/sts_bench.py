@@ -1,0 +1,184 @@
+"""``lens bench sts``: STS Spearman x 100 of a LENS model (lexicon, and its own dense vector) against
+all-MiniLM-L6-v2 in one run, whole and, with ``--by-stratum``, per stratum of pairs.
+
+A set is a name under ``<data dir>/sts`` (``stsbenchmark``, ``sick-r``: ``lens.eval.sts.STS_FILES``) or a path to a
+TSV[.gz] with ``sentence1, sentence2, score, split`` columns, so any STS file can be judged offline. Each split is
+judged apart. ``--pairing`` (``lens.eval.sts.PAIRINGS``) says how LENS encodes a pair: ``symmetric`` (MTEB's protocol:
+both sentences as queries behind the instruction) or ``asymmetric`` (sentence2 as a document); each pairing is
+encoded once and gives both the lexicon and the dense row. ``--by-stratum`` adds Spearman per stratum of pairs
+(``lens.eval.sts.pair_stratum``: caption-like, headline-like, question, other) for the LENS lexicon of the first
+pairing, MiniLM and plain word overlap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from pathlib import Path
+
+from lens.cmdline import command_line, positive_int
+from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark
+from lens.eval.sts import PAIRINGS, STS_FILES, STS_INSTRUCTION
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["add_arguments", "render", "resolve_sts_file", "run"]
+
+OUTPUT = Path("benchmarks") / "results" / "sts"
+STRATUM_SYSTEMS = ("lens-lexicon", "minilm", "word-overlap")
+
+
+def resolve_sts_file(name: str, data: str | os.PathLike | None = None) -> Path:
+    """An STS file: ``name`` itself when it is a file, else ``STS_FILES[name]`` under ``<data dir>/sts`` or under
+    the data dir itself (so ``--data-dir`` may name the data root or its ``sts`` directory)."""
+    from lens.eval.beir import data_dir
+
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    if name in STS_FILES:
+        root = data_dir(data)
+        for candidate in (root / "sts" / STS_FILES[name], root / STS_FILES[name]):
+            if candidate.is_file():
+                return candidate
+        raise FileNotFoundError(f"STS set {name!r}: {root / 'sts' / STS_FILES[name]} not found; give --data-dir DIR "
+                                "(the data root, or its sts directory) or set LENS_DATA_DIR")
+    raise FileNotFoundError(f"STS set {name!r} is neither a file nor one of {', '.join(sorted(STS_FILES))}; give a "
+                            "TSV[.gz] with sentence1, sentence2, score and split columns")
+
+
+def _names(value: str, what: str, choices=None) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{what} is empty")
+    bad = [n for n in names if choices is not None and n not in choices]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(choices)}")
+    return names
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the options of ``lens bench sts`` (and ``benchmarks/sts.py``) to ``parser``."""
+    parser.add_argument("sets", nargs="*", default=[],
+                        help=f"STS sets: names ({', '.join(sorted(STS_FILES))}) or TSV[.gz] files (default "
+                             "stsbenchmark)")
+    parser.add_argument("--sets", dest="set_list", type=lambda v: _names(v, "--sets"), default=[],
+                        help="the sets, comma-separated (added to the positional ones)")
+    parser.add_argument("--model", default="default", help="LENS model name or directory (default: default)")
+    parser.add_argument("--split", "--splits", dest="splits", type=lambda v: _names(v, "--split"), default=["test"],
+                        help="split(s), comma-separated, each judged apart (default test)")
+    parser.add_argument("--pairing", type=lambda v: _names(v, "--pairing", PAIRINGS), default=["symmetric"],
+                        help=f"comma-separated, from {', '.join(PAIRINGS)} (default symmetric)")
+    parser.add_argument("--instruction", default=None,
+                        help=f'the LENS query instruction (default "{STS_INSTRUCTION}", MTEB\'s)')
+    parser.add_argument("--by-stratum", action="store_true",
+                        help="also Spearman per stratum of pairs (caption-like, headline-like, question, other)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads")
+    parser.add_argument("--data-dir", "--data", dest="data_dir", type=Path, default=None,
+                        help="where set names are looked up: DIR/sts or DIR itself (default: $LENS_DATA_DIR, else "
+                             "../shared/data)")
+    parser.add_argument("--output", "--out", type=Path, default=OUTPUT,
+                        help=f"writes OUTPUT.json and OUTPUT.md (default {OUTPUT})")
+    add_markdown_only_arguments(parser)
+    return parser
+
+
+def render(results: dict) -> list[str]:
+    """The markdown of a saved ``lens bench sts`` run."""
+    meta = results["_meta"]
+    instruction = meta["instruction"]
+    protocol = " (MTEB's protocol)" if instruction == STS_INSTRUCTION else " (not MTEB's STS instruction)"
+    lines = ["# STS: Spearman x 100 (cosine of the pair's vectors)", "", "```bash", meta["command"], "```", "",
+             f"LENS model: `{meta['model']}`. Pairing `symmetric` encodes both sentences as queries behind "
+             f"\"{instruction}\"{protocol}; `asymmetric` encodes sentence2 as a document. MiniLM encodes both plainly. "
+             "Seconds include encoding (a pairing's lexicon row encodes, its dense row reuses).", "",
+             "| set | split | system | pairing | Spearman | pairs | seconds |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['set']} | {r['split']} | {r['system']} | {r['pairing']} | {r['spearman']:.1f} | {r['pairs']} | "
+              f"{r['seconds']:.0f} |" for r in results["rows"]]
+    if results.get("strata"):
+        lines += ["", "## By stratum", "",
+                  f"LENS lexicon ({results['strata'][0]['pairing']} pairing), MiniLM and word overlap (the Jaccard "
+                  "overlap of the two sentences' words: a model that matches words and nothing else), Spearman x 100 "
+                  "per stratum of pairs (`lens.eval.sts.pair_stratum`; by shape, as the files carry no genre): "
+                  "*question* if a sentence ends with ?, *caption-like* if both begin with a determiner or number and "
+                  "have at most 15 words (image captions), *headline-like* if neither ends in sentence punctuation "
+                  "(news headlines), *other* for the rest (forum posts, news prose). A stratum under 10 pairs has no "
+                  "correlation.", "",
+                  "| set | split | stratum | pairs | LENS lexicon | MiniLM | word overlap | LENS - MiniLM |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in results["strata"]:
+            lens, minilm = r["lens-lexicon"], r["minilm"]
+            gap = None if lens is None or minilm is None else lens - minilm
+            lines.append(f"| {r['set']} | {r['split']} | {r['stratum']} | {r['pairs']} | {_fmt(lens)} | "
+                         f"{_fmt(minilm)} | {_fmt(r['word-overlap'])} | {_fmt(gap, sign=True)} |")
+    notes = meta.get("notes") or []
+    return lines + (["", "Notes:", *[f"- {n}" for n in notes]] if notes else [])
+
+
+def _fmt(v: float | None, sign: bool = False) -> str:
+    if v is None:  # too few pairs for a correlation
+        return "–"
+    return f"{v:+.1f}" if sign else f"{v:.1f}"
+
+
+def _number(v: float) -> float | None:
+    """NaN (a stratum too small for a correlation) as None: JSON has no NaN."""
+    return None if v != v else v
+
+
+def run(args: argparse.Namespace) -> int:
+    if markdown_only(args, args.output, render):
+        return 0
+    import numpy as np
+
+    from lens.dense import DenseEncoder
+    from lens.encoder import LensEncoder
+    from lens.eval.beir import torch_threads
+    from lens.eval.sts import lens_pair_encoder, load_sts, pair_cosines, pair_stratum, spearman_by_stratum
+    from lens.eval.sts import sts_score, word_overlap
+
+    names = list(args.sets) + list(args.set_list) or ["stsbenchmark"]
+    files = {name: resolve_sts_file(name, args.data_dir) for name in names}  # every set found before encoding
+    instruction = STS_INSTRUCTION if args.instruction is None else args.instruction
+    lens = LensEncoder.from_pretrained(args.model)
+    minilm = DenseEncoder.from_pretrained()
+    rows, strata_rows = [], []
+
+    def add(name, split, system, pairing, a, b, gold, started):
+        rows.append({"set": name, "split": split, "system": system, "pairing": pairing,
+                     "spearman": sts_score(a, b, gold), "pairs": len(gold), "seconds": time.perf_counter() - started})
+        logger.info("%s", rows[-1])
+
+    with torch_threads(args.threads):
+        for name, path in files.items():
+            for split in args.splits:
+                s1, s2, gold = load_sts(path, split)  # read once per set and split
+                t = time.perf_counter()
+                m1, m2 = minilm.encode(s1, show_progress_bar=False), minilm.encode(s2, show_progress_bar=False)
+                add(name, split, "minilm", "-", m1, m2, gold, t)
+                lexicon_cosines = None
+                for pairing in args.pairing:  # each pairing encoded once: its lexicon and dense rows share it
+                    t = time.perf_counter()
+                    a, b = lens_pair_encoder(lens, output="both", pairing=pairing, instruction=instruction)(s1, s2)
+                    add(name, split, "lens-lexicon", pairing, a.lexicon, b.lexicon, gold, t)
+                    add(name, split, "lens-dense", pairing, a.dense, b.dense, gold, time.perf_counter())
+                    if lexicon_cosines is None:
+                        lexicon_cosines = pair_cosines(a.lexicon, b.lexicon)
+                if args.by_stratum:
+                    strata = [pair_stratum(x, y) for x, y in zip(s1, s2)]
+                    scores = {"lens-lexicon": lexicon_cosines, "minilm": pair_cosines(m1, m2),
+                              "word-overlap": np.array([word_overlap(x, y) for x, y in zip(s1, s2)])}
+                    by = {system: spearman_by_stratum(scores[system], gold, strata) for system in STRATUM_SYSTEMS}
+                    for stratum, (n, _) in by["minilm"].items():
+                        strata_rows.append({"set": name, "split": split, "stratum": stratum, "pairs": n,
+                                            "pairing": args.pairing[0],
+                                            **{s: _number(by[s][stratum][1]) for s in STRATUM_SYSTEMS}})
+    command = getattr(args, "bench_command_line", None) or command_line()
+    meta = {"command": command, "model": args.model, "instruction": instruction,
+            "files": {name: str(path) for name, path in files.items()},
+            "load_avg_1min_after": os.getloadavg()[0], "notes": list(args.note)}
+    results = {"_meta": meta, "rows": rows, "strata": strata_rows}
+    print(write_benchmark(args.output, results, render(results)), end="")
+    return 0
