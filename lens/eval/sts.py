@@ -26,6 +26,7 @@ STS_FILES = {"stsbenchmark": "stsbenchmark/stsbenchmark.tsv.gz", "sick-r": "sick
 STRATA = ("caption-like", "headline-like", "question", "other")
 _DETERMINER = re.compile(r"^(a|an|the|two|three|four|several|some|many|one)\b", re.IGNORECASE)
 _WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE_END = re.compile(r"[.!?\"')]$")  # a sentence's closing punctuation, or a quote or bracket after it
 CAPTION_MAX_WORDS = 15
 
 
@@ -88,7 +89,7 @@ def pair_stratum(sentence1: str, sentence2: str) -> str:
         return "question"
     if all(_DETERMINER.match(t) and len(t.split()) <= CAPTION_MAX_WORDS for t in (a, b)):
         return "caption-like"
-    if not any(re.search(r"[.!?\"')]$", t) for t in (a, b)):
+    if not any(_SENTENCE_END.search(t) for t in (a, b)):
         return "headline-like"
     return "other"
 
