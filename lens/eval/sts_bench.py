@@ -128,16 +128,51 @@ def _number(v: float) -> float | None:
     return None if v != v else v
 
 
+def _judge_split(name: str, split: str, s1: list[str], s2: list[str], gold, lens, minilm, pairings: list[str],
+                 instruction: str, by_stratum: bool) -> tuple[list[dict], list[dict]]:
+    """One set's split: the whole-split rows (MiniLM, then each pairing's lexicon and dense rows) and, with
+    ``by_stratum``, the stratum rows. Each row's pair cosines are computed once and serve the strata too."""
+    import numpy as np
+
+    from lens.eval.sts import lens_pair_encoder, pair_cosines, pair_stratum, spearman, spearman_by_stratum
+    from lens.eval.sts import word_overlap
+
+    rows = []
+
+    def add(system: str, pairing: str, a, b, started: float) -> np.ndarray:
+        cosines = pair_cosines(a, b)
+        rows.append({"set": name, "split": split, "system": system, "pairing": pairing,
+                     "spearman": 100 * spearman(cosines, gold), "pairs": len(gold),
+                     "seconds": time.perf_counter() - started})
+        logger.info("%s", rows[-1])
+        return cosines
+
+    t = time.perf_counter()
+    scores = {"minilm": add("minilm", "-", minilm.encode(s1, show_progress_bar=False),
+                            minilm.encode(s2, show_progress_bar=False), t)}
+    for pairing in pairings:  # each pairing encoded once: its lexicon and dense rows share it
+        t = time.perf_counter()
+        a, b = lens_pair_encoder(lens, output="both", pairing=pairing, instruction=instruction)(s1, s2)
+        lexicon = add("lens-lexicon", pairing, a.lexicon, b.lexicon, t)
+        scores.setdefault("lens-lexicon", lexicon)  # the strata read the first pairing
+        add("lens-dense", pairing, a.dense, b.dense, time.perf_counter())
+    if not by_stratum:
+        return rows, []
+    strata = [pair_stratum(x, y) for x, y in zip(s1, s2)]
+    scores["word-overlap"] = np.array([word_overlap(x, y) for x, y in zip(s1, s2)])
+    by = {system: spearman_by_stratum(scores[system], gold, strata) for system in STRATUM_SYSTEMS}
+    return rows, [{"set": name, "split": split, "stratum": stratum, "pairs": n, "pairing": pairings[0],
+                   **{system: _number(by[system][stratum][1]) for system in STRATUM_SYSTEMS}}
+                  for stratum, (n, _) in by["minilm"].items()]
+
+
 def run(args: argparse.Namespace) -> int:
     if markdown_only(args, args.output, render):
         return 0
-    import numpy as np
-
     from lens.dense import DenseEncoder
     from lens.encoder import LensEncoder
     from lens.eval.beir import torch_threads
-    from lens.eval.sts import lens_pair_encoder, load_sts, pair_cosines, pair_stratum, spearman_by_stratum
-    from lens.eval.sts import sts_score, word_overlap
+    from lens.eval.sts import load_sts
 
     names = list(args.sets) + list(args.set_list) or ["stsbenchmark"]
     files = {name: resolve_sts_file(name, args.data_dir) for name in names}  # every set found before encoding
@@ -145,36 +180,14 @@ def run(args: argparse.Namespace) -> int:
     lens = LensEncoder.from_pretrained(args.model)
     minilm = DenseEncoder.from_pretrained()
     rows, strata_rows = [], []
-
-    def add(name, split, system, pairing, a, b, gold, started):
-        rows.append({"set": name, "split": split, "system": system, "pairing": pairing,
-                     "spearman": sts_score(a, b, gold), "pairs": len(gold), "seconds": time.perf_counter() - started})
-        logger.info("%s", rows[-1])
-
     with torch_threads(args.threads):
         for name, path in files.items():
             for split in args.splits:
                 s1, s2, gold = load_sts(path, split)  # read once per set and split
-                t = time.perf_counter()
-                m1, m2 = minilm.encode(s1, show_progress_bar=False), minilm.encode(s2, show_progress_bar=False)
-                add(name, split, "minilm", "-", m1, m2, gold, t)
-                lexicon_cosines = None
-                for pairing in args.pairing:  # each pairing encoded once: its lexicon and dense rows share it
-                    t = time.perf_counter()
-                    a, b = lens_pair_encoder(lens, output="both", pairing=pairing, instruction=instruction)(s1, s2)
-                    add(name, split, "lens-lexicon", pairing, a.lexicon, b.lexicon, gold, t)
-                    add(name, split, "lens-dense", pairing, a.dense, b.dense, gold, time.perf_counter())
-                    if lexicon_cosines is None:
-                        lexicon_cosines = pair_cosines(a.lexicon, b.lexicon)
-                if args.by_stratum:
-                    strata = [pair_stratum(x, y) for x, y in zip(s1, s2)]
-                    scores = {"lens-lexicon": lexicon_cosines, "minilm": pair_cosines(m1, m2),
-                              "word-overlap": np.array([word_overlap(x, y) for x, y in zip(s1, s2)])}
-                    by = {system: spearman_by_stratum(scores[system], gold, strata) for system in STRATUM_SYSTEMS}
-                    for stratum, (n, _) in by["minilm"].items():
-                        strata_rows.append({"set": name, "split": split, "stratum": stratum, "pairs": n,
-                                            "pairing": args.pairing[0],
-                                            **{s: _number(by[s][stratum][1]) for s in STRATUM_SYSTEMS}})
+                whole, strata = _judge_split(name, split, s1, s2, gold, lens, minilm, args.pairing, instruction,
+                                             args.by_stratum)
+                rows += whole
+                strata_rows += strata
     command = getattr(args, "bench_command_line", None) or command_line()
     meta = {"command": command, "model": args.model, "instruction": instruction,
             "files": {name: str(path) for name, path in files.items()},
