@@ -76,6 +76,24 @@ def count_truncations() -> Iterator[Truncations]:
         _TRUNCATIONS.reset(token)
 
 
+def truncation_message(cut: int, total: int, max_seq_length: int | None, what: str = "texts") -> str:
+    """The truncation warning: ``cut`` of ``total`` ``what`` (texts, queries, documents) cut to the limit."""
+    return (f"{cut} of {total} {what} were longer than max_seq_length={max_seq_length} tokens and were truncated "
+            "(their ends are not encoded: split long texts into passages, or set encoder.max_seq_length higher)")
+
+
+@contextlib.contextmanager
+def reported_truncations(what: str = "texts", label: str | None = None) -> Iterator[Truncations]:
+    """``count_truncations`` that warns once when the block ends: a run of many ``encode`` calls (a per-query
+    latency loop, chunked documents) says ``"LABEL: N of M WHAT were longer than max_seq_length=..."`` a single
+    time instead of once per call. Nothing is logged when no text was cut, nor when the block raises."""
+    with count_truncations() as tally:
+        yield tally
+    if tally.truncated:
+        logger.warning("%s%s", f"{label}: " if label else "",
+                       truncation_message(tally.truncated, tally.texts, tally.max_seq_length, what))
+
+
 class ClusterWeight(NamedTuple):
     """One line of ``explain``: a cluster, its weight in the text's vector, and some of its tokens."""
 
@@ -292,7 +310,7 @@ class LensEncoder:
         ``prompt`` is put before every text (like an instruction) but is never pooled. ``normalize`` scales
         each vector to unit L2 norm (lexicon and dense separately). ``convert_to="sparse"`` gives a SciPy CSR
         matrix for the lexicon part. Texts longer than ``max_seq_length`` are truncated (one warning per call; inside
-        ``count_truncations`` they are counted instead).
+        ``count_truncations`` they are counted instead, and ``reported_truncations`` warns once for all its calls).
         """
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -315,11 +333,7 @@ class LensEncoder:
             if tally is not None:  # inside count_truncations: the caller reports the total
                 tally.add(n_cut, len(items), self.max_seq_length)
             elif n_cut:
-                logger.warning(
-                    "%d of %d texts were longer than max_seq_length=%d tokens and were truncated (their ends are not "
-                    "encoded: split long texts into passages, or set encoder.max_seq_length higher)",
-                    n_cut, len(items), self.max_seq_length,
-                )
+                logger.warning("%s", truncation_message(n_cut, len(items), self.max_seq_length))
             lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],
                                                       batch_size, show_progress_bar, self._max_tokens())
         if normalize:

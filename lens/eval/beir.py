@@ -166,6 +166,7 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
     "per_query": {qid: {...}}}``."""
     from tqdm.auto import tqdm
 
+    from lens.encoder import count_truncations, reported_truncations
     from lens.metrics import drop_self_hits, evaluate
 
     load_before = loadavg()
@@ -176,14 +177,17 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
     items = list(data.queries.items())
     run, times = {}, []
     with torch_threads(query_threads):
-        for _, text in items[:QUERY_WARMUP]:
-            system.search(text, depth)
-        # the query loop's own bar, left on screen like the build's (one bar per job, none inside another)
-        for qid, text in tqdm(items, desc=f"{system.name} queries", unit="query", disable=not show_progress_bar):
-            t = time.perf_counter()
-            hits = system.search(text, depth)
-            times.append(time.perf_counter() - t)
-            run[qid] = hits
+        with count_truncations():  # the warm-up repeats the first queries: counted below, not here
+            for _, text in items[:QUERY_WARMUP]:
+                system.search(text, depth)
+        # one truncation warning for the whole loop, with the count, not one per query
+        with reported_truncations("queries", f"{data.name} {system.name}"):
+            # the query loop's own bar, left on screen like the build's (one bar per job, none inside another)
+            for qid, text in tqdm(items, desc=f"{system.name} queries", unit="query", disable=not show_progress_bar):
+                t = time.perf_counter()
+                hits = system.search(text, depth)
+                times.append(time.perf_counter() - t)
+                run[qid] = hits
     if drop_self:
         run = drop_self_hits(run)
     ev = evaluate(data.qrels, run)

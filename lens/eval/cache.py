@@ -158,6 +158,8 @@ class EmbeddingCache:
         NamedTuple of such arrays (one per part). Returns arrays in the order of ``texts``."""
         from tqdm.auto import tqdm
 
+        from lens.encoder import reported_truncations
+
         texts = list(texts)
         if not texts:
             raise ValueError("no texts to encode")
@@ -172,7 +174,9 @@ class EmbeddingCache:
         if missing:
             logger.info("%s: %d of %d distinct texts are not cached; encoding them", desc, len(missing), n_unique)
             todo = sorted(missing.items(), key=lambda kv: -len(kv[1]))  # similar lengths share a chunk
-            with tqdm(total=len(todo), desc=desc, unit="text", disable=not show_progress_bar) as bar:
+            # a LENS encoder's truncations: one warning for every chunk together, with the count
+            with reported_truncations("texts", desc), \
+                    tqdm(total=len(todo), desc=desc, unit="text", disable=not show_progress_bar) as bar:
                 for start in range(0, len(todo), self.chunk_size):
                     chunk = todo[start:start + self.chunk_size]
                     t0 = time.perf_counter()
