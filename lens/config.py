@@ -18,6 +18,15 @@ ADAPTER_DIR = "adapter"
 DEFAULT_QUERY_TEMPLATE = "<instruct>{instruction}\n<query>"
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
 
+# How texts become token ids and which positions are pooled (``LensConfig.convention``):
+# "lens": prompt and text tokenised apart, ``[BOS] prompt text [EOS]``; the text's tokens and the EOS are pooled at
+#         their left neighbour (the logits predicting them); right padding; logits in the model's dtype.
+# "paper": the released checkpoints' reference pass (``lens.paper_models``): ``prompt + text + "</s>"`` tokenised as
+#         one string behind BOS and cut at max_length (a cut text loses its EOS); pooled logit positions run from the
+#         last ``<query>`` token (queries) or BOS (documents) to the third-to-last position; left padding; logits
+#         upcast to float32 before ``log1p(relu)``.
+CONVENTIONS = ("lens", "paper")
+
 
 @dataclass
 class ClusteringConfig:
@@ -46,15 +55,23 @@ class LensConfig:
     query_template: str = DEFAULT_QUERY_TEMPLATE
     default_instruction: str = DEFAULT_INSTRUCTION
     adapter: str | None = None  # subdirectory holding a PEFT adapter, or None
+    # Applied to every text (documents and queries, not the instruction) before tokenising, so an index and its
+    # queries agree: None keeps the text as it is, "lowercase" / "casefold" (lens.inputs.TEXT_NORMALIZATIONS)
+    # make "HEART" and "heart" the same tokens (a cased vocabulary splits them into different tokens and clusters).
+    text_normalization: str | None = None
     format_version: int = FORMAT_VERSION
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. training provenance)
+    convention: str = "lens"  # CONVENTIONS: "lens" or "paper" (the released checkpoints); not written when "lens"
 
     @property
     def num_clusters(self) -> int:
         return self.clustering.num_clusters
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if data.get("convention") == "lens":  # the default is not written: such a config reads as it did before
+            del data["convention"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "config") -> "LensConfig":
@@ -67,9 +84,12 @@ class LensConfig:
         data = dict(data)
         try:
             data["clustering"] = ClusteringConfig(**data["clustering"])
-            return cls(**data)
+            config = cls(**data)
         except (KeyError, TypeError) as e:
             raise ValueError(f"{source} is not a LENS config ({e}); re-create it with `lens cluster-vocab`") from e
+        if config.convention not in CONVENTIONS:
+            raise ValueError(f"{source} has convention {config.convention!r}; valid: {', '.join(CONVENTIONS)}")
+        return config
 
     def save(self, directory: str | Path) -> None:
         write_json(Path(directory) / CONFIG_NAME, self.to_dict())

@@ -25,9 +25,11 @@ from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha25
 from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
-from lens.inputs import Encoded, encode_texts, length_sorted_batches, pad_batch
+from lens.inputs import (PADDING_SIDE, Encoded, check_text_normalization, encode_texts, length_sorted_batches,
+                         pad_batch)
 from lens.model import LensModel, LensOutput, decoder_of
 from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
+from lens.paper_models import is_released_dir, load_released_decoder
 from lens.quantize import check_quantize, quantize_decoder
 
 logger = logging.getLogger(__name__)
@@ -205,11 +207,13 @@ class LensEncoder:
         pooling: str | None = None,
         merge_adapter: bool = True,
         quantize: str | None = None,
+        text_normalization: str | None = None,
     ) -> "LensEncoder":
         """Load a LENS directory (or ``"default"``).
 
         ``backbone`` overrides where the backbone's files are; ``attention`` ("bidirectional"/"causal") and
-        ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations. A trained directory's
+        ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations, and so does
+        ``text_normalization`` ("lowercase"/"casefold"; the directory's rule when None). A trained directory's
         LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
         ``quantize="int8"`` runs the decoder's linear layers in int8 on CPU (``lens.quantize``; the cluster head and
         pooling stay float32): faster, vectors close to but not equal to float32's (and to themselves encoded in
@@ -231,18 +235,31 @@ class LensEncoder:
             config.attention = attention
         if pooling is not None:
             config.pooling = pooling
-        ref = resolve_backbone(config.backbone)
-        causal_lm, tokenizer = load_backbone(ref, dtype=dtype, device=device, attn_implementation=attn_implementation)
-        head = causal_lm.get_output_embeddings().weight.detach().float().cpu().numpy()
-        _check_lm_head(head, ref, config, causal_lm.dtype)
-        centroids = files.centroids
-        if centroids is None:  # compact form: centroids are the cluster means of the verified LM head
-            centroids = centroids_from_assignment(head, files.assignment, config.num_clusters)
-        decoder = decoder_of(causal_lm)
+        if text_normalization is not None:
+            config.text_normalization = text_normalization
+        check_text_normalization(config.text_normalization)
+        if is_released_dir(config.backbone):  # the paper's checkpoint: a bare decoder, no LM head to check
+            decoder, tokenizer = load_released_decoder(config.backbone, dtype=dtype, device=device,
+                                                       attn_implementation=attn_implementation)
+            causal_lm, centroids = None, files.centroids
+            if centroids is None:
+                raise ValueError(f"{files.directory} has no centroids, which a released backbone cannot give; "
+                                 "re-create it with lens.paper_models.convert")
+        else:
+            ref = resolve_backbone(config.backbone)
+            causal_lm, tokenizer = load_backbone(ref, dtype=dtype, device=device,
+                                                 attn_implementation=attn_implementation)
+            head = causal_lm.get_output_embeddings().weight.detach().float().cpu().numpy()
+            _check_lm_head(head, ref, config, causal_lm.dtype)
+            centroids = files.centroids
+            if centroids is None:  # compact form: centroids are the cluster means of the verified LM head
+                centroids = centroids_from_assignment(head, files.assignment, config.num_clusters)
+            decoder = decoder_of(causal_lm)
         adapter_sha = None
         if files.adapter_dir is not None:
             adapter_sha = _load_adapter(decoder, files.adapter_dir, merge_adapter)
-        model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention)
+        model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention,
+                          upcast_logits=config.convention == "paper")  # the released pass pools in float32
         encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
                       adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter,
                       backbone_sha256=backbone_sha)
@@ -327,7 +344,8 @@ class LensEncoder:
         dense = np.zeros((len(texts), self.model.decoder.config.hidden_size), dtype=np.float32)
         todo = [i for i, t in enumerate(texts) if t.strip()]
         if todo:
-            items = encode_texts(self.tokenizer, [texts[i] for i in todo], self.max_seq_length, prompt)
+            items = encode_texts(self.tokenizer, [texts[i] for i in todo], self.max_seq_length, prompt,
+                                 normalization=self.config.text_normalization, convention=self.config.convention)
             n_cut = sum(it.truncated for it in items)
             tally = _TRUNCATIONS.get()
             if tally is not None:  # inside count_truncations: the caller reports the total
@@ -353,7 +371,7 @@ class LensEncoder:
         return self.cpu_batch_tokens if self.device.type == "cpu" else None
 
     def _forward(self, items: list[Encoded]) -> LensOutput:
-        batch = pad_batch(items, self.tokenizer.pad_token_id)
+        batch = pad_batch(items, self.tokenizer.pad_token_id, side=PADDING_SIDE[self.config.convention])
         device = self.device  # looked up once: it walks the model's parameters
         return self.model(**{k: v.to(device) for k, v in batch.items()})
 
@@ -391,6 +409,10 @@ class LensEncoder:
         }
         if self.backbone_sha256 is not None:  # only then: the fingerprints of other models stay as they were
             fp[BACKBONE_WEIGHTS_KEY] = self.backbone_sha256
+        if self.config.text_normalization is not None:  # likewise: absent for models that keep texts as they are
+            fp["lens_text_normalization"] = self.config.text_normalization
+        if self.config.convention != "lens":  # likewise: the released checkpoints' tokenisation and pooling
+            fp["lens_convention"] = self.config.convention
         return fp
 
     # ---------------------------------------------------------------- inspection

@@ -8,9 +8,33 @@ EOS, never the BOS or the prompt (a query's instruction shapes its vector but is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import Tensor
+
+# The text rules a model config may name (``LensConfig.text_normalization``), applied to a text before tokenising.
+# None (no entry) keeps the text as it is. Case matters to a cased vocabulary: "HEART" and "heart" are different
+# tokens in different clusters, so a corpus or query in capitals gets other vectors unless the model folds case.
+TEXT_NORMALIZATIONS: dict[str, Callable[[str], str]] = {
+    "lowercase": str.lower,
+    "casefold": str.casefold,  # lowercase plus Unicode folds ("Straße" -> "strasse")
+}
+
+
+def check_text_normalization(rule: str | None) -> str | None:
+    """``rule`` if it names a text rule (or is None), else a ValueError listing the valid names."""
+    if rule is not None and rule not in TEXT_NORMALIZATIONS:
+        raise ValueError(f"unknown text_normalization {rule!r}; valid: None, {', '.join(map(repr, TEXT_NORMALIZATIONS))}")
+    return rule
+
+
+def normalize_texts(texts: list[str], rule: str | None) -> list[str]:
+    """``texts`` under the text rule ``rule`` (None: unchanged)."""
+    if check_text_normalization(rule) is None:
+        return texts
+    fold = TEXT_NORMALIZATIONS[rule]
+    return [fold(t) for t in texts]
 
 
 @dataclass
@@ -29,8 +53,16 @@ def special_ids(tokenizer) -> tuple[int, int]:
     return (eos if bos is None else bos), eos
 
 
-def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | None = None) -> list[Encoded]:
-    """Tokenise ``texts`` behind an optional ``prompt``; texts are cut so each sequence fits ``max_length``."""
+def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | None = None, *,
+                 normalization: str | None = None, convention: str = "lens") -> list[Encoded]:
+    """Tokenise ``texts`` behind an optional ``prompt``; texts are cut so each sequence fits ``max_length``.
+
+    ``normalization`` names the model's text rule (``TEXT_NORMALIZATIONS``), applied to the texts, not the prompt:
+    every path that tokenises for a model (encoding, training, MNTP, integrations) passes its config's rule here.
+    """
+    if convention != "lens":  # the released checkpoints' own rule (lens.config.CONVENTIONS)
+        return encode_texts_paper(tokenizer, normalize_texts(list(texts), normalization), max_length, prompt,
+                                  convention)
     start, eos = special_ids(tokenizer)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
     budget = max_length - len(prompt_ids) - 2
@@ -39,13 +71,55 @@ def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | Non
             f"the prompt takes {len(prompt_ids)} tokens, leaving no room for text within max_length={max_length}: "
             "shorten the instruction or raise max_length"
         )
-    text_ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    text_ids = tokenizer(normalize_texts(list(texts), normalization), add_special_tokens=False)["input_ids"]
     out = []
     for ids in text_ids:
         kept = ids[:budget]
         seq = [start, *prompt_ids, *kept, eos]
         pool = [0] * (1 + len(prompt_ids)) + [1] * (len(kept) + 1)
         out.append(Encoded(seq, pool, truncated=len(ids) > budget))
+    return out
+
+
+PAPER_QUERY_MARKER = "<query>"  # convention "paper": a query is pooled from its last <query> token on
+PADDING_SIDE = {"lens": "right", "paper": "left"}  # how each convention pads a batch (lens.config.CONVENTIONS)
+
+
+def encode_texts_paper(tokenizer, texts: list[str], max_length: int, prompt: str | None = None,
+                       convention: str = "paper") -> list[Encoded]:
+    """Convention "paper", the released LENS checkpoints' reference tokenisation.
+
+    Each sequence is BOS + the tokens of the one string ``prompt + text + eos_token``, cut to ``max_length`` (a cut
+    text loses its EOS). Pooled logit positions run from the last ``<query>`` token (with a prompt) or BOS
+    (without) to the third-to-last position; ``pool`` marks tokens, so it marks the positions after those (the
+    model reads a token's feature at its left neighbour): every token after the start but the last one.
+    """
+    if convention != "paper":
+        raise ValueError(f"unknown convention {convention!r}; valid: 'lens', 'paper'")
+    start, eos = tokenizer.bos_token_id, tokenizer.eos_token
+    if start is None or eos is None:
+        raise ValueError("the paper convention needs a tokenizer with BOS and EOS tokens (the Mistral tokenizer of "
+                         "the released checkpoints)")
+    marker = None
+    if prompt:
+        marker = tokenizer.convert_tokens_to_ids(PAPER_QUERY_MARKER)
+        if marker is None or marker == tokenizer.unk_token_id:
+            raise ValueError(f"the tokenizer has no {PAPER_QUERY_MARKER} token, which the paper convention pools "
+                             "queries from; load the released checkpoint's own tokenizer")
+    pieces = tokenizer([f"{prompt or ''}{t}{eos}" for t in texts], add_special_tokens=False)["input_ids"]
+    out = []
+    for i, ids in enumerate(pieces):
+        seq = [start, *ids[: max_length - 1]]
+        first = 1
+        if marker is not None:
+            hits = [j for j, t in enumerate(seq) if t == marker]
+            if not hits:
+                raise ValueError(f"text {i}: no {PAPER_QUERY_MARKER} token within its first {max_length} tokens (the "
+                                 "prompt is too long, or lacks it); use the query template "
+                                 "'<instruct>{instruction}\\n<query>' with a shorter instruction")
+            first = hits[-1] + 1
+        pool = [1 if first <= j <= len(seq) - 2 else 0 for j in range(len(seq))]
+        out.append(Encoded(seq, pool, truncated=len(ids) > max_length - 1))
     return out
 
 

@@ -219,3 +219,35 @@ def test_damaged_config_is_a_clear_error(tiny_lens_dir, tmp_path):
     (d / "config.json").write_text('{"format_version": 99}')
     with pytest.raises(ValueError, match="format_version 99"):
         LensEncoder.from_pretrained(d)
+
+
+# ------------------------------------------------------------------ the model's text rule (config.text_normalization)
+def test_text_normalization_folds_case_of_texts_not_prompt(tokenizer):
+    from lens.inputs import encode_texts
+
+    plain = encode_texts(tokenizer, ["CELL Protein"], 32, prompt="the Study")[0]
+    folded = encode_texts(tokenizer, ["CELL Protein"], 32, prompt="the Study", normalization="lowercase")[0]
+    lower = encode_texts(tokenizer, ["cell protein"], 32, prompt="the Study")[0]
+    assert folded.ids == lower.ids and folded.pool == lower.pool
+    assert plain.ids != lower.ids  # the tiny vocabulary is lower-case: capitals are <unk> without the rule
+    assert tokenizer.unk_token_id in folded.ids  # "Study" in the prompt is left as it is
+
+
+def test_text_normalization_rule_gives_case_blind_vectors_and_is_saved(tiny_lens_dir, tiny_encoder, tmp_path):
+    enc = LensEncoder.from_pretrained(tiny_lens_dir, text_normalization="casefold")
+    upper = [d.upper() for d in DOCS]
+    assert_close(enc.encode(upper), enc.encode(DOCS), atol=0)
+    assert_close(enc.encode_queries(upper), enc.encode_queries(DOCS), atol=0)
+    assert_close(enc.encode(DOCS), tiny_encoder.encode(DOCS), atol=1e-6)  # lower-case texts: unchanged
+    assert not np.allclose(tiny_encoder.encode(upper), tiny_encoder.encode(DOCS))
+    assert enc.fingerprint()["lens_text_normalization"] == "casefold"
+    assert "lens_text_normalization" not in tiny_encoder.fingerprint()  # older fingerprints are kept as they were
+    enc.save_pretrained(tmp_path / "folded")
+    again = LensEncoder.from_pretrained(tmp_path / "folded")
+    assert again.config.text_normalization == "casefold"
+    assert_close(again.encode(upper), enc.encode(DOCS), atol=0)
+
+
+def test_unknown_text_normalization_is_refused(tiny_lens_dir):
+    with pytest.raises(ValueError, match="unknown text_normalization 'upper'; valid: None, 'lowercase', 'casefold'"):
+        LensEncoder.from_pretrained(tiny_lens_dir, text_normalization="upper")

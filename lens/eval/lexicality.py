@@ -61,8 +61,8 @@ def lens_space(resource) -> Space:
                                              show_progress_bar=False), dtype=np.float32)
 
     def token_dims(text):  # the tokens the encoder pools, as it cuts them (lens.inputs)
-        return assignment[np.asarray(text_ids(encode_texts(enc.tokenizer, [text], enc.max_seq_length)[0]),
-                                     dtype=np.int64)]
+        items = encode_texts(enc.tokenizer, [text], enc.max_seq_length, normalization=enc.config.text_normalization)
+        return assignment[np.asarray(text_ids(items[0]), dtype=np.int64)]
 
     c = enc.config
     return Space(f"lens-lexicon ({resource.model_path})", enc.num_clusters, queries,

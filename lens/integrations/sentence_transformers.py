@@ -34,7 +34,7 @@ from torch import Tensor
 from lens.atomic import DirectoryLock
 from lens.encoder import LensEncoder, check_texts
 from lens.extras import require
-from lens.inputs import encode_texts, pad_batch
+from lens.inputs import PADDING_SIDE, encode_texts, pad_batch
 from lens.model_dir import (
     ST_CONFIG_NAME,
     ST_MODULES_NAME,
@@ -121,12 +121,14 @@ class LensSparseModule(InputModule):
         texts = check_texts(list(inputs), "inputs")
         tokenizer = self.encoder.tokenizer
         items = encode_texts(tokenizer, texts, self.max_seq_length,
-                             query_prompt(self.encoder.config.query_template, prompt))
+                             query_prompt(self.encoder.config.query_template, prompt),
+                             normalization=self.encoder.config.text_normalization,
+                             convention=self.encoder.config.convention)
         n_cut = sum(it.truncated for it in items)
         if n_cut:
             logger.warning("%d of %d texts were longer than max_seq_length=%d tokens and were truncated",
                            n_cut, len(items), self.max_seq_length)
-        features = pad_batch(items, tokenizer.pad_token_id)
+        features = pad_batch(items, tokenizer.pad_token_id, side=PADDING_SIDE[self.encoder.config.convention])
         features["blank"] = torch.tensor([not t.strip() for t in texts], dtype=torch.bool)
         return features
 

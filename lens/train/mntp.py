@@ -201,7 +201,8 @@ class MNTPWarmup:
         """(corrupted ids, attention mask, target clusters or ``IGNORE``) of the texts, masks drawn from
         ``self.generator`` over the whole batch (so every rank draws what one process would)."""
         tok = self.encoder.tokenizer
-        batch = pad_batch(encode_texts(tok, texts, self.config.max_length), tok.pad_token_id)
+        batch = pad_batch(encode_texts(tok, texts, self.config.max_length,
+                                       normalization=self.encoder.config.text_normalization), tok.pad_token_id)
         ids, att = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
         maskable = batch["pool_mask"].to(self.device).bool() & (ids != special_ids(tok)[1])  # the text, not EOS
         corrupted, targets = L.mask_tokens(ids, maskable, self.config.mask_rate, self.mask_id, self.generator)
