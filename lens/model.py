@@ -38,6 +38,7 @@ class LensModel(nn.Module):
         pooling: str = "max",
         attention: str = "bidirectional",
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+        upcast_logits: bool = False,
     ):
         super().__init__()
         hidden = decoder.config.hidden_size
@@ -51,6 +52,7 @@ class LensModel(nn.Module):
         self.pooling = pooling
         self._pool = get_pooling(pooling)
         self.chunk_elements = chunk_elements
+        self.upcast_logits = upcast_logits  # log1p(relu) of the logits in float32 (the released checkpoints')
 
     @property
     def num_clusters(self) -> int:
@@ -79,7 +81,8 @@ class LensModel(nn.Module):
         A token's feature sits at its left neighbour (the logits predicting it), hence the shift.
         """
         mask = shift_left(pool_mask * attention_mask)
-        lexicon = self._pool(hidden, self.head.weight, mask, self.chunk_elements)
+        extra = {"upcast": True} if self.upcast_logits else {}
+        lexicon = self._pool(hidden, self.head.weight, mask, self.chunk_elements, **extra)
         return LensOutput(lexicon, mean_pool(hidden, mask))
 
     def forward_from_layer(self, hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor, layer: int,

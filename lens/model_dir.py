@@ -17,7 +17,9 @@ fails at once, a full disk is a one-line ``StorageError``); ``LensEncoder.from_p
 ``transformers.json``       similarity (``sentence_transformers_files``; LENS itself never reads them)
 =========================== =====================================================================================
 
-Directories written before those two files existed get them from ``add_sentence_transformers_files``.
+Directories written before those two files existed get them from ``add_sentence_transformers_files``. A folder of
+the paper's released checkpoints (``lens.paper_models``: a bare MistralModel and ``lm_head.pth``) reads as a model
+directory too, its config made in memory.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 from lens.atomic import atomic_dir, atomic_write_bytes, ensure_present, read_json
 from lens.clustering import clusters_tsv
 from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
+from lens.paper_models import is_released_dir, read_released
 
 __all__ = ["BACKBONE_DIR", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
            "add_sentence_transformers_files", "check_model_target", "read_model_dir",
@@ -93,6 +96,8 @@ def read_model_dir(path: str | os.PathLike) -> ModelFiles:
     from safetensors.numpy import load_file
 
     directory = resolve_model_dir(path)
+    if is_released_dir(directory):  # the paper's checkpoint: no LENS config.json, one made in memory
+        return ModelFiles(directory, *read_released(directory))
     config = LensConfig.load(directory)
     try:
         tensors = load_file(directory / CLUSTERS_NAME)
@@ -203,7 +208,8 @@ def read_sentence_transformers_config(path: str | os.PathLike) -> dict:
     directory = resolve_model_dir(path)
     if (directory / ST_CONFIG_NAME).is_file():
         return read_json(directory / ST_CONFIG_NAME, "sentence-transformers config")
-    return sentence_transformers_config(LensConfig.load(directory))
+    config = read_released(directory)[0] if is_released_dir(directory) else LensConfig.load(directory)
+    return sentence_transformers_config(config)
 
 
 def add_sentence_transformers_files(path: str | os.PathLike) -> Path:

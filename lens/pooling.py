@@ -38,10 +38,13 @@ def lexicon_logits(hidden: Tensor, head: Tensor) -> Tensor:
     return hidden @ head.t()
 
 
-def max_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Tensor:
+def max_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, *,
+             upcast: bool = False) -> Tensor:
     """``max_t log1p(relu(logit_t))`` over masked positions -> (B, K); a row with no position gives zeros.
 
     ``log1p(relu(.))`` is monotone, so the max is taken over raw logits and the activation applied once.
+    ``upcast`` applies it to the logits in float32 (the released checkpoints' precision; exact: the max of
+    half-precision logits is one of them).
     """
     B, L, _ = hidden.shape
     K = head.shape[0]
@@ -53,26 +56,32 @@ def max_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = D
         logits = logits.masked_fill(~m, float("-inf"))  # -inf in any dtype; relu(-inf) = 0 for empty rows
         top = logits.amax(dim=1)
         best = top if best is None else torch.maximum(best, top)
-    return torch.log1p(torch.relu(best))
+    return torch.log1p(torch.relu(best.float() if upcast else best))
 
 
-def sum_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Tensor:
-    """``sum_t log1p(relu(logit_t))`` over masked positions -> (B, K) (the paper's sum-pooling ablation)."""
+def sum_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, *,
+             upcast: bool = False) -> Tensor:
+    """``sum_t log1p(relu(logit_t))`` over masked positions -> (B, K) (the paper's sum-pooling ablation);
+    ``upcast``: in float32."""
     B, L, _ = hidden.shape
     K = head.shape[0]
     step = _chunk_len(B, L, K, chunk_elements)
-    total = hidden.new_zeros((B, K))
+    total = hidden.new_zeros((B, K), dtype=torch.float32 if upcast else None)
     for s in range(0, L, step):
-        acts = torch.log1p(torch.relu(lexicon_logits(hidden[:, s : s + step], head)))
+        logits = lexicon_logits(hidden[:, s : s + step], head)
+        acts = torch.log1p(torch.relu(logits.float() if upcast else logits))
         total = total + (acts * mask[:, s : s + step, None].to(acts.dtype)).sum(dim=1)
     return total
 
 
-def last_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> Tensor:
-    """``log1p(relu(logit))`` at the last masked position of each row -> (B, K); zeros for an empty row."""
+def last_pool(hidden: Tensor, head: Tensor, mask: Tensor, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, *,
+              upcast: bool = False) -> Tensor:
+    """``log1p(relu(logit))`` at the last masked position of each row -> (B, K); zeros for an empty row;
+    ``upcast``: in float32."""
     last = last_index(mask)
     rows = hidden[torch.arange(hidden.shape[0], device=hidden.device), last.clamp(min=0)]  # (B, H)
-    acts = torch.log1p(torch.relu(rows @ head.t()))
+    logits = rows @ head.t()
+    acts = torch.log1p(torch.relu(logits.float() if upcast else logits))
     return acts * (last >= 0)[:, None].to(acts.dtype)
 
 

@@ -9,7 +9,7 @@ too. Lazy imports inside functions count like any other: they are dependencies a
     2 formats     lens.config, lens.corpus (the one reader per file format, the document-text rule), lens.trec,
                   lens.instructions, lens.inputs (tokenisation, masks)
     3 models and  lens.attention, lens.layers, lens.backbone, lens.model, lens.model_dir, lens.encoder,
-      stores      lens.vocab, lens.dense, lens.bm25, index (factory, metadata, manifest, store)
+      stores      lens.paper_models, lens.vocab, lens.dense, lens.bm25, index (factory, metadata, manifest, store)
     4 training,   lens.hybrid, lens.indexing, lens.search, lens.serve, lens.updating, lens.train.*, lens.eval.*
       search,
       evaluation
@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "lens.config": 2, "lens.corpus": 2, "lens.instructions": 2, "lens.inputs": 2, "lens.ateb": 2, "lens.export": 2,
     "lens.chunks": 2, "lens.trec": 2,
     "lens.attention": 3, "lens.layers": 3, "lens.backbone": 3, "lens.model": 3, "lens.model_dir": 3,
-    "lens.encoder": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
+    "lens.encoder": 3, "lens.paper_models": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,
     "index.ondisk": 3, "index.shards": 3, "lens.sharding": 4,
     "lens.hybrid": 4, "lens.indexing": 4, "lens.search": 4, "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
