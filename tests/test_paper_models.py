@@ -312,6 +312,22 @@ def test_a_stray_lm_head_weight_is_an_error(tmp_path, prefix):
         LensEncoder.from_pretrained(folder, device="cpu")
 
 
+@pytest.mark.parametrize("change,message", [("drop", "missing_keys"), ("add", "unexpected_keys")])
+def test_weights_must_match_the_config_exactly(released, tmp_path, change, message):
+    decoder, _ = load_released_decoder(released, device="cpu")
+    state = dict(decoder.state_dict())
+    if change == "drop":
+        del state["norm.weight"]
+    else:
+        state["extra.weight"] = torch.zeros(2)
+    folder = copy_without(released, tmp_path / change, skip=("model.safetensors.index.json",
+                                                              "model-00001-of-00002.safetensors",
+                                                              "model-00002-of-00002.safetensors"))
+    write_shards(folder, state)
+    with pytest.raises(ValueError, match=message):
+        LensEncoder.from_pretrained(folder, device="cpu")
+
+
 def test_missing_weights_and_flash_attention_are_refused(released, tmp_path):
     folder = copy_without(released, tmp_path / "partial", skip=("model-00002-of-00002.safetensors",))
     with pytest.raises(FileNotFoundError, match="model-00002-of-00002"):
