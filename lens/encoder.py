@@ -209,7 +209,8 @@ class LensEncoder:
         quantize: str | None = None,
         text_normalization: str | None = None,
     ) -> "LensEncoder":
-        """Load a LENS directory (or ``"default"``).
+        """Load a LENS directory (or ``"default"``), or a folder of the paper's released checkpoints
+        (``lens.paper_models``: LENS-d4000 / d8000, their forward pass, float16 on CUDA by default).
 
         ``backbone`` overrides where the backbone's files are; ``attention`` ("bidirectional"/"causal") and
         ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations, and so does
