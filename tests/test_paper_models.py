@@ -401,3 +401,20 @@ def test_sentence_transformers_encodes_a_released_folder(released, encoder):
 
 def test_added_tokens_are_the_release_s():
     assert ADDED_TOKENS == tuple(ADDED)
+
+
+@pytest.mark.parametrize("name", ["max", "sum", "last"])
+def test_half_precision_logits_are_pooled_in_float32(name):
+    """The released pass's precision: half-precision logits, log1p(relu) in float32; without upcast, as before."""
+    from lens.pooling import get_pooling
+
+    torch.manual_seed(0)
+    hidden, head = torch.randn(3, 7, 16).half(), torch.randn(5, 16).half()
+    mask = torch.ones(3, 7, dtype=torch.long)
+    mask[0, :3] = 0
+    pool = get_pooling(name)
+    up, plain = pool(hidden, head, mask, upcast=True), pool(hidden, head, mask)
+    assert up.dtype == torch.float32 and plain.dtype == torch.float16
+    acts = torch.log1p(torch.relu((hidden @ head.t()).float())) * mask[..., None]  # (B, L, K) in float32
+    expected = {"max": acts.max(dim=1).values, "sum": acts.sum(dim=1), "last": acts[:, -1]}[name]
+    assert_close(up, expected, atol=1e-6 if name != "sum" else 1e-5)
