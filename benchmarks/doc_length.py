@@ -18,21 +18,15 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from _common import add_dev_study_arguments, data_dir, dev_study_encoders, finish, start
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from index.vectors import l2_normalize  # noqa: E402
-from lens.cmdline import command_line, int_list  # noqa: E402
-from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark  # noqa: E402
-from lens.train.report import machine_description  # noqa: E402
-from lens.eval.dev import RetrievalSet, holdout_retrieval_set, retrieval_ndcg  # noqa: E402
+from index.vectors import l2_normalize
+from lens.cmdline import int_list
+from lens.eval.dev import RetrievalSet, holdout_retrieval_set, retrieval_ndcg
 
 logger = logging.getLogger("doc_length")
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 length_list = int_list("--lengths", minimum=16, example="256,512")  # token counts
@@ -99,34 +93,16 @@ def render(results: dict) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="default", help="LENS model directory or 'default'")
     p.add_argument("--lengths", type=length_list, default=[256, 512], help="max_seq_length values (default 256,512)")
     p.add_argument("--quantize", default=None, help="int8: encode with int8 linear layers (faster, cached apart)")
-    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
-    p.add_argument("--fraction", type=float, default=0.2, help="SciFact holdout fraction (the Makefile's)")
-    p.add_argument("--cache-dir", type=Path, default=Path(".cache/lens-bench"))
-    p.add_argument("--threads", type=int, default=None)
-    add_markdown_only_arguments(p, output=ROOT / "benchmarks" / "results" / "doc_length")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if markdown_only(args, args.output, render):
+    add_dev_study_arguments(p)
+    args = start(p, argv, "doc_length", render)
+    if args is None:  # --markdown-only
         return 0
-
-    import torch
-
-    from lens.eval.systems import LensResource, MiniLMResource
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    lens = LensResource(args.model, cache_root=args.cache_dir, batch_size=4, quantize=args.quantize)
-    minilm = MiniLMResource(cache_root=args.cache_dir)
-    dev = holdout_retrieval_set(args.data_dir / "beir" / "scifact", args.fraction)
+    lens, minilm = dev_study_encoders(args, quantize=args.quantize)
+    dev = holdout_retrieval_set(data_dir(args.data_dir) / "beir" / "scifact", args.fraction)
     results = {dev.name: study(dev, lens, minilm, args.lengths)}
-    results["_meta"] = {"command": command_line(),
-                        "notes": args.note, "model": args.model, "quantize": args.quantize,
-                        "machine": machine_description()}
-    print(write_benchmark(args.output, results, render(results)), end="")
-    return 0
+    return finish(args, results, render, model=args.model, quantize=args.quantize)
 
 
 if __name__ == "__main__":

@@ -19,18 +19,10 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from _common import finish, start
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from lens.cmdline import command_line  # noqa: E402
-from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark  # noqa: E402
-from lens.train.report import machine_description  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 SHARES = (1, 10, 50)  # percent of the documents a filter keeps
 KINDS = ("flat", "ivf", "hnsw")
 
@@ -192,10 +184,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None, help="FAISS OpenMP threads (default: FAISS's)")
     p.add_argument("--table-docs", default="", help="comma-separated sizes of document tables (no vectors) whose "
                                                     "lookup costs are measured too, e.g. 1000000")
-    add_markdown_only_arguments(p, output=ROOT / "benchmarks" / "results" / "filter_speed")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    if markdown_only(args, args.output, render):
+    args = start(p, argv, "filter_speed", render, level=logging.WARNING, fmt=None)
+    if args is None:  # --markdown-only
         return 0
     import faiss
 
@@ -211,10 +201,7 @@ def main(argv=None) -> int:
         results[kind] = measure(index, data, vectors, args.queries)
         del index
     results["tables"] = [table_row(int(n), args.seed) for n in args.table_docs.split(",") if n.strip()]
-    results["_meta"] = {"command": command_line(), "docs": args.docs, "queries": args.queries,
-                        "notes": args.note, "machine": machine_description()}
-    print(write_benchmark(args.output, results, render(results)), end="")
-    return 0
+    return finish(args, results, render, docs=args.docs, queries=args.queries)
 
 
 if __name__ == "__main__":

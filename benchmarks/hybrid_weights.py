@@ -33,21 +33,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import REPO as ROOT, add_dev_study_arguments, data_dir, dev_study_encoders, finish, start
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from index.fusion import get_fusion  # noqa: E402
-from index.vectors import balanced_weights, l2_normalize  # noqa: E402
-from lens.cmdline import command_line  # noqa: E402
-from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark  # noqa: E402
-from lens.train.report import machine_description  # noqa: E402
-from lens.eval.dev import (RetrievalSet, holdout_retrieval_set, pairs_retrieval_set, retrieval_ndcg,  # noqa: E402
-                           top_run)
-from lens.metrics import evaluate  # noqa: E402
+from index.fusion import get_fusion
+from index.vectors import balanced_weights, l2_normalize
+from lens.eval.dev import RetrievalSet, holdout_retrieval_set, pairs_retrieval_set, retrieval_ndcg, top_run
+from lens.metrics import evaluate
 
 logger = logging.getLogger("hybrid_weights")
-
-ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GRID = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
 DEPTH = 1000
 
@@ -133,38 +126,20 @@ def render(results: dict) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="default", help="LENS model directory or 'default'")
-    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    add_dev_study_arguments(p)
     p.add_argument("--squad-val", type=Path, default=ROOT / ".cache" / "lens-train" / "mixture-val" / "squad.jsonl.gz")
     p.add_argument("--squad-queries", type=int, default=None, help="keep the first N SQuAD val queries")
-    p.add_argument("--fraction", type=float, default=0.2, help="SciFact holdout fraction (the Makefile's)")
     p.add_argument("--grid", default=",".join(f"{w:g}" for w in DEFAULT_GRID), help="w_lex values, comma-separated")
-    p.add_argument("--cache-dir", type=Path, default=Path(".cache/lens-bench"))
-    p.add_argument("--threads", type=int, default=None)
-    add_markdown_only_arguments(p, output=ROOT / "benchmarks" / "results" / "hybrid_weights")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if markdown_only(args, args.output, render):
+    args = start(p, argv, "hybrid_weights", render)
+    if args is None:  # --markdown-only
         return 0
-
-    import torch
-
-    from lens.eval.systems import LensResource, MiniLMResource
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
     grid = [float(w) for w in args.grid.split(",")]
-    lens = LensResource(args.model, cache_root=args.cache_dir, batch_size=4)
-    minilm = MiniLMResource(cache_root=args.cache_dir)
+    lens, minilm = dev_study_encoders(args)
     results = {}
-    for dev in dev_sets(args.data_dir, args.fraction, args.squad_val, args.squad_queries):
+    for dev in dev_sets(data_dir(args.data_dir), args.fraction, args.squad_val, args.squad_queries):
         results[dev.name] = study(dev, lens, minilm, grid)
         logger.info("%s: %s", dev.name, json.dumps(results[dev.name]["ndcg@10"]))
-    results["_meta"] = {"command": command_line(),
-                        "notes": args.note, "model": args.model,
-                        "machine": machine_description()}
-    print(write_benchmark(args.output, results, render(results)), end="")
-    return 0
+    return finish(args, results, render, model=args.model)
 
 
 if __name__ == "__main__":

@@ -28,19 +28,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
+from _common import RESULTS, data_dir, machine, script_command, write_results
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from lens.eval.beir import data_dir  # noqa: E402
-from lens.quantize import WEIGHT_LEVELS  # noqa: E402  (the shipped grid, simulated here)
+from lens.quantize import WEIGHT_LEVELS  # (the shipped grid, simulated here)
 
 SCIFACT = data_dir() / "beir" / "scifact"
 SQUAD = data_dir() / "train" / "squad" / "pairs.jsonl.gz"
@@ -173,11 +169,8 @@ def apply(config: str, encoder, targets, calibration: list[str]) -> None:
 
 
 def main(argv=None) -> int:
-    from lens.cmdline import command_line
-
     from int8_recipe import cosines
 
-    from lens.atomic import write_json
     from lens.corpus import iter_corpus, read_jsonl
     from lens.encoder import LensEncoder
 
@@ -190,7 +183,7 @@ def main(argv=None) -> int:
     ap.add_argument("--float32-layers", type=int, default=2)
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "int8_error_sources.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "int8_error_sources.json")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -214,12 +207,11 @@ def main(argv=None) -> int:
         rows.append({"config": config, "cos_mean": float(cos.mean()), "cos_min": float(cos.min()),
                      "one_minus_cos": float(1 - cos.mean()), "setup_s": setup_s, "layers": len(targets)})
         print(rows[-1], flush=True)
-    command = command_line(None if argv is None else [__file__, *argv])
+    command = script_command(argv, __file__)
     result = {"command": command, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-              "machine": platform.processor() or platform.machine(), "docs": len(docs),
+              "machine": machine()["processor"], "docs": len(docs),
               "calibration": len(calibration), "calibrate_on": args.calibrate_on,
               "float32_layers": args.float32_layers, "rows": rows}
-    write_json(args.out, result)
     lines = ["# int8 error sources (float32 simulation)", "", f"Command: `{command}`  ", f"Date: {result['date']}; "
              f"torch {torch.__version__}; {len(docs)} SciFact documents (every 40th), {len(calibration)} "
              f"{'SQuAD train paragraphs' if args.calibrate_on == 'squad' else 'other SciFact documents'} for "
@@ -230,7 +222,7 @@ def main(argv=None) -> int:
     for r in rows:
         lines.append(f"| {r['config']} | {r['cos_mean']:.5f} ({r['cos_min']:.5f}) | {r['one_minus_cos']:.5f} | "
                      f"{r['setup_s']:.0f} |")
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, result, lines)
     print("\n".join(lines))
     return 0
 

@@ -16,17 +16,14 @@ import argparse
 import datetime as dt
 import itertools
 import json
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from _common import RESULTS, data_dir, machine, write_results
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-SCIFACT = ROOT.parent / "shared" / "data" / "beir" / "scifact"
+SCIFACT = data_dir() / "beir" / "scifact"
 INSTRUCTION = "Given a scientific claim, retrieve documents that support or refute the claim"
 DEFAULT_RECIPES = "4:0,16:0,8:2,16:1,16:2,16:4,32:2"
 
@@ -68,7 +65,7 @@ def main() -> None:
     ap.add_argument("--recipes", type=recipe_list, default=recipe_list(DEFAULT_RECIPES),
                     help=f"OUTLIERS:FLOAT32_LAYERS pairs (default {DEFAULT_RECIPES})")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "int8_recipe.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "int8_recipe.json")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -95,13 +92,12 @@ def main() -> None:
                "default": (outliers, layers) == (DEFAULT_OUTLIERS, DEFAULT_FLOAT32_LAYERS)}
         rows.append(row)
         print(json.dumps(row), flush=True)
+    m = machine(torch=True)
     result = {"command": command_line(),
-              "date": dt.date.today().isoformat(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "platform": platform.platform(), "model": args.model, "docs": len(docs), "queries": len(queries),
+              "date": dt.date.today().isoformat(), "torch": m["torch"], "threads": m["torch_threads"],
+              "platform": m["platform"], "model": args.model, "docs": len(docs), "queries": len(queries),
               "float32_cpu_s": ref_s, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(result))
+    write_results(args.out, result, markdown(result), sort_keys=False)
     print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 
 

@@ -24,8 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from _common import REPO, script_command, write_markdown as write_markdown_file, write_results
 
 logger = logging.getLogger("label_augmentation")
 
@@ -78,6 +77,11 @@ def collect(models: dict[str, Path]) -> list[dict]:
 
 
 def write_markdown(path: Path, rows: list[dict], study: dict, labels: list[str], command: str, args) -> None:
+    """The table alone at ``path``."""
+    write_markdown_file(path, "\n".join(markdown_lines(rows, study, labels, command, args)) + "\n")
+
+
+def markdown_lines(rows: list[dict], study: dict, labels: list[str], command: str, args) -> list[str]:
     lines = ["# Label-augmented training data: with vs without (issue 11)", "", f"Command: `{command}`", "",
              f"Two runs of {args.steps} steps (batch 16, one task per batch, at most {args.per_task} examples per "
              "task) with the shipped default's settings (causal attention, top 8 layers LoRA r32/a64 + cluster head, "
@@ -121,13 +125,11 @@ def write_markdown(path: Path, rows: list[dict], study: dict, labels: list[str],
                   "system; the other sets whole. One training seed per run, and sampling noise: the binomial "
                   f"standard error of an accuracy near 0.5 on {args.max_rows} rows is "
                   f"{(0.25 / max(args.max_rows, 1)) ** 0.5:.3f}."]
-    path.write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def main(argv=None) -> int:
-    from lens.cmdline import command_line
-
-    from lens.atomic import read_json, write_json
+    from lens.atomic import read_json
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -146,10 +148,9 @@ def main(argv=None) -> int:
         evaluate(model, roots[label], args)
     rows = collect(roots)
     study = read_json(study_out.with_suffix(".json"), "study results")
-    command = command_line(None if argv is None else [__file__, *argv])
-    write_json(args.output.with_suffix(".json"), {"study": study, "ateb": rows, "command": command})
-    write_markdown(args.output.with_suffix(".md"), rows, study, list(models), command, args)
-    print(args.output.with_suffix(".md").read_text())
+    command = script_command(argv, __file__)
+    print(write_results(args.output, {"study": study, "ateb": rows, "command": command},
+                        markdown_lines(rows, study, list(models), command, args)))
     return 0
 
 

@@ -9,11 +9,10 @@ Results go to benchmarks/results/lexicality.{json,md}; see --help.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+import _common  # noqa: F401 (this checkout on sys.path)
 
-from lens.eval import script_main  # noqa: E402
+from lens.eval import script_main
 
 if __name__ == "__main__":
     sys.exit(script_main("lens.eval.lexicality", __doc__.split("\n")[0]))

@@ -15,19 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _common import REPO as ROOT, RESULTS, data_dir, write_results
+
 LOSSES = ("infonce", "bce", "bce-graded", "bce:siglip", "bce-graded:siglip")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sts", type=Path, default=ROOT.parent / "shared/data/sts/stsbenchmark/stsbenchmark.tsv.gz")
+    p.add_argument("--sts", type=Path, default=data_dir() / "sts/stsbenchmark/stsbenchmark.tsv.gz")
     p.add_argument("--model", default=str(ROOT / ".cache" / "lens-train" / "smollm2-k4000"),
                    help="an untrained clustering (`lens cluster-vocab --clusters 4000 --out DIR`; what make train-default makes)")
     p.add_argument("--losses", default=",".join(LOSSES))
@@ -41,7 +40,7 @@ def main() -> int:
     p.add_argument("--eval-split", default="test", choices=("dev", "test"),
                    help="the STS-B split judged (dev for studies that choose a loss; test for the first comparison)")
     p.add_argument("--prefix-cache", type=Path, default=ROOT / ".cache" / "lens-train" / "prefix-loss-comparison")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "loss_comparison")
+    p.add_argument("--out", type=Path, default=RESULTS / "loss_comparison")
     args = p.parse_args()
     import torch
 
@@ -80,7 +79,6 @@ def main() -> int:
                          "train_s": train_s, "total_s": time.perf_counter() - t})
             print(json.dumps(rows[-1]), flush=True)
     from lens.cmdline import command_line
-    from lens.eval.report import write_benchmark
 
     command = command_line()
     meta = {"command": command, "steps": args.steps, "pairs": args.pairs, "batch_size": args.batch_size,
@@ -98,7 +96,7 @@ def main() -> int:
     for r in rows:
         fl = "-" if r["first_loss"] is None else f"{r['first_loss']:.3f} -> {r['last_loss']:.3f}"
         lines.append(f"| {r['loss']} | {r['steps']} | {r[f'stsb_{args.eval_split}_spearman']:.1f} | {fl} | {r['train_s']:.0f} |")
-    print(write_benchmark(args.out, meta, lines), end="")
+    print(write_results(args.out, meta, lines), end="")
     return 0
 
 

@@ -18,7 +18,6 @@ import datetime as dt
 import io
 import json
 import os
-import platform
 import resource
 import shutil
 import signal
@@ -32,14 +31,11 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from _common import REPO as ROOT, machine
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the fault scripts and corpora that tests/test_reliability.py uses too
-
-import corpus_helpers  # noqa: E402
-from fault_scripts import (DISK_FULL_SAVE, HOLD_LOCK, KILL_BETWEEN_RENAMES, MAKE_INDEX, SAVE_LOOP,  # noqa: E402
-                           SLOW_BUILD, make_index)
+# the fault programs, tiny models and corpora that tests/test_reliability.py uses too
+from lens import testing as fixtures
+from lens.testing import DISK_FULL_SAVE, HOLD_LOCK, KILL_BETWEEN_RENAMES, MAKE_INDEX, SAVE_LOOP, SLOW_BUILD, make_index
 
 WORDS = ("the a of and to in is was for on with as by at from that this it be are or an which review study cell cells "
          "protein gene genes cancer patients results data model method effect analysis high low increase show found "
@@ -50,29 +46,13 @@ LIMIT = 100_000  # bytes: the file-size limit that plays a full disk
 
 # ---------------------------------------------------------------------------------------------- set-up
 def tiny_backbone(directory: Path, seed: int) -> Path:
-    """A tiny random Llama and a word-level tokenizer, saved like a user's local HF model."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(["<unk>", "<s>", "</s>", "<pad>", *WORDS])}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-                                  pad_token="<pad>")
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=3,
-        tie_word_embeddings=True))
-    model.save_pretrained(directory)
-    tok.save_pretrained(directory)
-    return directory
+    """A tiny random Llama and a word-level tokenizer of this script's words, saved like a user's local HF model."""
+    return fixtures.save_tiny_backbone(directory, seed, words=WORDS)
 
 
 def write_corpus(path: Path, n: int, prefix: str = "d", seed: int = 0) -> Path:
     """A corpus in this script's vocabulary (the tiny backbone's): 3 to 11 words a document."""
-    return corpus_helpers.write_corpus(path, n, prefix, seed, words=WORDS, lengths=(3, 12))
+    return fixtures.write_corpus(path, n, prefix, seed, words=WORDS, lengths=(3, 12))
 
 
 @dataclass
@@ -672,15 +652,16 @@ def one_query_training(env: Env, row: Row) -> None:
 
 
 # ---- damaged files ---------------------------------------------------------------------------------------------
-def _copy_index(env: Env, name: str) -> Path:
+def _copy(env: Env, source: Path, name: str, as_: str) -> Path:
+    """A copy of ``source`` (the shared index or model) at ``<fresh folder NAME>/AS_``, to damage."""
     d = env.fresh(name)
-    shutil.copytree(env.index, d / "ix")
-    return d / "ix"
+    shutil.copytree(source, d / as_)
+    return d / as_
 
 
 @scenario("damaged files", "`lens index info` on an index whose docs.sqlite has one flipped byte")
 def info_damaged(env: Env, row: Row) -> None:
-    ix = _copy_index(env, "info-damaged")
+    ix = _copy(env, env.index, "info-damaged", "ix")
     raw = bytearray((ix / "docs.sqlite").read_bytes())
     raw[100] ^= 0xFF
     (ix / "docs.sqlite").write_bytes(bytes(raw))
@@ -694,7 +675,7 @@ def info_damaged(env: Env, row: Row) -> None:
 
 @scenario("damaged files", "`lens search` on an index whose index.faiss was truncated")
 def truncated_faiss(env: Env, row: Row) -> None:
-    ix = _copy_index(env, "truncated")
+    ix = _copy(env, env.index, "truncated", "ix")
     data = (ix / "index.faiss").read_bytes()
     (ix / "index.faiss").write_bytes(data[: len(data) // 2])
     run = in_process("search", ix, "cell gene")
@@ -702,15 +683,9 @@ def truncated_faiss(env: Env, row: Row) -> None:
     row.kept = "-"
 
 
-def _copy_model(env: Env, name: str) -> Path:
-    d = env.fresh(name)
-    shutil.copytree(env.model, d / "m")
-    return d / "m"
-
-
 @scenario("damaged files", "a model directory whose clusters.safetensors is garbage")
 def corrupt_clusters(env: Env, row: Row) -> None:
-    m = _copy_model(env, "bad-clusters")
+    m = _copy(env, env.model, "bad-clusters", "m")
     (m / "clusters.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     (m.parent / "t.txt").write_text("cell\n")
     run = in_process("encode", "--model", m, "--input", m.parent / "t.txt", "--output", m.parent / "v.npy")
@@ -748,7 +723,7 @@ def corrupt_adapter(env: Env, row: Row) -> None:
 
 @scenario("damaged files", "a model directory pointed at another backbone (same shapes, other weights)")
 def other_backbone(env: Env, row: Row) -> None:
-    m = _copy_model(env, "other-backbone")
+    m = _copy(env, env.model, "other-backbone", "m")
     config = json.loads((m / "config.json").read_text())
     config["backbone"] = str(env.other_backbone)
     (m / "config.json").write_text(json.dumps(config))
@@ -786,13 +761,13 @@ def foreign_output(env: Env, row: Row) -> None:
 def markdown(rows: list[Row], seconds: float, command: str) -> str:
     short = [r for r in rows if r.problems and not r.skipped]
     skipped = [r for r in rows if r.skipped]
+    m = machine()
     lines = [
         "# Reliability: bad inputs and faults",
         "",
         f"- Command: `{command}` ({seconds / 60:.1f} min)",
         f"- Date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
-        f"- Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} "
-        f"{platform.release()}; euid {os.geteuid()}",
+        f"- Machine: {m['cores']} CPUs, Python {m['python']}, {m['system']} {m['release']}; euid {os.geteuid()}",
         "- Models: tiny random Llama backbones (2 layers, hidden 32) clustered to k=16, built in a temporary "
         "directory; a full disk is played by `RLIMIT_FSIZE` with SIGXFSZ ignored (writes fail with EFBIG, which LENS "
         "treats like ENOSPC).",

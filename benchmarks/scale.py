@@ -25,8 +25,6 @@ import argparse
 import datetime as dt
 import json
 import math
-import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -36,8 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import RESULTS, machine, write_results
 
 LEXICON, DENSE = 4000, 384
 TOPICS = 2000
@@ -245,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=None, help="where the indexes are written (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the indexes (default: each is removed once measured)")
-    p.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
+    p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--config", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -287,14 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    m = machine()
     result = {"command": command, "date": dt.datetime.now().isoformat(timespec="seconds"),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+              "machine": f"{m['arch']}, {m['cores']} CPUs, {m['system']} {m['release']}",
               "faiss": faiss.__version__, "threads": faiss.omp_get_max_threads(), "config": cfg,
               "truth_s": truth["truth_s"], "rows": rows}
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "scale.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.results / "scale.md").write_text(markdown(result))
-    print(markdown(result))
+    print(write_results(args.results / "scale", result, markdown(result), sort_keys=False))
     return 0
 
 

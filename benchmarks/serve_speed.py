@@ -23,13 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from lens.cmdline import command_line  # noqa: E402
-from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark  # noqa: E402
-from lens.train.report import machine_description  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from _common import REPO as ROOT, add_data_dir_argument, data_dir, finish, start
 
 
 def timings(call, queries: list[str], repeat: int) -> list[float]:
@@ -107,17 +101,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default="adi", help="a corpus for lens index build (a BEIR or classic set's name "
                                                    "under --data-dir, or a path); its queries are searched")
-    p.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    add_data_dir_argument(p)
     p.add_argument("--queries", type=int, default=30, help="how many of its queries")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("-k", type=int, default=10)
     p.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "lens-bench" / "serve")
     p.add_argument("--threads", type=int, default=None)
-    add_markdown_only_arguments(p, output=ROOT / "benchmarks" / "results" / "serve_speed")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-    if markdown_only(args, args.output, render):
+    args = start(p, argv, "serve_speed", render, level=logging.WARNING, fmt=None)
+    if args is None:  # --markdown-only
         return 0
     import torch
 
@@ -128,7 +120,7 @@ def main(argv=None) -> int:
     from lens.eval.beir import resolve_dataset
     from lens.serve import SearchService, make_server
 
-    corpus = resolve_dataset(args.corpus, args.data_dir)
+    corpus = resolve_dataset(args.corpus, data_dir(args.data_dir))
     index_dir = args.cache_dir / Path(str(args.corpus)).name
     if not (index_dir / "manifest.json").is_file():
         code = lens_main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(index_dir)])
@@ -150,11 +142,8 @@ def main(argv=None) -> int:
     finally:
         server.shutdown()
         server.server_close()
-    results["_meta"] = {"command": command_line(), "machine": machine_description(), "corpus": str(args.corpus),
-                        "documents": len(service.searcher.index), "queries": len(queries), "repeat": args.repeat,
-                        "clients": args.clients, "k": args.k, "notes": args.note}
-    print(write_benchmark(args.output, results, render(results)), end="")
-    return 0
+    return finish(args, results, render, corpus=str(args.corpus), documents=len(service.searcher.index),
+                  queries=len(queries), repeat=args.repeat, clients=args.clients, k=args.k)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -37,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _common import RESULTS, data_dir, machine, write_markdown, write_results
 
-ROOT = Path(__file__).resolve().parents[1]
-SCIFACT = ROOT.parent / "shared" / "data" / "beir" / "scifact"
+SCIFACT = data_dir() / "beir" / "scifact"
 
 
 def load_texts(n_docs: int, n_queries: int) -> tuple[list[str], list[str], str]:
@@ -191,14 +189,14 @@ def main() -> None:
     ap.add_argument("--skip-minilm", action="store_true")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default: torch's choice); 1 is steadier when other jobs share the CPU")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "speed_encode.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "speed_encode.json")
     ap.add_argument("--markdown-only", action="store_true",
                     help="measure nothing: rewrite --out's .md from its saved .json (after a change of the table)")
     args = ap.parse_args()
     if args.markdown_only:
         if not args.out.is_file():
             ap.error(f"--markdown-only renders {args.out}, which does not exist: run the benchmark with --out first")
-        args.out.with_suffix(".md").write_text(_markdown(json.loads(args.out.read_text())))
+        write_markdown(args.out.with_suffix(".md"), _markdown(json.loads(args.out.read_text())))
         return
 
     from lens.encoder import LensEncoder
@@ -267,12 +265,11 @@ def main() -> None:
                                              f"{v['cpu_p50_ms']:.1f} / {v['cpu_p95_ms']:.1f})"
                                              for k, v in latency.items()), flush=True)
 
+    m = machine(torch=True)
     result = {
         "command": command_line(),
         "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "python": platform.python_version(), "torch": torch.__version__,
-                    "quantized_engine": torch.backends.quantized.engine},
+        "machine": {k: m[k] for k in ("cpu", "cores", "torch_threads", "python", "torch", "quantized_engine")},
         "model": args.model, "num_clusters": fp32.num_clusters, "max_seq_length": fp32.max_seq_length,
         "cpu_batch_tokens": fp32.cpu_batch_tokens,
         "inputs": {"source": source, "docs": len(texts), "tokens_mean": float(np.mean(lengths)),
@@ -285,9 +282,7 @@ def main() -> None:
         t = time_cluster_vocab(args.backbone_ref, args.clusters)
         result["cluster_vocab"] = {"clusters": args.clusters, "seconds": t, "goal_seconds": 60}
         print(f"cluster-vocab k={args.clusters}: {t:.1f}s (whole command)", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(_markdown(result))
+    write_results(args.out, result, _markdown(result), sort_keys=False)
 
 
 def backbone_flops(config, tokens: int) -> float:
@@ -318,16 +313,6 @@ def _loadavg() -> list[float]:
         return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
     except OSError:
         return []
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _markdown(r: dict) -> str:

@@ -20,23 +20,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import json
 import logging
 import os
-import platform
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import faiss
 import numpy as np
+from _common import machine as machine_facts, write_results
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from index import HybridIndex  # noqa: E402
-from index.vectors import document_vectors, query_vectors  # noqa: E402
+from index import HybridIndex
+from index.vectors import document_vectors, query_vectors
 
 logger = logging.getLogger("speed_index")
 
@@ -174,32 +170,19 @@ def recall_at_k(truth: list[list[str]], results) -> float:
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = _meminfo_gb()
+    """The shared machine facts under this report's keys, with FAISS's and numpy's."""
+    m = machine_facts()
     return {
-        "nproc": os.cpu_count(),
+        "nproc": m["cores"],
         "faiss_threads": faiss.omp_get_max_threads(),
-        "cpu": cpu,
-        "mem_total_gb": mem,
-        "python": platform.python_version(),
+        "cpu": m["cpu"],
+        "mem_total_gb": m["mem_total_gb"],
+        "python": m["python"],
         "numpy": np.__version__,
         "faiss": faiss.__version__,
         "faiss_compile": faiss.get_compile_options().strip(),
-        "platform": platform.platform(),
+        "platform": m["platform"],
     }
-
-
-def _meminfo_gb() -> float:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024**2, 1)
-    return float("nan")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -354,9 +337,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _write(out: Path, report: dict) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(report))
+    write_results(out, report, markdown(report), sort_keys=False)
 
 
 def _mb(b: int) -> str:

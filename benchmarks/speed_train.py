@@ -13,15 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _common import RESULTS, machine, write_results
 
 
 def run_variant(name, data, args, lora_layers, bf16, cache_dir):
@@ -57,7 +54,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--top-layers", default="4,8")
     p.add_argument("--bf16", action="store_true", help="also time bf16 autocast for the first top-N variant")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "speed_train")
+    p.add_argument("--out", type=Path, default=RESULTS / "speed_train")
     args = p.parse_args()
     import torch
 
@@ -82,10 +79,9 @@ def main() -> int:
     for r in rows:
         r["speedup"] = base / r["step_s_median"]
     from lens.cmdline import command_line
-    from lens.eval.report import write_benchmark
 
-    command = command_line()
-    meta = {"command": command, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+    command, m = command_line(), machine()
+    meta = {"command": command, "machine": f"{m['processor']}, {m['cores']} cores",
             "load_avg_1min_after": os.getloadavg()[0], "batch_size": args.batch_size,
             "query_tokens": args.query_tokens, "doc_tokens": args.doc_tokens, "threads": args.threads, "rows": rows}
     lines = ["# Training step time (CPU)", "", "```bash", command, "```", "",
@@ -96,7 +92,7 @@ def main() -> int:
              "| variant | step s (median) | speed-up vs baseline | one-off prefix cache s/text |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['step_s_median']:.2f} | {r['speedup']:.1f}x | {r['cache_s_per_text']:.3f} |")
-    print(write_benchmark(args.out, meta, lines), end="")
+    print(write_results(args.out, meta, lines), end="")
     return 0
 
 

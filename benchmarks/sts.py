@@ -11,11 +11,10 @@ to compare them in one run. Results go to benchmarks/results/sts.{json,md} (``--
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+import _common  # noqa: F401 (this checkout on sys.path)
 
-from lens.eval import script_main  # noqa: E402
+from lens.eval import script_main
 
 if __name__ == "__main__":
     sys.exit(script_main("lens.eval.sts_bench", __doc__.split("\n")[0]))

@@ -13,17 +13,15 @@ benchmarks/results/sts_breakdown.{json,md}; see --help.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+from _common import RESULTS
 
-from lens.eval import script_main  # noqa: E402
+from lens.eval import script_main
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    defaults = ["--by-stratum", "--splits", "dev,test", "--output", str(ROOT / "benchmarks" / "results" / "sts_breakdown")]
+    defaults = ["--by-stratum", "--splits", "dev,test", "--output", str(RESULTS / "sts_breakdown")]
     return script_main("lens.eval.sts_bench", __doc__.split("\n")[0], defaults + argv)
 
 

@@ -25,11 +25,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import add_data_dir_argument, data_dir, write_results
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from lens.cmdline import int_list  # noqa: E402
-from lens.eval.systems import LensHybrid, LensLexicon  # noqa: E402
+from lens.cmdline import int_list
+from lens.eval.systems import LensHybrid, LensLexicon
 
 logger = logging.getLogger(__name__)
 
@@ -86,13 +85,12 @@ def run(args: argparse.Namespace) -> int:
     from index.vectors import prune_top_m
     from lens.cmdline import command_line
     from lens.eval.beir import DEFAULT_CACHE_DIR, evaluate_system, load_dataset
-    from lens.eval.report import write_benchmark
     from lens.eval.systems import DEFAULT_DEPTH, Resources
     from lens.export import LABEL_TOKENS, cluster_labels
     from lens.instructions import lookup
 
     command = command_line()
-    data = load_dataset(args.dataset, args.split, data=args.data_dir)
+    data = load_dataset(args.dataset, args.split, data=data_dir(args.data_dir))
     instruction = lookup(data.name)
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     resources = Resources(model=args.model, cache_root=cache_dir, lens_batch_size=args.lens_batch_size)
@@ -122,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             "instruction": instruction.text, "instruction_source": instruction.source, "dense": args.dense,
             "weights_hybrid": list(args.weights), "depth": DEFAULT_DEPTH, "cache_dir": str(cache_dir),
             "lens_fingerprint": enc.fingerprint(), "rows": rows}
-    print(write_benchmark(args.results, meta, markdown(meta)), end="")
+    print(write_results(args.results, meta, markdown(meta)), end="")
     return 0
 
 
@@ -207,10 +205,10 @@ m_list = int_list("--m", example="64,128")
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from lens.cmdline import positive_int
-    from lens.eval.beir import DEFAULT_CACHE_DIR, add_data_argument, add_thread_arguments, weights_arg
+    from lens.eval.beir import DEFAULT_CACHE_DIR, add_thread_arguments, weights_arg
 
     parser.add_argument("--dataset", default="scifact", help="a BEIR directory or a name under DATA_DIR/{beir,classic}")
-    add_data_argument(parser)
+    add_data_dir_argument(parser)
     parser.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
     parser.add_argument("--model", default="default", help="LENS model directory or 'default'")
     parser.add_argument("--m", type=m_list, default=list(DEFAULT_M),

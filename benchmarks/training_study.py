@@ -29,13 +29,11 @@ import copy
 import gc
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from _common import (REPO, add_data_dir_argument, data_dir, script_command, write_markdown as write_markdown_file,
+                     write_results)
 
 logger = logging.getLogger("training_study")
 
@@ -156,7 +154,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--per-task", type=int, default=2000, help="examples kept per task (seeded)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", type=Path, default=REPO / ".cache/lens-train", help="where make train-data-mixture wrote")
-    p.add_argument("--data-dir", type=Path, default=None, help="shared data (default: $LENS_DATA_DIR or ../shared/data)")
+    add_data_dir_argument(p)
     p.add_argument("--work", type=Path, default=REPO / ".cache/lens-study", help="models and prefix caches")
     p.add_argument("--output", type=Path, default=REPO / "benchmarks/results/training_study")
     p.add_argument("--judge-queries", type=int, default=100, help="held-out SciFact train queries judged")
@@ -319,7 +317,14 @@ def _number(value: float | None) -> str:
     return "not measured in these runs" if value is None else f"{value:.4f}"
 
 
-def write_markdown(results: dict, path: Path, command: str) -> None:
+def write_markdown(results: dict, path: Path, command: str) -> str:
+    """The table alone at ``path`` (the results file unchanged); returns it."""
+    text = "\n".join(markdown_lines(results, command)) + "\n"
+    write_markdown_file(path, text)
+    return text
+
+
+def markdown_lines(results: dict, command: str) -> list[str]:
     base = results.get("base")
     commands = results.get("_meta", {}).get("commands") or [command]
     lines = [
@@ -369,7 +374,7 @@ def write_markdown(results: dict, path: Path, command: str) -> None:
               "else ran on the machine (a 2-thread run sharing the cores slows several-fold): compare quality, not "
               "times, across rows. The results file keeps every row; rows come from earlier invocations of the same "
               "script with other --variants/--threads (see the threads column)."]
-    path.write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def seed_spread(results: dict) -> list[str]:
@@ -400,9 +405,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import torch
 
-    from lens.atomic import read_json, write_json
-    from lens.cmdline import command_line
-    from lens.eval.beir import data_dir
+    from lens.atomic import read_json
     from lens.eval.dev import holdout_rerank_set, rerank_ndcg
     from lens.eval.sts import load_sts
 
@@ -420,7 +423,7 @@ def main(argv=None) -> int:
     dense = dense_pools(rerank)
     json_path = args.output.with_suffix(".json")
     results = read_json(json_path, "study results") if json_path.is_file() else {}
-    command = command_line(None if argv is None else [__file__, *argv])
+    command = script_command(argv, __file__)
     commands = list(results.get("_meta", {}).get("commands") or [])  # the invocations that added rows
     results["_meta"] = {"steps": args.steps, "per_task": args.per_task, "judge_queries": len(rerank.query_ids),
                         "judge_docs": len(rerank.doc_ids), "bm25_ndcg": rerank.bm25_ndcg(), "seed": args.seed,
@@ -439,10 +442,8 @@ def main(argv=None) -> int:
         logger.info("%s: %s", key, results[key])
         if command not in commands:
             commands.append(command)
-        write_json(json_path, results)
-        write_markdown(results, args.output.with_suffix(".md"), command)
-    write_markdown(results, args.output.with_suffix(".md"), command)
-    print(args.output.with_suffix(".md").read_text())
+        write_results(args.output, results, markdown_lines(results, command))
+    print(write_markdown(results, args.output.with_suffix(".md"), command))
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -45,7 +46,11 @@ def write_beir(directory: Path, docs=DOCS, queries=QUERIES, qrels=TEST_QRELS, sp
 
 
 def load_script(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` as a module (the scripts are not a package), to test their pure parts."""
+    """``benchmarks/<name>.py`` as a module (the scripts are not a package), to test their pure parts; their folder
+    goes on ``sys.path`` first, as when a script runs, so that ``import _common`` (and one script importing another)
+    works."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
     spec = importlib.util.spec_from_file_location(f"{name}_bench", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,5 @@
-"""Tiny random decoders and a word-level tokenizer built in memory: fast, no files, no network."""
+"""Tiny random decoders and a word-level tokenizer built in memory (by ``lens.testing``, which the benchmark scripts
+share): fast, no files, no network."""
 
 from __future__ import annotations
 
@@ -9,50 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-WORDS = (
-    "the a of and to in is was for on with as by at from that this it be are or an which review reviews "
-    "reviewed paper study cell cells protein gene genes cancer patients results data model models method "
-    "methods effect effects analysis high low increase decrease show shows found using based new used two "
-    "one three between after during we our these than more most also may can not no human mouse blood "
-    "brain risk treatment clinical trial disease drug drugs dose response expression level levels role"
-).split()
-SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
-FAMILIES = ("llama", "mistral", "qwen2")
+from lens.testing import FAMILIES, SPECIALS, WORDS, make_causal_lm, make_tokenizer  # noqa: F401 (the tests' builders)
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def make_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {w: i for i, w in enumerate(SPECIALS + WORDS)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"
-    )
-    tok.padding_side = "right"
-    return tok
-
-
-def make_causal_lm(family: str, vocab_size: int, attn_implementation: str = "sdpa", seed: int = 0):
-    from transformers import (
-        LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-    )
-
-    common = dict(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=3,
-        attn_implementation=attn_implementation,
-    )
-    cls = {
-        "llama": (LlamaConfig, LlamaForCausalLM, {"tie_word_embeddings": True}),
-        "mistral": (MistralConfig, MistralForCausalLM, {"tie_word_embeddings": False}),
-        "qwen2": (Qwen2Config, Qwen2ForCausalLM, {"tie_word_embeddings": True}),
-    }[family]
-    torch.manual_seed(seed)
-    model = cls[1](cls[0](**common, **cls[2]))
-    return model.eval()
 
 
 @pytest.fixture(scope="session")

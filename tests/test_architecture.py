@@ -13,7 +13,8 @@ too. Lazy imports inside functions count like any other: they are dependencies a
     4 training,   lens.hybrid, lens.indexing, lens.search, lens.serve, lens.updating, lens.train.*, lens.eval.*
       search,
       evaluation
-    5 interface   lens.cli, lens.cli_data, lens (the package's lazy facade); benchmarks/ scripts sit above all
+    5 interface   lens.cli, lens.cli_data, lens (the package's lazy facade), lens.testing (the tests' and the
+                  benchmarks' tiny models, corpora and fault programs); benchmarks/ scripts sit above all
 
 Also: no module of ``lens`` or ``index`` imports the benchmark scripts, and ``index`` imports only public
 (non-underscore) modules of ``lens``. Every module must be placed in a layer here.
@@ -42,7 +43,7 @@ LAYERS: dict[str, int] = {
     "index.ondisk": 3, "index.shards": 3, "lens.sharding": 4,
     "lens.hybrid": 4, "lens.indexing": 4, "lens.search": 4, "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
     "lens.eval": 4, "lens.integrations": 4,
-    "lens.cli": 5, "lens.cli_data": 5, "lens.cli_index": 5, "lens.cli_train": 5, "lens": 5,
+    "lens.cli": 5, "lens.cli_data": 5, "lens.cli_index": 5, "lens.cli_train": 5, "lens": 5, "lens.testing": 5,
 }
 PACKAGES = ("lens", "index")
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import io
+import json
 import logging
 import math
 import os
@@ -286,11 +287,17 @@ def write_readme(root: str | os.PathLike) -> Path:
     return path
 
 
-def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Sequence[str]) -> str:
-    """``out.json`` (``meta``) and ``out.md`` (the lines) of a benchmark script, atomically; returns the markdown."""
+def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Sequence[str], *,
+                    sort_keys: bool = True) -> str:
+    """``out.json`` (``meta``) and ``out.md`` (the lines) of a benchmark script, atomically; returns the markdown.
+    ``sort_keys=False`` writes the JSON in ``meta``'s own key order, ASCII-escaped (``json.dumps(meta, indent=2)``:
+    the format of the scripts that always wrote theirs so)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out.with_suffix(".json"), meta)
+    if sort_keys:
+        write_json(out.with_suffix(".json"), meta)
+    else:
+        atomic_write_bytes(out.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
     text = "\n".join(markdown_lines) + "\n"
     atomic_write_bytes(out.with_suffix(".md"), text.encode("utf-8"))
     return text
