@@ -22,8 +22,9 @@ if sys.path[0] != str(REPO):
     sys.path.insert(0, str(REPO))  # run from a checkout without installing: this checkout's lens, not another
 # lens is imported inside the functions: importing this module costs a measuring child process nothing
 
-__all__ = ["REPO", "RESULTS", "add_data_dir_argument", "add_dev_study_arguments", "dev_study_encoders", "cpu_name", "data_dir", "finish", "machine",
-           "machine_description", "script_command", "start", "write_markdown", "write_results"]
+__all__ = ["REPO", "RESULTS", "add_data_dir_argument", "add_dev_study_arguments", "cpu_name", "data_dir",
+           "dev_study_encoders", "finish", "machine", "machine_description", "script_command", "start",
+           "write_markdown", "write_results"]
 
 LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 
@@ -53,25 +54,27 @@ def _mem_total_gb() -> float:
 
 
 def machine(torch: bool = False) -> dict:
-    """The machine a benchmark ran on, one fact a key: ``cpu`` (model name), ``processor`` (``platform``'s name,
-    else the architecture), ``cores``, ``mem_total_gb``, ``arch``, ``system``, ``release``, ``platform``, ``python``; with ``torch`` (which imports it), also ``torch``, ``torch_threads``,
-    ``quantized_engine`` and ``gpu``. Each script records the facts it always recorded, under its own keys."""
-    facts = {"cpu": cpu_name(), "processor": platform.processor() or platform.machine(), "cores": os.cpu_count(), "mem_total_gb": _mem_total_gb(), "arch": platform.machine(),
-             "system": platform.system(), "release": platform.release(), "platform": platform.platform(),
-             "python": platform.python_version()}
+    """The machine a benchmark ran on, one fact a key: ``cpu`` (the model name), ``processor`` (``platform``'s
+    name, else the architecture), ``cores``, ``mem_total_gb``, ``arch``, ``system``, ``release``, ``platform``,
+    ``python``; with ``torch`` (which imports it), also ``torch``, ``torch_threads`` and ``quantized_engine``. Each
+    script records the facts it always recorded, under its own keys."""
+    facts = {"cpu": cpu_name(), "processor": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+             "mem_total_gb": _mem_total_gb(), "arch": platform.machine(), "system": platform.system(),
+             "release": platform.release(), "platform": platform.platform(), "python": platform.python_version()}
     if torch:
         import torch as t
 
         facts.update(torch=t.__version__, torch_threads=t.get_num_threads(),
-                     quantized_engine=t.backends.quantized.engine,
-                     gpu=t.cuda.get_device_name(0) if t.cuda.is_available() else "no GPU")
+                     quantized_engine=t.backends.quantized.engine)
     return facts
 
 
 def machine_description() -> str:
-    """The machine in one line, as training's model card writes it: ``CPU, N cores, GPU; torch V, T threads``."""
-    m = machine(torch=True)
-    return f"{m['cpu']}, {m['cores']} cores, {m['gpu']}; torch {m['torch']}, {m['torch_threads']} threads"
+    """The machine in one line, as training's model card writes it (``lens.train.report.machine_description``):
+    ``CPU, N cores, GPU; torch V, T threads``."""
+    from lens.train.report import machine_description as description
+
+    return description()
 
 
 # ---------------------------------------------------------------------------------------------- the data
