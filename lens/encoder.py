@@ -30,7 +30,7 @@ from lens.inputs import (PADDING_SIDE, Encoded, check_text_normalization, encode
 from lens.model import LensModel, LensOutput, decoder_of
 from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
 from lens.paper_models import is_released_dir, load_released_decoder
-from lens.quantize import check_quantize, quantize_decoder
+from lens.quantize import AUTO, quantize_decoder, resolve_quantize
 
 logger = logging.getLogger(__name__)
 
@@ -218,11 +218,15 @@ class LensEncoder:
         LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
         ``quantize="int8"`` runs the decoder's linear layers in int8 on CPU (``lens.quantize``; the cluster head and
         pooling stay float32): faster, vectors close to but not equal to float32's (and to themselves encoded in
-        another batch, by ~1e-3: outlier channels are picked per forward), inference only.
+        another batch, by ~1e-3: outlier channels are picked per forward), inference only. ``quantize="auto"``: int8
+        where this host runs it clearly faster than float32 (``lens.quantize.resolve_quantize``), else float32;
+        ``encoder.quantize`` says which.
         """
+        if quantize == AUTO and (dtype not in (None, torch.float32) or not merge_adapter):
+            quantize = None  # what the other options ask for rules int8 out: "auto" is float32 (or dtype) then
+        quantize = resolve_quantize(quantize, device)  # "auto" becomes "int8" or None (float32) here
         if quantize is not None:
             device = device or "cpu"
-            check_quantize(quantize, device)
             if dtype not in (None, torch.float32):
                 raise ValueError(f"quantize={quantize!r} starts from float32 weights; drop dtype={dtype}")
             if not merge_adapter:
@@ -267,13 +271,16 @@ class LensEncoder:
         return encoder if quantize is None else encoder.apply_quantize(quantize)
 
     def apply_quantize(self, quantize: str) -> "LensEncoder":
-        """Quantize this encoder's decoder in place (``lens.quantize``: ``"int8"``, CPU only); returns it."""
+        """Quantize this encoder's decoder in place (``lens.quantize``: ``"int8"``, CPU only; ``"auto"``: int8 where
+        ``resolve_quantize`` picks it, else left float32); returns it."""
         if self.quantize is not None:
             raise ValueError(f"this encoder is already quantized ({self.quantize!r})")
         if self.adapter_sha256 is not None and not self.adapter_merged:
             raise ValueError(f"quantize={quantize!r} needs the adapter merged into the weights; load the model "
                              "with merge_adapter=True")
-        check_quantize(quantize, self.device)
+        quantize = resolve_quantize(quantize, self.device)
+        if quantize is None:  # float32 asked for, or "auto" picked it on this host / device
+            return self
         quantize_decoder(self.model.decoder, quantize)
         self.quantize = quantize
         return self

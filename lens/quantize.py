@@ -27,15 +27,23 @@ a clear error and float32 still works.
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import logging
+import math
+import platform
+import time
 import warnings
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 logger = logging.getLogger(__name__)
 
-QUANTIZE_MODES = ("int8",)  # None (the default everywhere) means float32
+AUTO = "auto"  # not a mode itself: resolve_quantize turns it into "int8" or None on this host
+QUANTIZE_MODES = ("int8", AUTO)  # the valid quantize= values; None (the default everywhere) means float32
 WEIGHT_LEVELS = 63  # 7-bit symmetric weights: u8 activation x s8 weight pairs stay within int16 (no saturation)
 # Input channels per call kept in float32, and the first decoder blocks left whole in float32 (their activations carry
 # the model's largest outliers). Chosen on the default of the time (SmolLM2-135M, k 4000) by
@@ -53,11 +61,15 @@ ENGINES = ("x86", "fbgemm")  # the quantized engines whose dynamic linear these 
 
 
 def check_quantize(quantize: str | None, device: str | torch.device | None = None) -> str | None:
-    """``quantize`` if valid for ``device`` (None: float32, always valid), else a ValueError saying what to do."""
+    """``quantize`` if a concrete mode valid for ``device`` (None: float32, always valid), else a ValueError saying
+    what to do. ``"auto"`` is refused here: ``resolve_quantize`` turns it into a concrete mode first."""
     if quantize is None:
         return None
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"unknown quantize {quantize!r}; valid: {', '.join(QUANTIZE_MODES)} (or None for float32)")
+    if quantize == AUTO:
+        raise ValueError("quantize='auto' is not a mode of its own: resolve it first with "
+                         "lens.quantize.resolve_quantize('auto', device), which gives 'int8' or None (float32)")
     if device is not None and torch.device(device).type != "cpu":
         raise ValueError(f"quantize={quantize!r} is a CPU path (fbgemm int8 kernels); on {device} load in float32 "
                          "or bfloat16 (quantize=None), or pass device='cpu'")
@@ -161,3 +173,185 @@ def _engine() -> str:
                 "this torch build has none of them: use quantize=None")
         raise ValueError(f"int8 needs torch's quantized engine {' or '.join(ENGINES)}, but it is {engine!r}; {hint}")
     return engine
+
+
+# ------------------------------------------------------------------------------------------------ quantize="auto"
+# int8 is not faster everywhere: fbgemm's int8 kernels gain ~2x over float32 on some x86 hosts and almost nothing on
+# others (an AVX2-only host measured 1.05x for the whole model, its float32 matmul being fast and its int8 linear
+# not). "auto" picks int8 only where a short timing on this host shows it clearly faster, once per host.
+AUTO_MIN_SPEEDUP = 1.15  # int8 must run the probe at least this many times faster than float32
+# The probe: one decoder block of the default's backbone (SmolLM2-135M: hidden 576, MLP 1536, 9 query heads, 3 key /
+# value heads), its seven linear layers at their real shapes plus attention, norms and the gated MLP, over a batch of
+# 2 texts of 256 tokens. Float32 and int8 copies of it run in turn until the budget is spent; the best of each counts.
+# It runs on one thread and counts that thread's CPU time: on a 2-core host shared with other jobs, wall-clock
+# ratios at 2 threads swung from 0.59 to 0.92 between runs a minute apart, CPU-time ratios on one thread stayed within
+# 1.11-1.15 (the kernels' per-core speeds, which both paths multiply alike by their threads).
+PROBE_SHAPE = {"hidden": 576, "intermediate": 1536, "heads": 9, "kv_heads": 3}
+PROBE_TOKENS = (2, 256)  # (batch, length): the default's max_seq_length
+PROBE_BUDGET_S = 1.0
+PROBE_REPEATS = (3, 50)  # at least, at most, each
+PROBE_VERSION = 1  # bumped when the probe changes, so an older cached measurement is taken again
+
+
+def resolve_quantize(mode: str | None, device: str | torch.device | None = None) -> str | None:
+    """The concrete mode to load a model with on ``device`` (None: torch's default, CUDA when available): "int8" or
+    None (float32), never "auto".
+
+    A concrete ``mode`` is returned as ``check_quantize`` checks it. ``"auto"`` gives float32 on a GPU or wherever
+    int8 cannot run, and on CPU "int8" only where the probe (``int8_speedup``: measured once per host, then read
+    from the cache) ran int8 at least ``AUTO_MIN_SPEEDUP`` times faster than float32.
+    """
+    if mode != AUTO:
+        return check_quantize(mode, device)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"  # where lens.backbone.load_backbone puts a model
+    if torch.device(device).type != "cpu":
+        logger.info("quantize auto: float32 on %s (int8 is a CPU path)", device)
+        return None
+    try:
+        speedup = int8_speedup()
+    except ValueError as e:  # no fbgemm engine or operators in this torch build
+        logger.info("quantize auto: float32 (int8 cannot run here: %s)", e)
+        return None
+    chosen = "int8" if speedup >= AUTO_MIN_SPEEDUP else None
+    logger.info("quantize auto: %s (the int8 probe ran %.2fx float32's speed on this host; int8 needs %.2fx)",
+                chosen or "float32", speedup, AUTO_MIN_SPEEDUP)
+    return chosen
+
+
+def int8_speedup(*, refresh: bool = False) -> float:
+    """int8's speed over float32's on this host (``measure_int8_speedup``), cached per ``host_key()``.
+
+    The cache is a small JSON file under LENS's cache directory (``lens.backbone.cache_root``: ``$LENS_CACHE_DIR`` or
+    ``~/.cache/lens``; ``$LENS_NO_CACHE`` measures every time), written atomically; an unreadable, corrupt or
+    foreign one is measured again and replaced. ``refresh`` measures again regardless.
+    """
+    from lens.atomic import write_json
+    from lens.backbone import cache_root
+
+    key = host_key()
+    root = cache_root()
+    path = None if root is None else root / "quantize-auto" / f"{_digest(key)}.json"
+    if path is not None and not refresh:
+        cached = _read_speedup(path, key)
+        if cached is not None:
+            return cached
+    result = measure_int8_speedup()
+    if path is not None:
+        try:
+            write_json(path, {"key": key, **result, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        except OSError as e:  # lens.atomic.StorageError (read-only, full): still a result, measured next time again
+            logger.warning("quantize auto: could not cache the measurement (%s); it is taken again next time", e)
+    return float(result["speedup"])
+
+
+def host_key() -> dict:
+    """What a cached measurement holds for: the CPU (model, a hash of its flags), torch's version, thread count and
+    quantized engine, and the int8 recipe and probe versions."""
+    cpu, flags = _cpu_info()
+    return {"cpu": cpu, "cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16], "machine": platform.machine(),
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "engine": torch.backends.quantized.engine, "recipe": RECIPE_VERSION, "probe": PROBE_VERSION}
+
+
+def measure_int8_speedup(shape: dict | None = None, tokens: tuple[int, int] = PROBE_TOKENS,
+                         budget_s: float = PROBE_BUDGET_S) -> dict:
+    """Time the probe block (``PROBE_SHAPE`` unless ``shape``) in float32 and in int8 (``quantize_decoder``), in
+    turn, on one thread (torch's thread count is restored after); returns the best CPU times (ms) and ``speedup``
+    (float32 time / int8 time). Raises ValueError where int8 cannot run. The caller's random state is left as it
+    was."""
+    shape = dict(PROBE_SHAPE if shape is None else shape)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        block = _ProbeBlock(**shape).eval()
+        x = torch.randn(*tokens, shape["hidden"])
+    int8 = copy.deepcopy(block)
+    quantize_decoder(int8, "int8", float32_layers=0)
+    times: dict[str, list[float]] = {"float32": [], "int8": []}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # all the work in this thread: its CPU time is the kernels' time, whatever else runs
+    try:
+        with torch.inference_mode():
+            block(x), int8(x)  # warm-up: first-call allocations and kernel selection
+            start = time.perf_counter()
+            while True:
+                for name, module in (("float32", block), ("int8", int8)):
+                    t0 = time.thread_time()
+                    module(x)
+                    times[name].append(time.thread_time() - t0)
+                n = len(times["int8"])
+                if n >= PROBE_REPEATS[1] or (n >= PROBE_REPEATS[0] and time.perf_counter() - start >= budget_s):
+                    break
+    finally:
+        torch.set_num_threads(threads)
+    best = {name: min(t) for name, t in times.items()}
+    return {"float32_ms": round(best["float32"] * 1e3, 3), "int8_ms": round(best["int8"] * 1e3, 3),
+            "speedup": best["float32"] / best["int8"], "repeats": n, "tokens": list(tokens), "shape": shape}
+
+
+class _ProbeBlock(nn.Module):
+    """A pre-norm decoder block (grouped-query attention, gated SiLU MLP) with a decoder's seven linear layers."""
+
+    def __init__(self, hidden: int, intermediate: int, heads: int, kv_heads: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        kv = kv_heads * self.head_dim
+        self.q_proj, self.o_proj = nn.Linear(hidden, hidden, bias=False), nn.Linear(hidden, hidden, bias=False)
+        self.k_proj, self.v_proj = nn.Linear(hidden, kv, bias=False), nn.Linear(hidden, kv, bias=False)
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.norm1, self.norm2 = nn.RMSNorm(hidden), nn.RMSNorm(hidden)
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, T, H)
+        b, t, _ = x.shape
+        h = self.norm1(x)
+        q = self.q_proj(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # (B, heads, T, D)
+        k, v = (p(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2) for p in (self.k_proj, self.v_proj))
+        groups = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        a = nn.functional.scaled_dot_product_attention(q, k, v)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+        h = self.norm2(x)
+        return x + self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+def _read_speedup(path: Path, key: dict) -> float | None:
+    """The cached speedup at ``path`` if it is a valid measurement for ``key``, else None (logged)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+        logger.warning("quantize auto: the cached measurement %s is unreadable (%s); measuring again", path, e)
+        return None
+    speedup = data.get("speedup") if isinstance(data, dict) else None
+    valid = (isinstance(speedup, (int, float)) and not isinstance(speedup, bool) and math.isfinite(speedup)
+             and speedup > 0)
+    if not valid or data.get("key") != key:
+        logger.warning("quantize auto: the cached measurement %s is not a valid one for this host; measuring again",
+                       path)
+        return None
+    return float(speedup)
+
+
+def _digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _cpu_info() -> tuple[str, str]:
+    """This CPU's model name and its feature flags (sorted, space-separated), from /proc/cpuinfo where there is one."""
+    model = flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, _, value = (part.strip() for part in line.partition(":"))
+                if not model and name in ("model name", "Model", "cpu model", "Processor"):
+                    model = value
+                elif not flags and name in ("flags", "Features"):
+                    flags = " ".join(sorted(value.split()))
+                if model and flags:
+                    break
+    except OSError:  # not Linux: the platform's own name for the processor
+        pass
+    return model or platform.processor() or platform.machine() or "unknown", flags

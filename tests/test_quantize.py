@@ -146,7 +146,152 @@ def test_check_quantize(mode, device, match):
     with pytest.raises(ValueError, match=match):
         check_quantize(mode, device)
     assert check_quantize(None, "cuda") is None and check_quantize("int8", "cpu") == "int8"
-    assert QUANTIZE_MODES == ("int8",)
+    assert QUANTIZE_MODES == ("int8", "auto")
+
+
+def test_check_quantize_wants_auto_resolved_first():
+    from lens.quantize import recipe
+
+    for call in (lambda: check_quantize("auto", "cpu"), lambda: recipe("auto")):
+        with pytest.raises(ValueError, match="resolve_quantize"):
+            call()
+
+
+# ---------------------------------------------------------------------------------------------- quantize="auto"
+@pytest.fixture
+def probe(monkeypatch, tmp_path):
+    """The int8 probe replaced by a stub whose speedup the test sets; the cache in a temporary directory."""
+    import lens.quantize as q
+
+    monkeypatch.setenv("LENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("LENS_NO_CACHE", raising=False)
+    calls = []
+
+    class Probe:
+        speedup = 2.0
+        cache = tmp_path / "cache" / "quantize-auto"
+
+        @staticmethod
+        def calls() -> int:
+            return len(calls)
+
+    def fake_measure():
+        calls.append(1)
+        return {"float32_ms": 10.0, "int8_ms": 10.0 / Probe.speedup, "speedup": Probe.speedup}
+
+    monkeypatch.setattr(q, "measure_int8_speedup", fake_measure)
+    return Probe
+
+
+@pytest.mark.parametrize("speedup,want", [(2.0, "int8"), (1.15, "int8"), (1.1, None), (1.0, None), (0.5, None)])
+def test_auto_picks_int8_only_where_clearly_faster(probe, speedup, want):
+    from lens.quantize import resolve_quantize
+
+    probe.speedup = speedup
+    assert resolve_quantize("auto", "cpu") == want
+    assert probe.calls() == 1
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "mps"])
+def test_auto_is_float32_on_a_gpu_without_measuring(probe, device):
+    from lens.quantize import resolve_quantize
+
+    assert resolve_quantize("auto", device) is None
+    assert probe.calls() == 0
+
+
+def test_auto_without_a_device_follows_where_models_load(probe, monkeypatch):
+    from lens.quantize import resolve_quantize
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_quantize("auto") is None and probe.calls() == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_quantize("auto") == "int8" and probe.calls() == 1
+
+
+def test_concrete_modes_pass_through_checked(probe):
+    from lens.quantize import resolve_quantize
+
+    assert resolve_quantize(None, "cuda") is None and resolve_quantize("int8", "cpu") == "int8"
+    with pytest.raises(ValueError, match="CPU path"):
+        resolve_quantize("int8", "cuda")
+    with pytest.raises(ValueError, match="valid: int8, auto"):
+        resolve_quantize("int4", "cpu")
+    assert probe.calls() == 0
+
+
+def test_auto_measures_once_per_host_and_reuses_the_cache(probe, monkeypatch):
+    from lens.quantize import host_key, resolve_quantize
+
+    assert resolve_quantize("auto", "cpu") == "int8"
+    (cached,) = probe.cache.glob("*.json")
+    record = json.loads(cached.read_text())
+    assert record["key"] == host_key() and record["speedup"] == 2.0
+    probe.speedup = 0.5  # a second measurement would now say float32: the cached one is used instead
+    assert resolve_quantize("auto", "cpu") == "int8" and probe.calls() == 1
+    threads = torch.get_num_threads()
+    try:  # another thread count is another host key: measured again, in its own file
+        torch.set_num_threads(threads + 1)
+        assert resolve_quantize("auto", "cpu") is None and probe.calls() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert len(list(probe.cache.glob("*.json"))) == 2
+    assert resolve_quantize("auto", "cpu") == "int8" and probe.calls() == 2
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b"[]", b'{"speedup": "fast"}', b'{"speedup": NaN}',
+                                     b'{"speedup": 2.0, "key": {"cpu": "another"}}', b""])
+def test_a_corrupt_or_foreign_cache_is_measured_again(probe, content, caplog):
+    from lens.quantize import host_key, resolve_quantize
+
+    assert resolve_quantize("auto", "cpu") == "int8"
+    (cached,) = probe.cache.glob("*.json")
+    cached.write_bytes(content)
+    probe.speedup = 0.9
+    with caplog.at_level(logging.WARNING, logger="lens.quantize"):
+        assert resolve_quantize("auto", "cpu") is None
+    assert probe.calls() == 2 and "measuring again" in caplog.text
+    record = json.loads(cached.read_text())
+    assert record["key"] == host_key() and record["speedup"] == 0.9
+    assert resolve_quantize("auto", "cpu") is None and probe.calls() == 2  # the rewritten file is read again
+
+
+def test_an_unwritable_cache_still_resolves(probe, monkeypatch, caplog):
+    from lens.quantize import resolve_quantize
+
+    blocker = probe.cache.parent
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where the cache directory should be")
+    with caplog.at_level(logging.WARNING, logger="lens.quantize"):
+        assert resolve_quantize("auto", "cpu") == "int8"
+    assert "could not cache" in caplog.text
+    monkeypatch.setenv("LENS_NO_CACHE", "1")  # no cache at all: measured every time, nothing written
+    assert resolve_quantize("auto", "cpu") == "int8" and resolve_quantize("auto", "cpu") == "int8"
+    assert probe.calls() == 3 and blocker.is_file()
+
+
+def test_auto_is_float32_where_int8_cannot_run(probe, monkeypatch):
+    import lens.quantize as q
+
+    def no_engine():
+        raise ValueError("int8 needs torch's quantized engine x86 or fbgemm, but it is 'qnnpack'")
+
+    monkeypatch.setattr(q, "measure_int8_speedup", no_engine)
+    assert q.resolve_quantize("auto", "cpu") is None
+    assert not probe.cache.exists()
+
+
+def test_the_probe_measures_both_paths_and_leaves_the_caller_as_it_was():
+    """The real measurement on a small shape: no timing asserted, only what it reports and what it leaves."""
+    from lens.quantize import measure_int8_speedup
+
+    threads = torch.get_num_threads()
+    state = torch.random.get_rng_state()
+    result = measure_int8_speedup({"hidden": 32, "intermediate": 64, "heads": 4, "kv_heads": 2}, tokens=(2, 8),
+                                  budget_s=0.0)
+    assert torch.get_num_threads() == threads and torch.equal(torch.random.get_rng_state(), state)
+    assert result["repeats"] >= 3 and result["float32_ms"] > 0 and result["int8_ms"] > 0
+    assert result["speedup"] == pytest.approx(result["float32_ms"] / result["int8_ms"], rel=1e-2)
 
 
 # ---------------------------------------------------------------------------------------------- the encoder
@@ -190,6 +335,22 @@ def test_int8_encoder_is_inference_only(int8_encoder, tmp_path):
         int8_encoder.apply_quantize("int8")
 
 
+def test_from_pretrained_auto_loads_the_resolved_mode(tiny_lens_dir, probe):
+    probe.speedup = 2.0
+    fast = LensEncoder.from_pretrained(tiny_lens_dir, quantize="auto", device="cpu")
+    assert fast.quantize == "int8" and is_quantized(fast.model)
+    probe.speedup = 1.0
+    for f in probe.cache.glob("*.json"):  # measured again: now on a host where int8 is no faster
+        f.unlink()
+    slow = LensEncoder.from_pretrained(tiny_lens_dir, quantize="auto", device="cpu")
+    assert slow.quantize is None and not is_quantized(slow.model)
+    assert slow.apply_quantize("auto").quantize is None  # still float32: the cached measurement says so
+    # options that rule int8 out make "auto" float32 without measuring, where "int8" would be refused
+    calls = probe.calls()
+    kept = LensEncoder.from_pretrained(tiny_lens_dir, quantize="auto", merge_adapter=False)
+    assert kept.quantize is None and probe.calls() == calls
+
+
 @pytest.mark.parametrize("kwargs,match", [
     ({"quantize": "int4"}, "valid: int8"),
     ({"quantize": "int8", "device": "cuda"}, "CPU path"),
@@ -229,6 +390,16 @@ def test_cli_index_records_quantize_and_search_warns_on_a_mismatch(tiny_lens_dir
     (warning,) = [r.getMessage() for r in caplog.records if "encoded" in r.message]
     assert "encoded int8" in warning and "in float32" in warning and "--quantize int8" in warning
     assert "cancer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("speedup,recorded", [(2.0, "int8"), (1.0, None)])
+def test_cli_index_build_auto_records_the_concrete_mode(tiny_lens_dir, tmp_path, probe, speedup, recorded):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(DOCS)))
+    probe.speedup = speedup
+    assert main(["index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "ix"), "--model",
+                 str(tiny_lens_dir), "--dense", "none", "--quantize", "auto"]) == 0
+    assert json.loads((tmp_path / "ix" / "manifest.json").read_text())["info"]["lens_quantize"] == recorded
 
 
 def test_index_build_refuses_workers_for_an_int8_encoder(int8_encoder, tmp_path):
