@@ -59,6 +59,9 @@ class LensConfig:
     # queries agree: None keeps the text as it is, "lowercase" / "casefold" (lens.inputs.TEXT_NORMALIZATIONS)
     # make "HEART" and "heart" the same tokens (a cased vocabulary splits them into different tokens and clusters).
     text_normalization: str | None = None
+    # Exact match kept (lens.pooling.term_floor): each of a text's own tokens' clusters weighs at least this share of
+    # the vector's heaviest weight, merged by max with the predicted (expansion) weights. None: pooling alone.
+    term_floor: float | None = None
     format_version: int = FORMAT_VERSION
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. training provenance)
     convention: str = "lens"  # CONVENTIONS: "lens" or "paper" (the released checkpoints); not written when "lens"

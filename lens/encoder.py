@@ -26,8 +26,9 @@ from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
 from lens.inputs import (PADDING_SIDE, Encoded, check_text_normalization, encode_texts, length_sorted_batches,
-                         pad_batch)
+                         pad_batch, text_ids)
 from lens.model import LensModel, LensOutput, decoder_of
+from lens.pooling import term_floor
 from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
 from lens.paper_models import is_released_dir, load_released_decoder
 from lens.quantize import AUTO, quantize_decoder, resolve_quantize
@@ -208,13 +209,15 @@ class LensEncoder:
         merge_adapter: bool = True,
         quantize: str | None = None,
         text_normalization: str | None = None,
+        term_floor: float | None = None,
     ) -> "LensEncoder":
         """Load a LENS directory (or ``"default"``), or a folder of the paper's released checkpoints
         (``lens.paper_models``: LENS-d4000 / d8000, their forward pass, float16 on CUDA by default).
 
         ``backbone`` overrides where the backbone's files are; ``attention`` ("bidirectional"/"causal") and
         ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations, and so does
-        ``text_normalization`` ("lowercase"/"casefold"; the directory's rule when None). A trained directory's
+        ``text_normalization`` ("lowercase"/"casefold"; the directory's rule when None) and ``term_floor`` (a share of
+        the heaviest weight that each of a text's own token clusters gets at least: ``lens.pooling.term_floor``). A trained directory's
         LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
         ``quantize="int8"`` runs the decoder's linear layers in int8 on CPU (``lens.quantize``; the cluster head and
         pooling stay float32): faster, vectors close to but not equal to float32's (and to themselves encoded in
@@ -243,6 +246,15 @@ class LensEncoder:
         if text_normalization is not None:
             config.text_normalization = text_normalization
         check_text_normalization(config.text_normalization)
+        if term_floor is not None:
+            config.term_floor = term_floor
+        if config.term_floor is not None:
+            if not 0.0 <= float(config.term_floor) <= 1.0:
+                raise ValueError(f"term_floor must be within [0, 1] (a share of the heaviest weight), got "
+                                 f"{config.term_floor!r}")
+            if getattr(config, "convention", "lens") != "lens":
+                raise ValueError("term_floor needs the LENS convention (each token pooled at its left neighbour); "
+                                 f"this model uses {config.convention!r}: drop term_floor")
         if is_released_dir(config.backbone):  # the paper's checkpoint: a bare decoder, no LM head to check
             decoder, tokenizer = load_released_decoder(config.backbone, dtype=dtype, device=device,
                                                        attn_implementation=attn_implementation)
@@ -362,6 +374,9 @@ class LensEncoder:
                 logger.warning("%s", truncation_message(n_cut, len(items), self.max_seq_length))
             lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],
                                                       batch_size, show_progress_bar, self._max_tokens())
+            if self.config.term_floor is not None:
+                own = [self.assignment[np.asarray(text_ids(it), dtype=np.int64)] for it in items]
+                lexicon[todo] = term_floor(lexicon[todo], own, self.config.term_floor)
         if normalize:
             lexicon = l2_normalize(lexicon)
             dense = l2_normalize(dense)
@@ -419,6 +434,8 @@ class LensEncoder:
             fp[BACKBONE_WEIGHTS_KEY] = self.backbone_sha256
         if self.config.text_normalization is not None:  # likewise: absent for models that keep texts as they are
             fp["lens_text_normalization"] = self.config.text_normalization
+        if self.config.term_floor is not None:
+            fp["lens_term_floor"] = float(self.config.term_floor)
         if self.config.convention != "lens":  # likewise: the released checkpoints' tokenisation and pooling
             fp["lens_convention"] = self.config.convention
         return fp

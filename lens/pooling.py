@@ -10,7 +10,9 @@ chunk by chunk along the sequence so the (B, L, K) tensor never exists at once.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
+
+import numpy as np
 
 import torch
 from torch import Tensor
@@ -96,6 +98,27 @@ def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:
     """Mean of hidden states over masked positions -> (B, H); zeros for an empty row."""
     m = mask[..., None].to(hidden.dtype)
     return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
+
+def term_floor(weights: np.ndarray, clusters: Sequence[np.ndarray], floor: float) -> np.ndarray:
+    """Exact match kept: each row's own-token clusters raised to at least ``floor`` x the row's largest weight.
+
+    ``weights`` (B, K) are pooled lexicon weights (before normalisation); ``clusters[b]`` the clusters of row b's own
+    tokens (negative ids, tokens left out of every cluster, are ignored). A weight is only ever raised (merged by
+    max), so expansion is kept; the floor is relative to the row's maximum, so the rule is the same for a vector
+    and any positive multiple of it (it commutes with L2 normalisation). Returns a new array.
+    """
+    if not 0.0 <= floor <= 1.0:
+        raise ValueError(f"term floor must be within [0, 1] (a share of the heaviest weight), got {floor!r}")
+    if len(clusters) != weights.shape[0]:
+        raise ValueError(f"{len(clusters)} cluster lists for {weights.shape[0]} rows")
+    out = np.array(weights, dtype=np.float32, copy=True)
+    for b, own in enumerate(clusters):
+        own = np.unique(np.asarray(own, dtype=np.int64))
+        own = own[own >= 0]
+        if own.size:
+            out[b, own] = np.maximum(out[b, own], floor * out[b].max())
+    return out
 
 
 POOLING: dict[str, Callable[..., Tensor]] = {"max": max_pool, "sum": sum_pool, "last": last_pool}

@@ -251,3 +251,23 @@ def test_text_normalization_rule_gives_case_blind_vectors_and_is_saved(tiny_lens
 def test_unknown_text_normalization_is_refused(tiny_lens_dir):
     with pytest.raises(ValueError, match="unknown text_normalization 'upper'; valid: None, 'lowercase', 'casefold'"):
         LensEncoder.from_pretrained(tiny_lens_dir, text_normalization="upper")
+
+
+def test_term_floor_keeps_own_tokens_and_is_saved(tiny_lens_dir, tiny_encoder, tmp_path):
+    from lens.pooling import term_floor
+
+    enc = LensEncoder.from_pretrained(tiny_lens_dir, term_floor=0.6)
+    base = tiny_encoder.encode(DOCS, normalize=False)
+    got = enc.encode(DOCS, normalize=False)
+    own = [tiny_encoder.assignment[tiny_encoder.tokenizer(d, add_special_tokens=False)["input_ids"]] for d in DOCS]
+    assert_close(got, term_floor(base, own, 0.6), atol=1e-6)
+    assert not np.allclose(got, base)
+    q = enc.encode_queries(["cell protein"], instruction="the study of cancer", normalize=False)[0]
+    q0 = tiny_encoder.encode_queries(["cell protein"], instruction="the study of cancer", normalize=False)[0]
+    raised = np.flatnonzero(q > q0 + 1e-7)
+    assert set(raised) <= set(tiny_encoder.assignment[tiny_encoder.tokenizer("cell protein")["input_ids"]].tolist())
+    assert enc.fingerprint()["lens_term_floor"] == 0.6 and "lens_term_floor" not in tiny_encoder.fingerprint()
+    enc.save_pretrained(tmp_path / "floored")
+    assert LensEncoder.from_pretrained(tmp_path / "floored").config.term_floor == 0.6
+    with pytest.raises(ValueError, match=r"term_floor must be within \[0, 1\]"):
+        LensEncoder.from_pretrained(tiny_lens_dir, term_floor=2.0)

@@ -136,3 +136,37 @@ def test_length_sorted_batches(batch_size, max_tokens):
         assert [len(b) for b in batches] == [3, 3, 2]
     if (batch_size, max_tokens) == (8, 20):
         assert batches == [[1], [3], [6, 4], [0, 7, 2, 5]]  # 12 | 12 (2 x 12 > 20) | 2 x 9 | 4 x 5 = 20
+
+
+# ------------------------------------------------------------------ the own-token floor (LensConfig.term_floor)
+def test_term_floor_against_a_loop():
+    import numpy as np
+
+    from lens.pooling import term_floor
+
+    rng = np.random.default_rng(0)
+    w = np.maximum(rng.normal(size=(3, 12)), 0).astype(np.float32)
+    w[2] = 0.0  # a blank row stays blank
+    own = [np.array([1, 1, 5, -1]), np.array([], dtype=np.int64), np.array([3])]
+    got = term_floor(w, own, 0.5)
+    want = w.copy()
+    for b in range(3):
+        for c in set(own[b].tolist()):
+            if c >= 0:
+                want[b, c] = max(w[b, c], 0.5 * w[b].max())
+    np.testing.assert_array_equal(got, want)
+    assert got[0, 1] >= 0.5 * w[0].max() and got is not w and np.array_equal(w[1], got[1])
+    # relative to the row's maximum: commutes with scaling, so with L2 normalisation
+    np.testing.assert_allclose(term_floor(3.0 * w, own, 0.5), 3.0 * got, rtol=1e-6)
+    assert np.array_equal(term_floor(w, own, 0.0), w)
+
+
+def test_term_floor_refuses_bad_input():
+    import numpy as np
+
+    from lens.pooling import term_floor
+
+    with pytest.raises(ValueError, match=r"within \[0, 1\]"):
+        term_floor(np.ones((1, 3)), [np.array([0])], 1.5)
+    with pytest.raises(ValueError, match="2 cluster lists for 1 rows"):
+        term_floor(np.ones((1, 3)), [np.array([0]), np.array([1])], 0.5)

