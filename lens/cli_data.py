@@ -1,7 +1,7 @@
 """``lens data``: build and inspect training-example files (see ``lens.train.data`` for the format).
 
-``lens/cli.py``'s ``build_parser`` wires it in with ``add_data_parser(sub)``; each subcommand sets ``func`` and
-``command`` like the others, so ``main`` dispatches and reports errors unchanged. Also runnable on its own as
+``register(subparsers)`` adds the subcommands (``lens.cli`` calls it); each sets ``func`` and ``command`` like the
+others, so ``lens.cli.main`` dispatches and reports errors unchanged. Also runnable on its own as
 ``python -m lens.cli_data data ...``.
 """
 
@@ -154,8 +154,9 @@ def cmd_stats(args: argparse.Namespace) -> None:
               f"{share(lambda e: e.instruction is not None):>6}")
 
 
-def add_data_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``data {beir,weak,sts,shared,labels,stats}`` to a parser's subcommands; returns the ``data`` parser."""
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``data {beir,weak,sts,shared,labels,teacher,stats}`` to a parser's subcommands; returns the ``data``
+    parser."""
     data = subparsers.add_parser("data", help="build training-example files (JSONL) from BEIR, corpora, STS")
     sub = data.add_subparsers(dest="data_command", required=True)
 
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     """Standalone entry (``python -m lens.cli_data data ...``), with ``lens``'s error handling."""
     parser = argparse.ArgumentParser(prog="lens")
     parser.add_argument("-v", "--verbose", action="store_true")
-    add_data_parser(parser.add_subparsers(dest="command", required=True))
+    register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:
         args.func(args)

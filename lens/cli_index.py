@@ -1,5 +1,5 @@
-"""`lens index`, `lens search` and `lens serve`: the commands over a saved hybrid index (their parsers are in
-``lens.cli``). Heavy imports happen inside each command."""
+"""`lens index`, `lens search` and `lens serve`: the commands over a saved hybrid index, and their parsers
+(``register``). Heavy imports happen inside each command."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from lens.cmdline import check_quantize_workers
+from lens.cli_args import add_quantize_argument, add_registry_argument
+from lens.cmdline import check_quantize_workers, positive_int
 
 logger = logging.getLogger("lens")
 
@@ -275,3 +276,122 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
     return 0
+
+
+# ---------------------------------------------------------------------------------------------- parsers
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is an integer from 0 to 65535, got {value!r}")
+    return port
+
+
+def register(subparsers) -> None:
+    """Add ``index {build,info,merge,add,remove}``, ``search`` and ``serve`` to ``lens``'s subcommands."""
+    ix = subparsers.add_parser("index", help="build or inspect a hybrid FAISS index").add_subparsers(
+        dest="index_command", required=True)
+    b = ix.add_parser("build", help="encode a corpus and save a hybrid index")
+    b.add_argument("--corpus", required=True,
+                   help="a BEIR directory, a corpus.jsonl[.gz], a JSONL of {id, text[, title]}, or 'pydoc-topics'")
+    b.add_argument("--output", required=True, type=Path, help="index directory to write")
+    b.add_argument("--model", default="default", help="LENS model directory or 'default'")
+    add_registry_argument(b, "--dense", registry="lens.hybrid:DENSE_KINDS", default="minilm", metavar="KIND",
+                          help="dense part: %(choices)s (default %(default)s; minilm = the packaged "
+                               "all-MiniLM-L6-v2, lens = the LENS model's own dense vector)")
+    add_registry_argument(b, "--index", registry="index.factory:INDEX_TYPES", default="flat", metavar="TYPE",
+                          help="FAISS index type: %(choices)s (default %(default)s)")
+    b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")
+    b.add_argument("--chunk-size", type=int, default=64, help="documents per saved chunk (the unit of --resume)")
+    b.add_argument("--batch-size", type=int, default=16)
+    b.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                   help="encode in N processes, each on a contiguous shard of the corpus (CPU threads are split "
+                        "between them); under torchrun each rank is one worker")
+    b.add_argument("--devices", default=None, metavar="LIST",
+                   help="comma-separated devices, one worker on each, e.g. cuda:0,cuda:1 (under torchrun: the "
+                        "device of each LOCAL_RANK)")
+    b.add_argument("--shards", type=positive_int, default=1, metavar="S",
+                   help="write S shard indexes, built one at a time and searched together (ivf-ondisk: S parts "
+                        "merged into one on-disk file); bounds the build's memory to one shard")
+    b.add_argument("--top-m", type=positive_int, default=None, metavar="M",
+                   help="keep the M heaviest lexicon weights of each document (before normalising); recorded in "
+                        "the index, queries are not pruned")
+    add_quantize_argument(b, "; recorded in the index")
+    b.add_argument("--weights", type=build_weights_arg, default=None, metavar="LEX,DENSE|balanced",
+                   help="the index's default query weights (`lens search --weights` overrides them per search): two "
+                        "numbers (default 0.5,0.5), or 'balanced': each part weighted inversely to the spread of its "
+                        "cosines over a sample of the corpus (see benchmarks/results/hybrid_weights.md)")
+    b.set_defaults(func=cmd_index_build, command="index build")
+    i = ix.add_parser("info", help="describe a saved index after checking its files (exit 2 if damaged)")
+    i.add_argument("dir", type=Path)
+    i.add_argument("--no-verify", action="store_true",
+                   help="skip reading the data files to check their sizes and sha256 (faster on a large index)")
+    i.set_defaults(func=cmd_index_info, command="index info")
+    mg = ix.add_parser("merge", help="merge saved indexes (same encoders, type and --top-m; no shared ids) into a "
+                                     "new sharded index, without re-encoding")
+    mg.add_argument("out", type=Path, help="index directory to write (new or an index; replaced atomically)")
+    mg.add_argument("inputs", nargs="+", type=Path, help="two or more saved index directories")
+    mg.set_defaults(func=cmd_index_merge, command="index merge")
+    ad = ix.add_parser("add", help="encode documents with the index's own encoders and add them to it (--upsert: "
+                                   "replace those whose ids are there); saved again atomically")
+    ad.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    ad.add_argument("--corpus", required=True,
+                    help="the documents to add, in any form `lens index build --corpus` takes")
+    ad.add_argument("--upsert", action="store_true",
+                    help="replace documents whose ids are already in the index (else that is an error)")
+    ad.add_argument("--model", default=None, help="the LENS model directory, if it has moved since the build")
+    ad.add_argument("--batch-size", type=positive_int, default=16)
+    ad.add_argument("--resume", action="store_true", help="continue an interrupted addition from its last chunk")
+    ad.add_argument("--chunk-size", type=positive_int, default=64,
+                    help="documents per saved chunk (the unit of --resume)")
+    ad.set_defaults(func=cmd_index_add, command="index add")
+    rm = ix.add_parser("remove", help="remove documents by id or by a metadata filter from an index; saved "
+                                      "again atomically")
+    rm.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    rm.add_argument("ids", nargs="*", help="document ids to remove")
+    rm.add_argument("--ids-file", type=Path, default=None, help="a file of document ids, one per line")
+    rm.add_argument("--filter", type=filter_item_arg, action="append", metavar="FIELD=VALUE",
+                    help="remove the documents whose metadata matches instead (as lens search --filter; repeat "
+                         "for more fields)")
+    rm.add_argument("--dry-run", action="store_true", help="say how many documents (and which) would be removed, "
+                                                           "and change nothing")
+    rm.set_defaults(func=cmd_index_remove, command="index remove", more_positionals="ids")
+
+    s = subparsers.add_parser("search", help="search a hybrid index")
+    s.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    s.add_argument("query", nargs="*", help="one or more queries (or --queries-file)")
+    s.add_argument("-k", type=positive_int, default=10)
+    s.add_argument("--queries-file", type=Path, default=None,
+                   help="queries to answer: a BEIR queries.jsonl[.gz] or directory, or a .tsv of id<TAB>text")
+    s.add_argument("--run", type=Path, default=None, metavar="FILE",
+                   help="write the hits as a TREC run file (qid Q0 docid rank score tag: trec_eval, ranx, pytrec_eval) "
+                        "instead of printing them; e.g. -k 1000 --queries-file queries.jsonl --run lens.trec")
+    s.add_argument("--run-tag", default="lens", help="the run file's last column (default %(default)s)")
+    s.add_argument("--batch-size", type=positive_int, default=64, help="queries encoded and searched together")
+    s.add_argument("--weights", type=weights_arg, default=None,
+                   help="LEX,DENSE query weights, each >= 0; negative weights are not supported (default: the "
+                        "index's: see `lens index info`). A value starting with '-' must be written --weights=VALUE")
+    s.add_argument("--instruction", default=None, help="task instruction for the query")
+    s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
+    s.add_argument("--json", action="store_true", help="print hits as JSON")
+    s.add_argument("--filter", type=filter_item_arg, action="append", metavar="FIELD=VALUE",
+                   help="search only documents whose metadata FIELD equals VALUE (or, for a list field, holds it); "
+                        "VALUE is read as JSON when it parses (2020, true, [\"a\",\"b\"]: any of them), else as "
+                        "text; repeat for more fields (all must match; the same field twice: either value)")
+    add_quantize_argument(s, "; a warning if the index was built otherwise")
+    s.set_defaults(func=cmd_search, more_positionals="query")
+
+    sv = subparsers.add_parser("serve", help="serve a hybrid index over HTTP as JSON (POST /search, GET "
+                                             "/search?q=, /health, /info); a save by lens index add or remove is "
+                                             "picked up")
+    sv.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine "
+                                                        "only; 0.0.0.0 for every interface)")
+    sv.add_argument("--port", type=_port, default=8080, help="TCP port (default %(default)s; 0: any free one)")
+    sv.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
+    add_quantize_argument(sv, "; a warning if the index was built otherwise")
+    sv.add_argument("--max-queries", type=positive_int, default=256, help="queries one request may hold")
+    sv.add_argument("--max-k", type=positive_int, default=1000, help="largest k a request may ask for")
+    sv.set_defaults(func=cmd_serve)

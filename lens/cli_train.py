@@ -1,11 +1,15 @@
-"""`lens train`, `lens mntp` and `lens merge`: the commands that make and fold model weights (their parsers are
-in ``lens.cli``). Heavy imports happen inside each command."""
+"""`lens train`, `lens mntp` and `lens merge`: the commands that make and fold model weights, and their parsers
+(``register``). Heavy imports happen inside each command."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
+
+from lens.cli_args import LazyChoices
+from lens.cmdline import positive_int
 
 
 def _stop_rule(args: argparse.Namespace, start: float):
@@ -116,3 +120,78 @@ def cmd_merge(args: argparse.Namespace) -> None:
         enc.save_pretrained(args.out)
     print(f"wrote {args.out}: merged backbone in {args.out / 'backbone'}; load it with "
           f"LensEncoder.from_pretrained({str(args.out)!r})")
+
+
+# ---------------------------------------------------------------------------------------------- parsers
+def _loss_expression(value: str) -> str:
+    from lens.train.objectives import parse_loss
+
+    try:
+        parse_loss(value, where="--loss")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
+def register(subparsers) -> None:
+    """Add ``train``, ``mntp`` and ``merge`` to ``lens``'s subcommands."""
+    t = subparsers.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs; runs "
+                                            "unchanged under torchrun / accelerate launch (data parallel)")
+    t.add_argument("--config", type=Path, default=None,
+                   help="a training config JSON (stages, LoRA, optimiser); the flags below override it")
+    t.add_argument("--out", required=True, type=Path, help="output directory: the trained LENS model + logs")
+    t.add_argument("--model", default=None, help="LENS clustering directory to start from (default: 'default')")
+    t.add_argument("--data", nargs="+", default=None, help="JSONL(.gz) training files (one stage, without --config)")
+    loss = t.add_argument("--loss", type=_loss_expression, default=None,
+                          help="a loss name (%(names)s) or a weighted sum such as infonce+0.5*bce")
+    loss.names = LazyChoices("lens.train.objectives:OBJECTIVES")
+    t.add_argument("--steps", type=int, default=None)
+    t.add_argument("--epochs", type=float, default=None)
+    t.add_argument("--lora-layers", type=int, default=None, help="train the top N layers only (cache the rest)")
+    t.add_argument("--batch-size", type=int, default=None)
+    t.add_argument("--lr", type=float, default=None)
+    t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--threads", type=int, default=None)
+    t.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present; under torchrun "
+                                                   "each process takes cuda:LOCAL_RANK)")
+    t.add_argument("--cache-chunk", type=int, default=None, metavar="N",
+                   help="cached contrastive loss (GradCache): embed N texts at a time, so a big batch needs the "
+                        "activation memory of N texts only")
+    t.add_argument("--prefix-cache", type=Path, default=None,
+                   help="where to keep the frozen layers' outputs (default: OUT/prefix-cache); share it between runs")
+    t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    add_time_limit_argument(t)
+    t.set_defaults(func=cmd_train)
+
+    w = subparsers.add_parser("mntp", help="MNTP warm-up (LLM2Vec): adapt the decoder to bidirectional attention "
+                                           "by predicting masked tokens' clusters, before `lens train` (torchrun: "
+                                           "data parallel)")
+    w.add_argument("--out", required=True, type=Path, help="directory to write: the warmed, merged LENS model")
+    w.add_argument("--model", default=None, help="LENS clustering directory to start from (default: 'default')")
+    w.add_argument("--data", nargs="+", type=Path, default=None,
+                   help="training JSONL(.gz) files; their distinct documents are the masked texts")
+    w.add_argument("--config", type=Path, default=None, help="an mntp_config.json; the flags override it")
+    w.add_argument("--steps", type=positive_int, default=None, help="optimiser steps (default 100)")
+    w.add_argument("--batch-size", type=positive_int, default=None, help="texts per step (default 8)")
+    w.add_argument("--max-length", type=positive_int, default=None, help="tokens per text (default 128)")
+    w.add_argument("--mask-rate", type=float, default=None, help="share of a text's tokens masked (default 0.2)")
+    w.add_argument("--lr", type=float, default=None, help="LoRA learning rate (default 2e-4)")
+    w.add_argument("--max-texts", type=positive_int, default=None, help="a seeded sample of the documents (20000)")
+    w.add_argument("--seed", type=int, default=None)
+    w.add_argument("--threads", type=positive_int, default=None)
+    w.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present; under torchrun each "
+                                                  "process takes cuda:LOCAL_RANK)")
+    w.add_argument("--checkpoint-every", type=positive_int, default=None, help="steps between checkpoints (100)")
+    w.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoint (with OUT's saved settings unless --config is given)")
+    w.add_argument("--micro-batch-size", type=positive_int, default=None,
+                   help="texts per forward on a process (default: its whole share of the batch); same gradients")
+    w.add_argument("--gradient-checkpointing", action="store_true",
+                   help="recompute each layer in the backward pass: less memory, more time (large backbones)")
+    add_time_limit_argument(w)
+    w.set_defaults(func=cmd_mntp)
+
+    m = subparsers.add_parser("merge", help="fold a trained model's LoRA adapter into a standalone directory")
+    m.add_argument("model", help="a trained LENS directory (with adapter/)")
+    m.add_argument("--out", required=True, type=Path, help="directory to write: merged backbone + clusters + config")
+    m.set_defaults(func=cmd_merge)

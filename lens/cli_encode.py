@@ -1,0 +1,233 @@
+"""`lens cluster-vocab`, `lens encode` and `lens explain`: the commands that make a model directory and turn texts
+into vectors, and their parsers (``register``). Heavy imports happen inside each command."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from lens.cli_args import add_quantize_argument, add_registry_argument
+from lens.cmdline import check_quantize_workers, positive_int
+
+
+# ---------------------------------------------------------------------------------------------- cluster-vocab
+def cmd_cluster_vocab(args: argparse.Namespace) -> None:
+    from lens.atomic import DirectoryLock
+    from lens.model_dir import check_model_target
+    from lens.vocab import cluster_vocab
+
+    check_model_target(args.out)  # before the clustering: never over a folder that is not a model
+    with DirectoryLock(args.out, "model directory"):  # a second writer of --out fails now, not after KMeans
+        r = cluster_vocab(args.out, args.model, args.clusters, iterations=args.iterations, seed=args.seed,
+                          backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
+                          attention=args.attention, show_progress_bar=True)
+    s = r.sizes
+    print(
+        f"wrote {args.out}: k={r.num_clusters} from {r.backbone} ({r.num_excluded} tokens excluded) in "
+        f"{r.seconds:.1f}s; cluster sizes min {s['min']} / median {s['median']:g} / max {s['max']}, "
+        f"{s['singletons']} singletons, {s['empty']} empty; final objective {r.objective:.6g}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------- encode
+def read_texts(path: Path) -> list[str]:
+    """Texts from a .txt (one per line) or .jsonl (objects with "text" and optional "title", or strings).
+
+    An object's text is ``lens.corpus.document_text(title, text)``, as everywhere else."""
+    from lens.corpus import decode_error_message, document_text, invalid_unicode, iter_json_lines
+
+    if not path.is_file():
+        raise FileNotFoundError(f"input file not found: {path}")
+    if path.suffix == ".txt":
+        try:
+            return path.read_bytes().decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError as e:
+            raise ValueError(decode_error_message(path, e)) from None
+    if path.suffix != ".jsonl":
+        raise ValueError(f"input must be a .txt (one text per line) or .jsonl file, got {path.name}")
+    texts = []
+    for n, obj in iter_json_lines(path):
+        if isinstance(obj, str):
+            texts.append(obj)
+        elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
+            title = obj.get("title")
+            texts.append(document_text(title if isinstance(title, str) else "", obj["text"]))
+        else:
+            raise ValueError(f'{path}:{n}: expected a string or an object with a "text" string')
+        problem = invalid_unicode(texts[-1])
+        if problem is not None:
+            raise ValueError(f"{path}:{n}: the text holds {problem}; fix that line")
+    return texts
+
+
+def task_instruction(args: argparse.Namespace, query: bool) -> str | None:
+    """The query instruction of ``--task NAME`` (``lens.instructions``), else ``--instruction``.
+
+    ``--task`` applies to queries only and cannot be combined with ``--instruction``; an unknown name is an error
+    listing the advanced tasks (``lens.instructions.ATEB_INSTRUCTIONS``)."""
+    task = getattr(args, "task", None)
+    if task is None:
+        return args.instruction
+    from lens.instructions import ATEB_INSTRUCTIONS, GENERIC, lookup
+
+    if args.instruction is not None:
+        raise ValueError("give --task NAME or --instruction TEXT, not both (--task sets the task's instruction)")
+    if not query:
+        raise ValueError("--task sets a query instruction: add --queries for encode, --query for explain "
+                         "(documents, e.g. label documents, are encoded without one)")
+    found = lookup(task)
+    if found.source == GENERIC:
+        known = ", ".join(sorted(ATEB_INSTRUCTIONS))
+        raise ValueError(f"no instruction is known for task {task!r}; known: {known} (and the BEIR and training set "
+                         "names of lens.instructions)")
+    return found.text
+
+
+def export_options(args: argparse.Namespace):
+    """The ``--format`` of ``lens encode`` and its options, checked before the model loads (``lens.export``)."""
+    from lens.export import FORMATS, ExportOptions, check_format
+
+    fmt = check_format(args.format, args.output)
+    given = {name: getattr(args, name) for name in ("scale", "field") if getattr(args, name) is not None}
+    for name in given:
+        if name not in fmt.options:
+            takers = ", ".join(n for n, f in FORMATS.items() if name in f.options)
+            raise ValueError(f"--{name} applies to --format {takers}, not to --format {args.format}")
+    if args.kind != "lexicon" and (fmt.sparse or args.top_m is not None):
+        what = f"--format {args.format}" if fmt.sparse else "--top-m"
+        raise ValueError(f"{what} works on lexicon vectors (one weight per cluster); drop --kind {args.kind}")
+    return fmt, ExportOptions(**given)
+
+
+def read_records(path: Path, with_ids: bool) -> tuple[list[str] | None, list[str]]:
+    """(ids, texts) of ``lens encode``'s input; ids only ``with_ids`` (the sparse formats).
+
+    A .jsonl's ids are its records' ``_id`` / ``id`` (``lens.corpus.load_corpus``, which refuses duplicates); a
+    .txt's are its 0-based line numbers."""
+    if with_ids and path.suffix == ".jsonl" and path.is_file():
+        from lens.corpus import load_corpus
+
+        docs = load_corpus(path)
+        return [d.id for d in docs], [d.full_text for d in docs]
+    texts = read_texts(path)
+    return ([str(i) for i in range(len(texts))] if with_ids else None), texts
+
+
+def cmd_encode(args: argparse.Namespace) -> None:
+    from lens.atomic import check_output_file
+    from lens.encoder import LensEncoder
+    from lens.export import LABEL_TOKENS, cluster_labels, write_export
+
+    check_output_file(args.output, "--output")  # before any work: a directory or an unwritable place fails now
+    fmt, options = export_options(args)  # so is a wrong --format, --scale or --field
+    instruction = task_instruction(args, args.queries)  # before the model loads
+    ids, texts = read_records(Path(args.input), fmt.sparse)
+    if not texts:
+        raise ValueError(f"{args.input} holds no texts")
+    check_quantize_workers(args.quantize, args.workers > 1)
+    encoder = LensEncoder.from_pretrained(args.model, quantize=args.quantize)
+    kwargs = dict(batch_size=args.batch_size, show_progress_bar=True, normalize=not args.no_normalize,
+                  output=args.kind)
+    from lens.sharding import encode_texts
+
+    vectors = encode_texts(encoder, texts, queries=args.queries, instruction=instruction, workers=args.workers,
+                           **kwargs)
+    if args.top_m is not None:
+        from index.vectors import prune_top_m
+
+        vectors = prune_top_m(vectors, args.top_m)
+    labels = None
+    if fmt.sparse:  # the labels of the model's clusters: the same for its queries and documents
+        labels = cluster_labels([encoder.cluster_tokens(c, LABEL_TOKENS) for c in range(encoder.num_clusters)])
+    write_export(args.output, args.format, vectors, ids, labels, texts, options)
+    if fmt.sparse:
+        kept = float((vectors > 0).sum(axis=1).mean())
+        print(f"wrote {args.output}: {vectors.shape[0]} {args.format} records; on average {kept:.1f} of "
+              f"{vectors.shape[1]} cluster weights per vector are non-zero")
+    else:
+        print(f"wrote {args.output}: {vectors.shape[0]} x {vectors.shape[1]} float32 ({args.kind})")
+
+
+# ---------------------------------------------------------------------------------------------- explain
+def cmd_explain(args: argparse.Namespace) -> None:
+    from lens.encoder import LensEncoder
+
+    instruction = task_instruction(args, args.query)
+    encoder = LensEncoder.from_pretrained(args.model)
+    for text in args.text:
+        print(f"\n{text!r}")
+        rows = encoder.explain(text, top_k=args.top_k, query=args.query, instruction=instruction)
+        for r in rows:
+            toks = " ".join(repr(t) for t in r.tokens)
+            print(f"  cluster {r.cluster:>5}  weight {r.weight:6.3f}  {toks}")
+
+
+# ---------------------------------------------------------------------------------------------- parsers
+def _clusters_arg(value: str):
+    if value == "vocab":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of clusters or 'vocab', got {value!r}") from None
+
+
+def register(subparsers) -> None:
+    """Add ``cluster-vocab``, ``encode`` and ``explain`` to ``lens``'s subcommands."""
+    c = subparsers.add_parser("cluster-vocab", help="cluster the LM head's rows into k lexicon dimensions")
+    c.add_argument("--model", default="default", help="'default', a local HF directory or a .gguf file")
+    c.add_argument("--clusters", type=_clusters_arg, default=4000,
+                   help="k, the lexicon dimension (paper: 2000-8000), or 'vocab' for no clustering (one per token)")
+    c.add_argument("--iterations", type=int, default=20, help="KMeans iterations")
+    c.add_argument("--seed", type=int, default=0)
+    add_registry_argument(c, "--backend", registry="lens.clustering:BACKENDS", default="faiss", metavar="NAME",
+                          help="KMeans implementation: %(choices)s (default %(default)s)")
+    c.add_argument("--exclude-special", action="store_true", help="leave special tokens out of every cluster")
+    add_registry_argument(c, "--attention", registry="lens.attention:MODES", default="bidirectional",
+                          metavar="MODE", help="the decoder's attention, saved in the model: %(choices)s (default "
+                          "%(default)s; the paper's). SmolLM2 trains better causal "
+                          "(benchmarks/results/training_study.md)")
+    c.add_argument("--compact", action="store_true",
+                   help="omit the centroids (they are the cluster means, recomputed from the verified backbone)")
+    c.add_argument("--out", required=True, type=Path, help="directory to write (LensEncoder.from_pretrained loads it)")
+    c.set_defaults(func=cmd_cluster_vocab)
+
+    e = subparsers.add_parser("encode", help="encode texts to a .npy matrix (rows in input order) or a sparse export")
+    e.add_argument("--model", default="default", help="a LENS directory (from cluster-vocab) or 'default'")
+    e.add_argument("--input", required=True, type=Path,
+                   help=".txt (one text per line; ids are 0-based line numbers) or .jsonl (ids from '_id' / 'id')")
+    e.add_argument("--output", required=True, type=Path,
+                   help="the file to write: .npy, or .jsonl for the sparse formats (checked before encoding)")
+    add_registry_argument(e, "--format", registry="lens.export:FORMATS", default="npy", metavar="NAME",
+                          help="%(choices)s (default %(default)s): pyserini = JsonVectorCollection with integer "
+                               "impacts, qdrant = {id, indices, values} (also Milvus), rank-features = "
+                               "Elasticsearch/OpenSearch rank_features; the sparse ones take lexicon vectors, and "
+                               "--queries writes queries in the same shape")
+    e.add_argument("--top-m", type=positive_int, default=None, metavar="M",
+                   help="keep only the M heaviest clusters of each vector (after normalising; not renormalised)")
+    e.add_argument("--scale", type=float, default=None,
+                   help="--format pyserini: impact = round(weight * SCALE), entries rounding to 0 dropped "
+                        "(default 100)")
+    e.add_argument("--field", default=None,
+                   help="--format rank-features: the rank_features field's name (default 'features')")
+    e.add_argument("--queries", action="store_true", help="encode as queries, behind the instruction")
+    e.add_argument("--instruction", default=None, help="task instruction for --queries")
+    e.add_argument("--task", default=None, metavar="NAME",
+                   help="use this task's instruction for --queries (lens.instructions, e.g. esnli, piqa, scifact)")
+    e.add_argument("--kind", choices=["lexicon", "dense"], default="lexicon")
+    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--no-normalize", action="store_true", help="keep raw (not unit-length) vectors")
+    e.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                   help="encode in N processes, each a contiguous share of the texts (CPU threads split between them)")
+    add_quantize_argument(e)
+    e.set_defaults(func=cmd_encode)
+
+    x = subparsers.add_parser("explain", help="print the heaviest clusters of texts' lexicon vectors")
+    x.add_argument("text", nargs="+")
+    x.add_argument("--model", default="default", help="a LENS directory (from cluster-vocab) or 'default'")
+    x.add_argument("--top-k", type=int, default=10)
+    x.add_argument("--query", action="store_true", help="encode as a query, behind the instruction")
+    x.add_argument("--instruction", default=None)
+    x.add_argument("--task", default=None, metavar="NAME",
+                   help="use this task's instruction for --query (lens.instructions, e.g. esnli, piqa, scifact)")
+    x.set_defaults(func=cmd_explain)

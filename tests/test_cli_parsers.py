@@ -1,0 +1,76 @@
+"""How `lens` is put together: every ``lens.cli_*`` module registers its own subcommands, each leaf dispatches to a
+command function, and building the parser (all of `lens --help`) reads no registry and imports no model code."""
+
+import argparse
+import subprocess
+import sys
+import types
+
+import pytest
+
+from lens.cli import COMMAND_MODULES, build_parser
+from lens.cli_args import add_quantize_argument, add_registry_argument
+
+
+def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command path, parser) of every subcommand that takes no further subcommand."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from _leaves(child, path + (name,))
+
+
+def test_subcommands_come_from_their_modules_in_help_order():
+    top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(top.choices) == ["cluster-vocab", "encode", "explain", "index", "search", "serve", "bench", "train",
+                                 "mntp", "merge", "data"]
+    owners = {}
+    for module in COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers()
+        module.register(sub)
+        owners.update(dict.fromkeys(sub.choices, module.__name__))
+    assert owners["encode"] == "lens.cli_encode" and owners["index"] == "lens.cli_index"
+    assert owners["bench"] == "lens.cli_bench" and owners["mntp"] == "lens.cli_train"
+    assert owners["data"] == "lens.cli_data"
+    assert list(owners) == list(top.choices)  # nothing registered twice, nothing outside a module
+
+
+def test_every_leaf_dispatches_and_names_itself():
+    leaves = dict(_leaves(build_parser()))
+    assert ("index", "build") in leaves and ("bench", "sts") in leaves and ("data", "teacher") in leaves
+    for path, parser in leaves.items():
+        assert callable(parser.get_default("func")), path
+        if len(path) > 1:  # errors read "lens index build: error: ..."; a top-level command gets its name from argparse
+            assert parser.get_default("command") == " ".join(path), path
+
+
+def test_parser_reads_no_registry_until_asked(monkeypatch):
+    p = argparse.ArgumentParser(prog="x")
+    add_registry_argument(p, "--kind", registry="fake_lens_registry:NAMES", default=None, help="a kind")
+    add_registry_argument(p, "--mode", registry="fake_lens_registry:NAMES", metavar="M", help="%(choices)s")
+    assert "fake_lens_registry" not in sys.modules  # the module does not even exist yet
+    monkeypatch.setitem(sys.modules, "fake_lens_registry", types.SimpleNamespace(NAMES={"alpha": 1, "beta": 2}))
+    text = p.format_help()
+    assert "--kind {alpha,beta}" in text and "--mode M" in text and "alpha, beta" in text
+    assert p.parse_args(["--kind", "beta"]).kind == "beta"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--kind", "gamma"])
+
+
+def test_quantize_choices_come_from_the_library():
+    from lens.quantize import QUANTIZE_MODES
+
+    p = argparse.ArgumentParser(prog="x")
+    add_quantize_argument(p, "; said last")
+    text = " ".join(p.format_help().split())
+    assert "--quantize {" + ",".join(QUANTIZE_MODES) + "}" in text and "not equal); said last" in text
+
+
+def test_help_imports_no_model_code():
+    code = ("import sys\nfrom lens.cli import main\nassert main(['--help']) == 0\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'faiss', 'lens.quantize') if m in sys.modules)\n"
+            "print('HEAVY', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
