@@ -418,3 +418,17 @@ def test_half_precision_logits_are_pooled_in_float32(name):
     acts = torch.log1p(torch.relu((hidden @ head.t()).float())) * mask[..., None]  # (B, L, K) in float32
     expected = {"max": acts.max(dim=1).values, "sum": acts.sum(dim=1), "last": acts[:, -1]}[name]
     assert_close(up, expected, atol=1e-6 if name != "sum" else 1e-5)
+
+
+def test_training_refuses_a_released_checkpoint(released, tmp_path):
+    """Training tokenises and pools the LENS way: a paper-convention model is refused with a clear error."""
+    from lens.train.config import StageConfig, TrainConfig
+    from lens.train.data import TrainExample, write_examples
+    from lens.train.trainer import Trainer
+
+    data = tmp_path / "toy.jsonl"
+    write_examples(data, [TrainExample("a query", "a passage", task="toy")])
+    cfg = TrainConfig(model=str(released), stages=[StageConfig("s", [str(data)], loss="infonce", steps=1)],
+                      batch_size=1, eval_every=0)
+    with pytest.raises(ValueError, match="'paper' convention .* start from `lens cluster-vocab`"):
+        Trainer(cfg, tmp_path / "out", show_progress_bar=False)

@@ -165,6 +165,9 @@ class MNTPWarmup:
         self.device = self.dist.device
         torch.manual_seed(config.seed)  # the LoRA start: the same on every rank
         self.encoder = LensEncoder.from_pretrained(config.model, attention="bidirectional", device=str(self.device))
+        if self.encoder.config.convention != "lens":  # the paper's checkpoints tokenise and pool their own way
+            raise ValueError(f"{config.model} is a model of the {self.encoder.config.convention!r} convention (a released "
+                             "checkpoint); training tokenises and pools the LENS way: start from `lens cluster-vocab`")
         if self.encoder.config.adapter is not None:
             raise ValueError(f"{config.model} holds a trained adapter; MNTP starts from a clustering directory "
                              "(`lens cluster-vocab`) or a merged one (`lens merge`)")

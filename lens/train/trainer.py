@@ -111,6 +111,9 @@ class Trainer:
                               else self.device.type == "cuda")
         torch.manual_seed(cfg.seed)
         self.encoder = LensEncoder.from_pretrained(cfg.model, backbone=cfg.backbone, device=device)
+        if self.encoder.config.convention != "lens":  # the paper's checkpoints tokenise and pool their own way
+            raise ValueError(f"{cfg.model} is a model of the {self.encoder.config.convention!r} convention (a released "
+                             "checkpoint); training tokenises and pools the LENS way: start from `lens cluster-vocab`")
         if self.encoder.config.adapter is not None:
             raise ValueError(f"{cfg.model} already holds a trained adapter; start from a clustering directory "
                              "(`lens cluster-vocab`) or merge it first (`lens merge`)")

@@ -1,0 +1,146 @@
+"""The own-token floor (LensConfig.term_floor, lens.pooling.term_floor) swept on the development suite (issue 39).
+
+    python benchmarks/term_floor.py --sets adi,cranfield,medline --floors 0,0.1,0.2,0.3,0.5 --threads 2
+
+A floor f gives each cluster of a text's own tokens at least f x the vector's heaviest weight (merged by max, so
+expansion stays). It commutes with L2 normalisation, so it is applied here to the cached unit vectors of the
+`lens bench beir` run of the same model (`--quantize int8` by default: the suite's setting; documents are read from
+the cache and encoded only if absent), exactly as the encoder applies it to the pooled weights. Per set and floor:
+nDCG@10 of the lexicon, of the lexicon with the query's own clusters removed (expansion only), the own-token share
+of the queries' weight (`index.vectors.mass_share`, as `lens bench lexicality`), the hybrid with MiniLM (0.5/0.5 on
+cosines, as lens-hybrid) and that hybrid fused with BM25 (min-max 0.5/0.5, as lens-hybrid+bm25); BM25 and
+bm25+minilm beside them. No training: what the rule alone does to the shipped model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+from _common import RESULTS, add_data_dir_argument, machine, script_command, write_results
+
+OUT = RESULTS / "term_floor"
+DEPTH = 100
+
+
+def _run(scores: np.ndarray, qids: list[str], ids: list[str], depth: int = DEPTH) -> dict[str, dict[str, float]]:
+    """Top ``depth`` documents of each query's row of ``scores``."""
+    depth = min(depth, scores.shape[1])
+    top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
+    return {q: {ids[j]: float(scores[i, j]) for j in top[i]} for i, q in enumerate(qids)}
+
+
+def _ndcg(qrels, run) -> float:
+    from lens.metrics import evaluate
+
+    return evaluate(qrels, run, ("ndcg@10",)).mean["ndcg@10"]
+
+
+def _fuse(runs, method: str = "minmax") -> dict[str, dict[str, float]]:
+    from index.fusion import get_fusion
+
+    fuse = get_fusion(method)
+    out = {}
+    for q in runs[0]:
+        got_ids, scores = fuse([r[q] for r in runs], weights=[0.5, 0.5], limit=DEPTH)
+        out[q] = {i: float(s) for i, s in zip(got_ids, scores)}
+    return out
+
+
+def study_set(name: str, args, resources) -> dict:
+    from index.vectors import l2_normalize, mass_share, support_mask
+    from lens.bm25 import BM25Index
+    from lens.eval.beir import load_dataset, resolve_dataset
+    from lens.inputs import encode_texts, text_ids
+    from lens.instructions import lookup
+    from lens.pooling import term_floor
+
+    data = load_dataset(resolve_dataset(name, args.data_dir), "test")
+    ids, texts = [d.id for d in data.docs], [d.full_text for d in data.docs]
+    qids = list(data.queries)
+    qtexts = [data.queries[q] for q in qids]
+    instruction = lookup(data.name).text
+    lens = resources.lens_int8 if args.quantize == "int8" else resources.lens
+    docs = lens.documents(texts).arrays["lexicon"]
+    enc = lens.encoder
+    rule = enc.config.text_normalization
+
+    def own(batch: list[str]) -> list[np.ndarray]:
+        return [enc.assignment[np.asarray(text_ids(it), dtype=np.int64)]
+                for it in encode_texts(enc.tokenizer, batch, enc.max_seq_length, normalization=rule)]
+
+    doc_own, q_own = own(texts), own(qtexts)
+    queries = enc.encode_queries(qtexts, instruction=instruction, batch_size=16, show_progress_bar=False)
+    dense_d = resources.minilm.documents(texts).arrays["vectors"]
+    dense_q = resources.minilm.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
+    dense_run = _run(dense_q @ dense_d.T, qids, ids)
+    bm25 = BM25Index(texts)
+    bm25_run = {}
+    for q, (rows, scores) in zip(qids, bm25.search(qtexts, DEPTH)):
+        bm25_run[q] = {ids[int(r)]: float(s) for r, s in zip(rows, scores)}
+    row = {"set": data.name, "documents": len(ids), "queries": len(qids), "bm25": _ndcg(data.qrels, bm25_run),
+           "minilm": _ndcg(data.qrels, dense_run), "bm25+minilm": _ndcg(data.qrels, _fuse([bm25_run, dense_run])),
+           "floors": {}}
+    q_mask = support_mask([np.asarray(c)[np.asarray(c) >= 0] for c in q_own], docs.shape[1])
+    for f in args.floors:
+        d = l2_normalize(term_floor(docs, doc_own, f)) if f > 0 else docs
+        q = l2_normalize(term_floor(queries, q_own, f)) if f > 0 else queries
+        lex = q @ d.T
+        lex_run = _run(lex, qids, ids)
+        expansion = np.where(q_mask, 0.0, q).astype(np.float32) @ d.T
+        hybrid_run = _run(0.5 * lex + 0.5 * (dense_q @ dense_d.T), qids, ids)
+        row["floors"][str(f)] = {
+            "lexicon": _ndcg(data.qrels, lex_run),
+            "expansion_only": _ndcg(data.qrels, _run(expansion, qids, ids)),
+            "query_own_share": float(np.nanmean(mass_share(q, q_mask))),
+            "hybrid": _ndcg(data.qrels, hybrid_run),
+            "hybrid+bm25": _ndcg(data.qrels, _fuse([hybrid_run, bm25_run])),
+        }
+        print(f"{data.name} floor {f}: {row['floors'][str(f)]}", flush=True)
+    return row
+
+
+def render(meta: dict) -> list[str]:
+    lines = ["# Own-token floor (`term_floor`), untrained, on the development suite", "",
+             f"Command: `{meta['command']}`", "", f"Model: `{meta['model']}`, {meta['quantize'] or 'float32'}; "
+             "nDCG@10 on the test qrels; share = mean share of a query's lexicon weight on its own tokens' clusters.",
+             "", "| set | floor | lexicon | expansion only | query own share | hybrid | hybrid+bm25 | bm25 | minilm | "
+             "bm25+minilm |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in meta["rows"]:
+        for f, m in r["floors"].items():
+            lines.append(f"| {r['set']} | {f} | {m['lexicon']:.3f} | {m['expansion_only']:.3f} | "
+                         f"{m['query_own_share']:.3f} | {m['hybrid']:.3f} | {m['hybrid+bm25']:.3f} | {r['bm25']:.3f} | "
+                         f"{r['minilm']:.3f} | {r['bm25+minilm']:.3f} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    from lens.eval.beir import DEFAULT_CACHE_DIR
+    from lens.eval.systems import Resources
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sets", default="adi,cranfield,medline")
+    p.add_argument("--floors", default="0,0.1,0.2,0.3,0.5", type=lambda s: [float(x) for x in s.split(",")])
+    p.add_argument("--model", default="default")
+    p.add_argument("--quantize", default="int8", choices=["int8", "none"])
+    add_data_dir_argument(p)
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    args.quantize = None if args.quantize == "none" else args.quantize
+    torch.set_num_threads(args.threads)
+    resources = Resources(model=args.model, cache_root=args.cache_dir, lens_batch_size=4)
+    rows = [study_set(s, args, resources) for s in args.sets.split(",")]
+    meta = {"command": script_command(argv, "benchmarks/term_floor.py"), "model": args.model,
+            "quantize": args.quantize, "machine": machine(torch=True), "rows": rows}
+    print(write_results(args.out, meta, render(meta)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
