@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lens.cli_args import add_registry_argument
+
 
 def _summary(out: Path, examples) -> str:
     from collections import Counter
@@ -137,6 +139,14 @@ def cmd_teacher(args: argparse.Namespace) -> None:
     _write(args, add_teacher_scores(examples, DenseEncoder.from_pretrained(args.model), batch_size=args.batch_size))
 
 
+def cmd_variant(args: argparse.Namespace) -> None:
+    from lens.variants import write_variant
+
+    rec = write_variant(args.dir, args.out, args.variant, seed=args.seed, overwrite=args.overwrite)
+    print(f"{args.out}: {rec['description']}; {rec['documents_changed']} of {rec['documents']} documents and "
+          f"{rec['queries_changed']} of {rec['queries']} queries changed")
+
+
 def cmd_stats(args: argparse.Namespace) -> None:
     from lens.train.data import read_examples
 
@@ -237,6 +247,16 @@ def register(subparsers) -> argparse.ArgumentParser:
     te.add_argument("--seed", type=int, default=0)
     te.add_argument("--batch-size", type=int, default=64)
     te.set_defaults(func=cmd_teacher, command="data teacher")
+
+    va = sub.add_parser("variant", help="a BEIR-layout variant of a retrieval set for out-of-domain checks: "
+                                        "texts rewritten, ids and qrels kept (lens.variants)")
+    va.add_argument("dir", type=Path, help="BEIR directory (corpus, queries, qrels/)")
+    add_registry_argument(va, "--variant", registry="lens.variants:VARIANTS", required=True,
+                          help="the rewrite: %(choices)s")
+    va.add_argument("--out", type=Path, required=True, help="the directory to write (with variant.json)")
+    va.add_argument("--seed", type=int, default=0, help="the typos' seed (default 0)")
+    va.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    va.set_defaults(func=cmd_variant, command="data variant")
 
     st = sub.add_parser("stats", help="examples per task, mean negatives, share with score/teacher/instruction")
     st.add_argument("files", nargs="+", type=Path)

@@ -20,7 +20,8 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
     with DirectoryLock(args.out, "model directory"):  # a second writer of --out fails now, not after KMeans
         r = cluster_vocab(args.out, args.model, args.clusters, iterations=args.iterations, seed=args.seed,
                           backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
-                          attention=args.attention, show_progress_bar=True)
+                          attention=args.attention, text_normalization=args.text_normalization,
+                          term_floor=args.term_floor, show_progress_bar=True)
     s = r.sizes
     print(
         f"wrote {args.out}: k={r.num_clusters} from {r.backbone} ({r.num_excluded} tokens excluded) in "
@@ -187,6 +188,12 @@ def register(subparsers) -> None:
                           metavar="MODE", help="the decoder's attention, saved in the model: %(choices)s (default "
                           "%(default)s; the paper's). SmolLM2 trains better causal "
                           "(benchmarks/results/training_study.md)")
+    add_registry_argument(c, "--text-normalization", registry="lens.inputs:TEXT_NORMALIZATIONS", default=None,
+                          metavar="RULE", help="fold every text (not the instruction) before tokenising, saved in the "
+                          "model so an index and its queries agree: %(choices)s (default: texts as they are)")
+    c.add_argument("--term-floor", type=float, default=None, metavar="SHARE",
+                   help="each of a text's own token clusters weighs at least SHARE (0-1) of its heaviest weight "
+                        "(exact match kept beside expansion; lens.pooling.term_floor), saved in the model")
     c.add_argument("--compact", action="store_true",
                    help="omit the centroids (they are the cluster means, recomputed from the verified backbone)")
     c.add_argument("--out", required=True, type=Path, help="directory to write (LensEncoder.from_pretrained loads it)")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lens.clustering import BACKENDS, cluster_rows, identity_clustering, size_summary
 from lens.config import ClusteringConfig, LensConfig
+from lens.inputs import check_text_normalization
 from lens.model_dir import write_model_dir
 
 logger = logging.getLogger(__name__)
@@ -45,13 +46,16 @@ def cluster_vocab(
     exclude_special: bool = False,
     compact: bool = False,
     attention: str = "bidirectional",
+    text_normalization: str | None = None,
+    term_floor: float | None = None,
     show_progress_bar: bool = False,
 ) -> VocabClustering:
     """KMeans on ``model``'s LM-head rows into ``clusters`` groups (``"vocab"``: one per token), written to ``out``.
 
     The same seed gives byte-identical files. ``compact`` leaves the centroids out: they are the cluster means,
     recomputed from the (hash-checked) backbone on loading. ``attention`` is what the decoder will use, saved in
-    the config (the paper: ``"bidirectional"``; ``"causal"`` keeps the backbone's pretrained mask).
+    the config (the paper: ``"bidirectional"``; ``"causal"`` keeps the backbone's pretrained mask), and so are the
+    text rule (``text_normalization``: ``lens.inputs.TEXT_NORMALIZATIONS``) and the own-token floor (``term_floor``).
     """
     from lens.attention import MODES
     from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone
@@ -60,6 +64,9 @@ def cluster_vocab(
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(MODES)}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown clustering backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    check_text_normalization(text_normalization)
+    if term_floor is not None and not 0.0 <= term_floor <= 1.0:
+        raise ValueError(f"term_floor must be within [0, 1] (a share of the heaviest weight), got {term_floor!r}")
     start = time.perf_counter()
     ref = resolve_backbone(model)
     matrix = load_lm_head(ref)
@@ -78,6 +85,8 @@ def cluster_vocab(
     config = LensConfig(
         backbone=ref.reference,
         attention=attention,
+        text_normalization=text_normalization,
+        term_floor=term_floor,
         clustering=ClusteringConfig(
             num_clusters=k, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
             lm_head_sha256=matrix_sha256(matrix), seed=seed, iterations=iterations, backend=backend,

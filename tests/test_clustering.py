@@ -121,3 +121,21 @@ def test_cluster_vocab_attention_is_saved_and_loaded(tiny_backbone_dir, tmp_path
     assert torch.allclose(a[0, :3], b[0, :3], atol=1e-6) and not torch.allclose(a[0, 3], b[0, 3])
     assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--attention", "sideways",
                  "--out", str(tmp_path / "x")]) == 2
+
+
+def test_cluster_vocab_saves_the_text_rule_and_term_floor(tiny_backbone_dir, tmp_path):
+    from conftest import assert_close
+    from lens.cli import main
+    from lens.encoder import LensEncoder
+
+    out = tmp_path / "folded"
+    assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--clusters", "12", "--iterations", "2",
+                 "--text-normalization", "lowercase", "--term-floor", "0.3", "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["text_normalization"], config["term_floor"]) == ("lowercase", 0.3)
+    enc = LensEncoder.from_pretrained(out)
+    assert_close(enc.encode(["CELL Protein"]), enc.encode(["cell protein"]), atol=0)
+    assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--text-normalization", "upper",
+                 "--out", str(tmp_path / "x")]) == 2
+    assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--term-floor", "1.5",
+                 "--out", str(tmp_path / "y")]) == 2

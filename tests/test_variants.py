@@ -74,3 +74,16 @@ def test_bad_requests_are_clear(tmp_path):
         write_variant(src, tmp_path / "x", "upper-all")
     with pytest.raises(FileNotFoundError, match="BEIR directory not found"):
         write_variant(tmp_path / "missing", tmp_path / "y", "upper-all")
+
+
+def test_lens_data_variant_command(tmp_path, capsys):
+    from lens.cli import main
+
+    src = _write_set(tmp_path / "src")
+    assert main(["data", "variant", str(src), "--variant", "upper-queries", "--out", str(tmp_path / "v")]) == 0
+    assert "0 of 2 documents and 2 of 2 queries changed" in capsys.readouterr().out
+    assert load_beir(tmp_path / "v")[1]["q2"] == "WING LIFT"
+    assert main(["data", "variant", str(src), "--variant", "upper-queries", "--out", str(tmp_path / "v")]) == 2
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert main(["data", "variant", str(src), "--variant", "upper-queries", "--out", str(tmp_path / "v"),
+                 "--overwrite"]) == 0
