@@ -21,7 +21,6 @@ def cmd_index_build(args: argparse.Namespace) -> None:
 
     from lens.corpus import load_corpus
     from lens.indexing import build_saved, check_build_options, partial_dir
-    from lens.search import model_reference
     from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
     from index.store import check_save_target
@@ -47,9 +46,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
             from lens.hybrid import HybridEncoder
 
             encoder = HybridEncoder.from_pretrained(args.model, args.dense, quantize=args.quantize)
-        info = {"lens_model": model_reference(args.model), "dense": args.dense, "corpus": str(args.corpus)}
-        if args.quantize:
-            info["lens_quantize"] = args.quantize  # `lens search` warns when the queries' differ
+        info = {"corpus": str(args.corpus)}  # the build records the encoders itself (lens.index_record)
         try:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,

@@ -17,7 +17,10 @@ are read. Types that need training are trained once, on a seeded sample of the w
 shard indexes of contiguous documents, one at a time (``index.shards``), so only one shard is in memory; for
 ``ivf-ondisk`` the S parts' inverted lists are spilled to the work directory and merged into one memory-mapped file
 instead. ``top_m`` keeps each document's ``top_m`` heaviest lexicon weights (``HybridIndex(top_m=...)``). Documents
-truncated to ``max_seq_length`` are reported once, as one total over the corpus (not one warning per chunk).
+truncated to ``max_seq_length`` are reported once, as one total over the corpus (not one warning per chunk). The
+manifest records the encoders (``lens.index_record``: model reference, dense kind, the quantisation the chunks were
+encoded in, the model's text rule), so ``lens search``, ``lens serve`` and ``lens index add`` open the index with
+them whether it was built by ``lens index build`` or from Python.
 
 The whole build holds the output's writer lock (``lens.atomic.DirectoryLock``, the one ``HybridIndex.save`` takes),
 so a second build or save to the same output fails at once instead of deleting this one's work directory. A full
@@ -41,6 +44,7 @@ from lens.atomic import DirectoryLock, StorageError, atomic_write_bytes, read_js
 from lens.chunks import (FLOAT32, RECORD_VERSION, Chunk, chunk_bytes, chunk_path, fingerprint_sha, ids_sha, parse_chunk,
                          quantize_label, read_bytes, read_record, record_name)
 from lens.corpus import Document, invalid_unicode
+from lens.index_record import EncoderRecord
 from lens.sharding import EncoderSpec, RankGroup, load_encoder, run_in_processes, torchrun_rank, worker_devices
 
 logger = logging.getLogger(__name__)
@@ -126,7 +130,8 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     on-disk file). ``top_m``: lexicon weights kept per document (None: all). ``weights``: the index's default query
     weights: None (``HybridIndex``'s, 0.5 / 0.5), a pair (w_lex, w_dense) or ``"balanced"``
     (``index.vectors.balanced_weights`` of a seeded sample of the corpus's vectors: each part weighted inversely to
-    the spread of its cosines); an index of one part alone ignores them.
+    the spread of its cosines); an index of one part alone ignores them. ``info``: free-form facts for the
+    manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself.
     """
     manifest, _ = _build(docs, Path(output), encoder, index_type=index_type, chunk_size=chunk_size,
                          batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar,
@@ -153,7 +158,8 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     check_documents(docs)
     work = partial_dir(output)
     state = _work_state(docs, chunk_size)
-    settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights)
+    record = EncoderRecord.of_encoder(encoder)  # before encoding: a spec's model directory is read now
+    settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights, record=record)
     if launch is not None:
         return _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_size, batch_size, resume,
                              show_progress_bar, settings)
@@ -470,8 +476,9 @@ class EncodedChunks:
 
 
 def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index_type: str, shards: int,
-              top_m: int | None, info: dict | None, weights: Any = None):
-    """Train (once), fill and save the index from the encoded chunks; returns (manifest, in-memory index or None)."""
+              top_m: int | None, info: dict | None, record: EncoderRecord, weights: Any = None):
+    """Train (once), fill and save the index from the encoded chunks; returns (manifest, in-memory index or None).
+    The manifest's ``info`` records the encoders (``record``) with the quantisation the chunks were encoded in."""
     from index import HybridIndex
     from index.factory import get_index_type
     from index.manifest import read_manifest
@@ -481,8 +488,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
 
     chunks = EncodedChunks(docs, work, records, chunk_size)
     _report_truncation(records, len(docs))
-    if chunks.quantize is not None:  # `lens search` compares it with the queries' quantisation
-        info = {**(info or {}), "lens_quantize": chunks.quantize}
+    info = _recorded_info(info, record.with_quantize(chunks.quantize))
     itype = get_index_type(index_type)
     options, train_size = {}, 0
     if itype.needs_training:
@@ -519,6 +525,16 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
             del shard  # one shard in memory at a time
         manifest = writer.finish(info)
     return manifest, None
+
+
+def _recorded_info(info: dict | None, record: EncoderRecord) -> dict:
+    """``info`` with the encoder record's entries (``lens.index_record``), which win over the caller's."""
+    entries = record.to_info()
+    clash = sorted(k for k in entries if k in (info or {}) and info[k] != entries[k])
+    if clash:
+        logger.warning("info %s given to the build differ from the encoders that built the index; the index "
+                       "records the encoders' (%s)", clash, ", ".join(f"{k}={entries[k]!r}" for k in clash))
+    return {**(info or {}), **entries}
 
 
 def _report_truncation(records: Sequence[dict], n_docs: int) -> None:

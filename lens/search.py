@@ -13,13 +13,9 @@ from typing import Any, Callable, Mapping, Sequence
 from index import HybridIndex, SearchResult
 from index.manifest import check_fingerprint
 from lens.hybrid import HybridEncoder
+from lens.index_record import EncoderRecord, model_reference
 
 __all__ = ["Searcher", "check_queries", "hit_records", "model_reference"]
-
-
-def model_reference(model: str | os.PathLike) -> str:
-    """How an index records its LENS model: ``"default"``, or the directory's absolute path."""
-    return model if os.fspath(model) == "default" else str(Path(model).resolve())
 
 
 def check_queries(queries: Sequence[str]) -> list[str]:
@@ -43,36 +39,38 @@ def hit_records(result: SearchResult) -> list[dict[str, Any]]:
 
 
 class Searcher:
-    """A saved index and the encoders recorded in its manifest (``info.lens_model``, ``info.dense``)."""
+    """A saved index and the encoders recorded in its manifest (``lens.index_record.EncoderRecord``)."""
 
-    def __init__(self, index: HybridIndex, encoder: HybridEncoder):
+    def __init__(self, index: HybridIndex, encoder: HybridEncoder, record: EncoderRecord | None = None):
         self.index, self.encoder = index, encoder
+        self.record = record if record is not None else EncoderRecord.of_index(index)
 
     @classmethod
     def open(cls, directory: str | os.PathLike, model: str | os.PathLike | None = None,
-             quantize: str | None = None, reuse: "Searcher | None" = None) -> "Searcher":
-        """Load the index at ``directory`` with its LENS model (or ``model``), refusing one built by other encoders.
+             quantize: str | None = None, reuse: "Searcher | None" = None,
+             encoder: HybridEncoder | None = None) -> "Searcher":
+        """Load the index at ``directory`` with the encoders its manifest records, refusing other encoders.
 
         The index is loaded first, so the encoders named in its manifest and its vectors come from one version
-        even if another process saves over it meanwhile. ``quantize``: encode queries with int8 layers
-        (``LensEncoder.apply_quantize``). ``reuse``: a searcher of an earlier version whose encoders (already
-        quantized as asked) are kept when the index names the same ones (or ``model`` is given), instead of loading
-        them."""
+        even if another process saves over it meanwhile. ``model``: another LENS model directory (one that has
+        moved since the build); ``encoder``: a ``HybridEncoder`` to use as it is (needed for an index built with an
+        encoder made in memory, which names no model to load). Either must still match the index's fingerprint and
+        text rule. ``quantize``: encode queries with int8 layers (``LensEncoder.apply_quantize``; to encoders
+        loaded here). ``reuse``: a searcher of an earlier version whose encoders (already quantized as asked) are
+        kept when the index names the same ones (or ``model`` / ``encoder`` is given), instead of loading them."""
         from lens.encoder import LATER_FINGERPRINT_KEYS
 
         index = HybridIndex.load(directory)
-        info = index.info or {}
-        old = (reuse.index.info or {}) if reuse is not None else None
-        if old is not None and (model is not None or all(info.get(key) == old.get(key)
-                                                          for key in ("lens_model", "dense"))):
+        record = EncoderRecord.of_index(index)
+        if encoder is None and reuse is not None and (model is not None or record.same_encoders(reuse.record)):
             encoder = reuse.encoder
-        else:
-            encoder = HybridEncoder.from_pretrained(model or info.get("lens_model", "default"),
-                                                    info.get("dense", "none"))
+        elif encoder is None:
+            encoder = record.load(directory, model)
             if quantize:
                 encoder.lens.apply_quantize(quantize)
         check_fingerprint(encoder.fingerprint(), index.fingerprint, Path(directory), LATER_FINGERPRINT_KEYS)
-        return cls(index, encoder)
+        record.check_text_rule(encoder, directory)
+        return cls(index, encoder, record)
 
     def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,

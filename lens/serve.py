@@ -125,19 +125,19 @@ class QueryBatcher:
 class SearchService:
     """A :class:`~lens.search.Searcher` for one index directory, kept at the directory's latest saved version.
 
-    ``model``: the LENS model to encode queries with (default: the one the index names); ``quantize``: ``"int8"``
-    to encode them with int8 layers (``LensEncoder.apply_quantize``). ``max_queries`` and ``max_k`` bound one
-    request."""
+    ``model``: the LENS model to encode queries with (default: the one the index records); ``encoder``: a
+    ``HybridEncoder`` to use as it is (``Searcher.open``); ``quantize``: ``"int8"`` to encode them with int8 layers
+    (``LensEncoder.apply_quantize``). ``max_queries`` and ``max_k`` bound one request."""
 
     def __init__(self, directory: str | os.PathLike, model: str | os.PathLike | None = None,
-                 quantize: str | None = None, max_queries: int = 256, max_k: int = 1000) -> None:
+                 quantize: str | None = None, max_queries: int = 256, max_k: int = 1000, encoder=None) -> None:
         self.directory = Path(directory)
-        self.model, self.quantize = model, quantize
+        self.model, self.quantize, self.encoder = model, quantize, encoder
         self.max_queries, self.max_k = max_queries, max_k
         self._batcher = QueryBatcher(max_batch=max(32, max_queries))
         self._reload_lock = threading.Lock()
         self._version = _version(self.directory)
-        self._searcher = Searcher.open(self.directory, self.model, quantize)
+        self._searcher = Searcher.open(self.directory, self.model, quantize, encoder=encoder)
         self.reload_error: str | None = None
 
     @property
@@ -154,7 +154,8 @@ class SearchService:
 
     def _reload(self, version: tuple[int, int, int]) -> None:
         try:
-            searcher = Searcher.open(self.directory, self.model, self.quantize, reuse=self._searcher)
+            searcher = Searcher.open(self.directory, self.model, self.quantize, reuse=self._searcher,
+                                     encoder=self.encoder)
         except Exception as e:  # keep answering from the version loaded before, and say why on /health
             self.reload_error = f"{type(e).__name__}: {e}"
             logger.error("could not load %s again (%s); still serving the version loaded before", self.directory,
@@ -172,11 +173,11 @@ class SearchService:
         return out
 
     def info(self) -> dict[str, Any]:
-        index = self.searcher.index
-        info = index.info or {}
+        searcher = self.searcher
+        index, record = searcher.index, searcher.record
         return {"directory": str(self.directory.resolve()), "documents": len(index), "index_type": index.index_type,
                 "mode": index.mode, "lexicon_dim": index.lexicon_dim, "dense_dim": index.dense_dim,
-                "weights": list(index.weights), "lens_model": info.get("lens_model"), "dense": info.get("dense"),
+                "weights": list(index.weights), "lens_model": record.lens_model, "dense": record.dense,
                 "quantize": self.quantize, "max_queries": self.max_queries, "max_k": self.max_k}
 
     def search(self, body: Mapping[str, Any]) -> dict[str, Any]:

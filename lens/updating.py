@@ -43,12 +43,13 @@ class IndexChange:
 
 def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, upsert: bool = False,
                   model: str | os.PathLike | None = None, batch_size: int = 16, chunk_size: int = 64,
-                  resume: bool = False, show_progress_bar: bool = True) -> IndexChange:
+                  resume: bool = False, show_progress_bar: bool = True, encoder=None) -> IndexChange:
     """Encode ``docs`` as the index at ``directory`` was built and add them; save it again atomically.
 
     ``upsert``: replace the documents whose ids are already there (else that is an error, raised before anything
     is encoded). ``model``: the LENS model directory, when it has moved since the build (its fingerprint must
-    still match the index's). The vectors are saved ``chunk_size`` documents at a time beside the index
+    still match the index's); ``encoder``: a ``HybridEncoder`` to encode with instead (as ``Searcher.open`` takes
+    it: needed for an index built with an encoder made in memory). The vectors are saved ``chunk_size`` documents at a time beside the index
     (``lens.indexing.adding_dir``) until the index is saved, so an interrupted addition continues where it stopped
     when run again with ``resume`` (the same documents; without it, what an earlier run left is discarded).
     """
@@ -62,12 +63,10 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
     check_documents(docs)
     directory = Path(directory)
     with DirectoryLock(directory, "index"):
-        searcher = Searcher.open(directory, model)
+        searcher = Searcher.open(directory, model, encoder=encoder)
         index, encoder = searcher.index, searcher.encoder
         replaced = len(index.check_add([d.id for d in docs], upsert))  # before the encoding, not after it
-        built = (index.info or {}).get("lens_quantize")
-        if built:  # the documents already there were encoded so; the new ones must be too
-            encoder.lens.apply_quantize(built)
+        _match_quantize(encoder, searcher.record.quantize, directory)
         work = adding_dir(directory)
         chunks = encode_chunks(docs, work, encoder, chunk_size=chunk_size, batch_size=batch_size, resume=resume,
                                show_progress_bar=show_progress_bar)
@@ -76,6 +75,17 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
         shutil.rmtree(work)
     logger.info("added %d documents to %s (%d replaced)", len(docs) - replaced, directory, replaced)
     return IndexChange(added=len(docs) - replaced, replaced=replaced, count=len(index))
+
+
+def _match_quantize(encoder, built: str | None, directory: Path) -> None:
+    """Quantize ``encoder`` as the index's documents were encoded (the record's mode), or refuse one quantized
+    otherwise: an index never mixes int8 and float32 vectors."""
+    have = getattr(encoder.lens, "quantize", None)
+    if built and have is None:
+        encoder.lens.apply_quantize(built)
+    elif have != built:
+        raise ValueError(f"the documents of {directory} were encoded in {built or 'float32'} but this encoder is "
+                         f"quantized ({have}); pass an encoder loaded without quantize=")
 
 
 def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = None, *,

@@ -41,7 +41,7 @@ LAYERS: dict[str, int] = {
     "lens.encoder": 3, "lens.paper_models": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,
     "index.ondisk": 3, "index.shards": 3, "lens.sharding": 4,
-    "lens.hybrid": 4, "lens.indexing": 4, "lens.search": 4, "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
+    "lens.hybrid": 4, "lens.index_record": 4, "lens.indexing": 4, "lens.search": 4, "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
     "lens.eval": 4, "lens.integrations": 4,
     "lens.cli": 5, "lens.cli_data": 5, "lens.cli_index": 5, "lens.cli_train": 5, "lens": 5, "lens.testing": 5,
     "lens.cli_args": 5, "lens.cli_bench": 5, "lens.cli_encode": 5,
