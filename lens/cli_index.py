@@ -217,7 +217,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     if args.run is not None:
         _run_target(args.run)
     searcher = Searcher.open(args.dir, args.model, args.quantize)
-    _quantize_mismatch(searcher.index, args.quantize)
+    _quantize_mismatch(searcher.index, searcher.encoder.lens.quantize)  # as loaded: "auto" resolved
     results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
                               filter=_filter_of(args.filter), batch_size=args.batch_size,
                               show_progress_bar=len(queries) > args.batch_size)
@@ -256,7 +256,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
                             max_k=args.max_k)
-    _quantize_mismatch(service.searcher.index, args.quantize)
+    _quantize_mismatch(service.searcher.index, service.searcher.encoder.lens.quantize)
     service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
     try:
         server = make_server(service, args.host, args.port)

@@ -393,13 +393,20 @@ def test_cli_index_records_quantize_and_search_warns_on_a_mismatch(tiny_lens_dir
 
 
 @pytest.mark.parametrize("speedup,recorded", [(2.0, "int8"), (1.0, None)])
-def test_cli_index_build_auto_records_the_concrete_mode(tiny_lens_dir, tmp_path, probe, speedup, recorded):
+def test_cli_auto_records_the_concrete_mode_and_its_queries_match(tiny_lens_dir, tmp_path, probe, speedup, recorded,
+                                                                  caplog):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(DOCS)))
     probe.speedup = speedup
-    assert main(["index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "ix"), "--model",
-                 str(tiny_lens_dir), "--dense", "none", "--quantize", "auto"]) == 0
+    ix = str(tmp_path / "ix")
+    assert main(["index", "build", "--corpus", str(corpus), "--output", ix, "--model", str(tiny_lens_dir),
+                 "--dense", "none", "--quantize", "auto"]) == 0
     assert json.loads((tmp_path / "ix" / "manifest.json").read_text())["info"]["lens_quantize"] == recorded
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        assert main(["search", ix, "cancer", "-k", "2", "--quantize", "auto"]) == 0
+        assert not [r for r in caplog.records if "encoded" in r.message]  # same host: the same mode
+        assert main(["search", ix, "cancer", "-k", "2", "--quantize", "int8"]) == 0
+    assert bool([r for r in caplog.records if "encoded" in r.message]) == (recorded is None)
 
 
 def test_index_build_refuses_workers_for_an_int8_encoder(int8_encoder, tmp_path):
