@@ -1,6 +1,7 @@
 """LENS vector store: FAISS hybrid (lexicon + dense) index with string ids, metadata and safe persistence.
 
-Main entry point: :class:`HybridIndex`. Index types live in :data:`INDEX_TYPES` (flat, hnsw, ivf, sq8,
+Main entry points: :class:`HybridIndex`, and :func:`load_index` for a saved directory of either layout (one index
+or shards). Index types live in :data:`INDEX_TYPES` (flat, hnsw, ivf, sq8,
 fp16), result fusion in :data:`FUSION` (rrf, minmax).
 
 The names below load on first use, so ``import index.vectors`` (the maths, used by ``lens``) does not pay for
@@ -18,6 +19,7 @@ __all__ = [
     "as_run",
     "get_fusion",
     "get_index_type",
+    "load_index",
     "minmax_fusion",
     "rrf",
 ]
@@ -27,6 +29,7 @@ _HOME = {
     "INDEX_TYPES": "factory", "get_index_type": "factory",
     "FingerprintMismatchError": "manifest",
     "HybridIndex": "store", "SearchResult": "store",
+    "load_index": "loading",
 }
 
 

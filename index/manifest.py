@@ -44,8 +44,11 @@ __all__ = [
     "data_files",
     "file_record",
     "normalize_fingerprint",
+    "is_shard_dir",
+    "layout_of",
     "open_index",
     "read_manifest",
+    "shard_dir",
     "validate_manifest",
     "verify_file",
     "verify_stream",
@@ -56,10 +59,26 @@ MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 DOCS_FILE = "docs.sqlite"
 LAYOUTS = ("single", "sharded")  # one FAISS index; or shard directories searched together (index.shards)
+_SHARD_DIR = re.compile(r"shard-\d{5,}")  # a sharded index's shard directories (index.shards)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)?")  # a file, or a file in a shard directory
 _OPEN_ATTEMPTS = 100
 
 _MISSING = "<missing>"
+
+
+def shard_dir(i: int) -> str:
+    """The directory name of shard ``i`` of a sharded index."""
+    return f"shard-{i:05d}"
+
+
+def is_shard_dir(name: str) -> bool:
+    """Whether ``name`` is the name of a sharded index's shard directory (``shard_dir``)."""
+    return _SHARD_DIR.fullmatch(name) is not None
+
+
+def layout_of(m: Mapping[str, Any]) -> str:
+    """The layout of a validated manifest: ``"single"`` or ``"sharded"``."""
+    return m.get("layout", "single")
 
 
 class FingerprintMismatchError(ValueError):

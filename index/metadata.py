@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DocTable", "FieldIndex", "check_filter", "encode_metadata"]
+__all__ = ["DocTable", "FieldIndex", "check_filter", "check_ids", "encode_metadata"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,26 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ids (int_id INTEGER PRIMARY KEY, doc_id TEXT NOT NULL UNIQUE, meta TEXT);
 CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT);
 """
+
+
+def check_ids(ids: Sequence[str], what: str, dedupe: bool = False) -> list[str]:
+    """Document ids as a list of non-empty strings; an id given twice in one ``what`` call is an error (or dropped,
+    keeping the first, if ``dedupe``)."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (Sequence, np.ndarray)):
+        raise ValueError(f"ids must be a list of strings, got {type(ids).__name__}")
+    out = []
+    for i in ids:
+        if not isinstance(i, str) or not i:
+            raise ValueError(f"document ids must be non-empty strings, got {i!r}")
+        out.append(str(i))
+    if dedupe:
+        return list(dict.fromkeys(out))
+    seen: set[str] = set()
+    for i in out:
+        if i in seen:
+            raise ValueError(f"document id {i!r} appears more than once in this {what} call")
+        seen.add(i)
+    return out
 
 
 def encode_metadata(meta: Any, doc_id: str) -> str | None:

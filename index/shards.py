@@ -34,11 +34,13 @@ from .manifest import (
     check_fingerprint,
     data_files,
     file_record,
+    layout_of,
     open_index,
+    shard_dir,
     validate_manifest,
     verify_stream,
 )
-from .metadata import DocTable, check_filter
+from .metadata import DocTable, check_filter, check_ids
 from .store import HybridIndex, SearchResult, check_save_target
 from .vectors import mean_weights, weight_pair
 
@@ -50,11 +52,6 @@ logger = logging.getLogger(__name__)
 # weights: indexes built apart may differ in them (``lens index build --weights balanced`` measures each corpus), so
 # a merge keeps their document-weighted mean in the top manifest and a sharded search uses that for every shard.
 SHARED_SETTINGS = ("mode", "lexicon_dim", "dense_dim", "index_type", "top_m", "fingerprint")
-
-
-def shard_dir(i: int) -> str:
-    """The directory name of shard ``i``."""
-    return f"shard-{i:05d}"
 
 
 class ShardedIndex:
@@ -157,10 +154,11 @@ class ShardedIndex:
         """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``)."""
         weights = self._weights if weights is None else weights  # one default for all shards: comparable scores
         checked = check_filter(filter)
-        allowed = [None if checked is None else s._docs.matching(checked) for s in self._shards]
+        allowed = [s.selection(filter) for s in self._shards]
         if checked is not None and not any(len(a) for a in allowed) and len(self):
             logger.warning("no document matches the filter %s: returning no hits", filter)
-        per_shard = [s._search(lexicon, dense, k, weights, query_top_m, a) for s, a in zip(self._shards, allowed)]
+        per_shard = [s.search_selection(lexicon, dense, k, weights, query_top_m, a)
+                     for s, a in zip(self._shards, allowed)]
         return [merge_hits([hits[q] for hits in per_shard], k) for q in range(len(per_shard[0]))]
 
     def set_search_options(self, **options: Any) -> None:
@@ -177,7 +175,7 @@ class ShardedIndex:
 
     def remove(self, ids: Sequence[str]) -> None:
         """Remove documents by id from whichever shards hold them; an unknown id raises KeyError (nothing removed)."""
-        ids = list(dict.fromkeys(HybridIndex._check_ids(ids, "remove", dedupe=True)))
+        ids = check_ids(ids, "remove", dedupe=True)
         where = {i: next((s for s in self._shards if i in s), None) for i in ids}
         missing = [i for i, s in where.items() if s is None]
         if missing:
@@ -204,11 +202,14 @@ class ShardedIndex:
     @classmethod
     def load(cls, directory: str | os.PathLike, expected_fingerprint: Mapping[str, Any] | None = None,
              **search_options: Any) -> "ShardedIndex":
-        """Load a sharded index directory (``HybridIndex.load`` does the same for any layout)."""
-        index = HybridIndex.load(directory, expected_fingerprint, **search_options)
-        if not isinstance(index, cls):
-            raise ValueError(f"{directory} holds one index, not shards; load it with HybridIndex.load")
-        return index
+        """Load a sharded index directory (``index.load_index`` loads either layout)."""
+        directory = Path(directory)
+        m, gen = open_index(directory)
+        with gen:
+            if layout_of(m) != "sharded":
+                raise ValueError(f"{directory} holds one index, not shards; load it with HybridIndex.load (or "
+                                 "index.load_index, which loads either layout)")
+            return cls.from_files(directory, m, gen.files, expected_fingerprint, search_options)
 
     @classmethod
     def from_files(cls, directory: Path, m: dict[str, Any], files: Mapping[str, BinaryIO | None],
@@ -222,7 +223,7 @@ class ShardedIndex:
             if shard_m["count"] != entry["count"]:
                 raise ValueError(f"saved index {directory} is inconsistent: {entry['dir']} holds {shard_m['count']} "
                                  f"documents, the manifest says {entry['count']}; rebuild the index")
-            shards.append(HybridIndex._from_files(directory / entry["dir"], shard_m, sub, None, search_options))
+            shards.append(HybridIndex.from_files(directory / entry["dir"], shard_m, sub, None, search_options))
         index = cls(shards, m.get("info"), m["weights"])
         diffs = _differences(_settings_of(m), _settings(shards[0]))
         if diffs:
@@ -240,7 +241,7 @@ def shard_files(directory: Path, m: Mapping[str, Any], files: Mapping[str, Binar
     mpath = directory / mname
     verify_stream(files.get(mname), mpath, m["files"][mname])
     shard_m = validate_manifest(parse_json(files[mname].read(), mpath, "index manifest"), mpath)
-    if shard_m.get("layout", "single") != "single":
+    if layout_of(shard_m) != "single":
         raise ValueError(f"index manifest {mpath}: a shard cannot itself be sharded; rebuild the index")
     out: dict[str, Any] = {MANIFEST_FILE: shard_m}
     for fname in data_files(shard_m):
@@ -367,7 +368,7 @@ def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]
 
 def _parts(directory: Path, m: dict[str, Any], files: Mapping[str, BinaryIO | None]):
     """(prefix, manifest, files by name incl. manifest.json) of each single index inside a saved index."""
-    if m.get("layout", "single") == "single":
+    if layout_of(m) == "single":
         yield "", m, {name: files[name] for name in (MANIFEST_FILE, *data_files(m))}
         return
     for entry in m["shards"]:

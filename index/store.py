@@ -38,8 +38,9 @@ memory-maps them, and such a loaded index is read-only (add / remove / train rai
 than memory, add a part of the documents, :meth:`HybridIndex.spill` its lists to a file, repeat, then save: the
 parts are merged into the saved data file and only one part is ever in memory.
 
-Sharded directories (:mod:`index.shards`) load through :meth:`HybridIndex.load` too, as a
-:class:`index.shards.ShardedIndex`, which searches like this class.
+Sharded directories (:mod:`index.shards`) hold several of these, searched together by
+:class:`index.shards.ShardedIndex`; ``index.load_index`` (:mod:`index.loading`) loads a directory of either layout,
+:meth:`HybridIndex.load` one of a single index.
 
 Not thread-safe for concurrent writes (add/remove); concurrent searches are fine. Saving takes the index
 directory's writer lock (``lens.atomic.DirectoryLock``): a second process saving to the same directory fails at
@@ -53,7 +54,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
@@ -72,11 +72,13 @@ from .manifest import (
     data_files,
     check_fingerprint,
     file_record,
+    is_shard_dir,
+    layout_of,
     normalize_fingerprint,
     open_index,
     verify_stream,
 )
-from .metadata import DocTable, check_filter, encode_metadata
+from .metadata import DocTable, check_filter, check_ids, encode_metadata
 from . import ondisk
 from .ondisk import DATA_FILE
 from .vectors import (
@@ -170,7 +172,6 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
 
 
 _INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, ".DS_Store"))  # .DS_Store: macOS junk
-_SHARD_ENTRY = re.compile(r"shard-\d{5,}")  # a sharded index's shard directories (index.shards)
 
 
 def check_save_target(directory: str | os.PathLike) -> Path:
@@ -184,7 +185,7 @@ def check_save_target(directory: str | os.PathLike) -> Path:
     if directory.exists() and not directory.is_dir():
         raise FileExistsError(f"{directory} exists and is a file, not an index directory; choose another path")
     if directory.is_dir():
-        other = sorted(n for n in os.listdir(directory) if n not in _INDEX_ENTRIES and not _SHARD_ENTRY.fullmatch(n))
+        other = sorted(n for n in os.listdir(directory) if n not in _INDEX_ENTRIES and not is_shard_dir(n))
         if other:
             shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
             raise FileExistsError(
@@ -367,26 +368,13 @@ class HybridIndex:
             raise ValueError("ids_matching needs a filter, e.g. {'source': 'wiki'}")
         return self._docs.doc_ids(self._docs.matching(checked))
 
-    # ---- validation helpers -----------------------------------------------------------------
+    def selection(self, filter: Mapping[str, Any] | None) -> np.ndarray | None:
+        """The internal ids of the documents whose metadata matches ``filter`` (as :meth:`search` takes it), for
+        :meth:`search_selection`; None for no filter (every document)."""
+        checked = check_filter(filter)
+        return None if checked is None else self._docs.matching(checked)
 
-    @staticmethod
-    def _check_ids(ids: Sequence[str], what: str, dedupe: bool = False) -> list[str]:
-        """Ids as a list of non-empty strings; a repeated id is an error (or dropped if ``dedupe``)."""
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, (Sequence, np.ndarray)):
-            raise ValueError(f"ids must be a list of strings, got {type(ids).__name__}")
-        out = []
-        for i in ids:
-            if not isinstance(i, str) or not i:
-                raise ValueError(f"document ids must be non-empty strings, got {i!r}")
-            out.append(str(i))
-        if dedupe:
-            return list(dict.fromkeys(out))
-        seen: set[str] = set()
-        for i in out:
-            if i in seen:
-                raise ValueError(f"document id {i!r} appears more than once in this {what} call")
-            seen.add(i)
-        return out
+    # ---- validation helpers -----------------------------------------------------------------
 
     def _parts(self, lexicon: Any, dense: Any, require_all: bool) -> dict[str, np.ndarray]:
         """The given parts as 2-D arrays, checked against this index's parts and dimensions."""
@@ -515,7 +503,7 @@ class HybridIndex:
         """
         if not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        ids = self._check_ids(ids, "add")
+        ids = check_ids(ids, "add")
         existing = self._existing_for_add(ids, upsert)
         parts = self._parts(lexicon, dense, require_all=True)
         n = len(ids)
@@ -562,10 +550,10 @@ class HybridIndex:
         """The checks :meth:`add` makes of ``ids`` alone, so a caller can fail before it encodes anything: the
         index is writable, the ids are non-empty strings given once, and an id already in the index is allowed
         (``upsert``) and replaceable (not HNSW, not spilled). Returns the ids already there (id -> internal id)."""
-        return self._existing_for_add(self._check_ids(ids, "add"), upsert)
+        return self._existing_for_add(check_ids(ids, "add"), upsert)
 
     def _existing_for_add(self, ids: list[str], upsert: bool) -> dict[str, int]:
-        """:meth:`check_add` for ids already checked by ``_check_ids``."""
+        """:meth:`check_add` for ids already checked by ``index.metadata.check_ids``."""
         self._check_writable("add documents")
         existing = self._docs.lookup(ids)
         if existing:
@@ -594,7 +582,7 @@ class HybridIndex:
         HNSW indexes cannot remove documents (a FAISS limitation): they raise ValueError; rebuild the
         index, or use flat/ivf/sq8/fp16 when documents must be deleted.
         """
-        ids = self._check_ids(ids, "remove", dedupe=True)
+        ids = check_ids(ids, "remove", dedupe=True)
         self._check_writable("remove documents")
         if not self._type.supports_remove:
             raise ValueError(self._no_remove_message("remove documents"))
@@ -648,16 +636,15 @@ class HybridIndex:
         alone (exact types). Returns one :class:`SearchResult` per query; see the module docstring for
         empty-index, zero-query and ``k > len(index)`` behaviour.
         """
-        checked = check_filter(filter)
-        allowed = None if checked is None else self._docs.matching(checked)
+        allowed = self.selection(filter)
         if allowed is not None and len(allowed) == 0 and len(self):
             logger.warning("no document matches the filter %s: returning no hits", filter)
-        return self._search(lexicon, dense, k, weights, query_top_m, allowed)
+        return self.search_selection(lexicon, dense, k, weights, query_top_m, allowed)
 
-    def _search(self, lexicon: Any, dense: Any, k: int, weights: Any, query_top_m: int | None,
-                allowed: np.ndarray | None) -> list[SearchResult]:
-        """:meth:`search` over the documents whose int ids are ``allowed`` (None: all), with no warning when none
-        are (``index.shards`` warns once for all of its shards)."""
+    def search_selection(self, lexicon: Any, dense: Any, k: int, weights: Any, query_top_m: int | None,
+                         allowed: np.ndarray | None) -> list[SearchResult]:
+        """:meth:`search` over the documents whose internal ids are ``allowed`` (:meth:`selection`; None: all),
+        with no warning when none are (``index.shards`` warns once for all of its shards)."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if self._spilled:
@@ -813,21 +800,21 @@ class HybridIndex:
         ``expected_fingerprint`` (:class:`~index.manifest.FingerprintMismatchError`, listing the
         differing keys), and any damaged file: checksums are verified before FAISS or SQLite parse
         anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones. A sharded
-        directory loads as an :class:`index.shards.ShardedIndex` (same search interface).
+        directory is refused, saying to load it with ``index.load_index`` (either layout).
         """
         directory = Path(directory)
         m, gen = open_index(directory)
         with gen:
-            if m.get("layout", "single") == "sharded":
-                from .shards import ShardedIndex
-
-                return ShardedIndex.from_files(directory, m, gen.files, expected_fingerprint, search_options)
-            return cls._from_files(directory, m, gen.files, expected_fingerprint, search_options)
+            if layout_of(m) != "single":
+                raise ValueError(f"{directory} is a sharded index ({len(m['shards'])} shards), not one index: load "
+                                 "it with index.load_index(directory), which loads either layout")
+            return cls.from_files(directory, m, gen.files, expected_fingerprint, search_options)
 
     @classmethod
-    def _from_files(cls, directory: Path, m: dict[str, Any], files: Mapping[str, Any],
-                    expected_fingerprint: Mapping[str, Any] | None, search_options: dict[str, Any]) -> "HybridIndex":
-        """Verify and parse one version's open files (``index.manifest.open_index``)."""
+    def from_files(cls, directory: Path, m: dict[str, Any], files: Mapping[str, Any],
+                   expected_fingerprint: Mapping[str, Any] | None, search_options: dict[str, Any]) -> "HybridIndex":
+        """Verify and parse one version's open files of a single index (``index.manifest.open_index``: ``m`` its
+        validated manifest, ``files`` its data files by name)."""
         mpath = directory / MANIFEST_FILE
         check_fingerprint(expected_fingerprint, m["fingerprint"], directory)
         try:

@@ -137,9 +137,9 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
         raise ValueError("no document ids to remove: give them as arguments, in --ids-file (one per line), or "
                          "choose them by --filter FIELD=VALUE")
     if args.dry_run:
-        from index import HybridIndex
+        from index import load_index
 
-        index = HybridIndex.load(args.dir)
+        index = load_index(args.dir)
         found = index.ids_matching(flt) if flt is not None else [i for i in dict.fromkeys(ids) if i in index]
         shown = ", ".join(found[:10]) + (f", ... ({len(found) - 10} more)" if len(found) > 10 else "")
         print(f"would remove {len(found)} of {len(index)} documents from {args.dir}" + (f": {shown}" if found else ""))

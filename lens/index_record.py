@@ -48,12 +48,24 @@ def _text_rule(config: Any) -> str | None:
     return getattr(config, "text_normalization", None)
 
 
+def _spec_text_rule(model: str | os.PathLike) -> str | None:
+    """The text rule of the model directory a spec names, read from its config (None if it cannot be read: the
+    workers that load it then say why)."""
+    from lens.config import LensConfig
+    from lens.model_dir import resolve_model_dir
+
+    try:
+        return _text_rule(LensConfig.load(resolve_model_dir(model)))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 @dataclass(frozen=True)
 class EncoderRecord:
     """The encoders an index was built with, as its manifest records them."""
 
     lens_model: str | None  # "default", an absolute directory, or None: built in memory, cannot be loaded again
-    dense: str  # a lens.hybrid.DENSE_KINDS name
+    dense: str | None  # a lens.hybrid.DENSE_KINDS name (None: an encoder of no known kind)
     quantize: str | None = None  # the documents' quantisation: "int8", or None (float32)
     text_normalization: str | None = None  # the LENS model's text rule
     recorded: bool = True  # False: the index records none of this (read from its fingerprint)
@@ -62,20 +74,20 @@ class EncoderRecord:
     @classmethod
     def of_encoder(cls, encoder: Any) -> "EncoderRecord":
         """The record of a build's encoder: a ``lens.hybrid.HybridEncoder`` or a ``lens.sharding.EncoderSpec``
-        (its quantisation is what the build's chunks say, set by :meth:`with_quantize`)."""
-        lens = getattr(encoder, "lens", None)
-        if lens is None:  # an EncoderSpec: a model reference and a dense kind, loaded by the workers
-            from lens.config import LensConfig
-            from lens.model_dir import resolve_model_dir
+        (its quantisation is what the build's chunks say, set by :meth:`with_quantize`). Any other encoder (a
+        stand-in with ``encode_documents`` and ``fingerprint``) names no model: it is recorded as one that cannot
+        be loaded again."""
+        from lens.sharding import EncoderSpec
 
-            rule = _text_rule(LensConfig.load(resolve_model_dir(encoder.model)))
-            return cls(model_reference(encoder.model), encoder.dense, None, rule)
+        if isinstance(encoder, EncoderSpec):  # a model reference and a dense kind, loaded by the workers
+            return cls(model_reference(encoder.model), encoder.dense, None, _spec_text_rule(encoder.model))
+        lens = getattr(encoder, "lens", None)
         source = getattr(lens, "source_dir", None)
         if source is None:
             logger.warning("the LENS encoder was built in memory, not loaded from a model directory, so the index "
                            "cannot name a model to load again: open it with Searcher.open(directory, "
                            "encoder=...) (or save the model with save_pretrained and build from that directory)")
-        return cls(None if source is None else model_reference(source), encoder.dense_kind,
+        return cls(None if source is None else model_reference(source), getattr(encoder, "dense_kind", None),
                    getattr(lens, "quantize", None), _text_rule(getattr(lens, "config", None)))
 
     def with_quantize(self, quantize: str | None) -> "EncoderRecord":

@@ -111,12 +111,12 @@ def build_index(docs: Sequence[Document], output: str | Path, encoder, **options
     ``output``, ``FileExistsError`` if ``output`` is something other than an index, and ``StorageError`` on a full
     disk (chunks so far are kept).
     """
-    from index import HybridIndex
+    from index import load_index
 
     manifest, index = _build(docs, Path(output), encoder, **options)
     if manifest is None:
         return None
-    return index if index is not None else HybridIndex.load(output)
+    return index if index is not None else load_index(output)
 
 
 def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_type: str = "flat",

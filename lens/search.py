@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from index import HybridIndex, SearchResult
+from index import HybridIndex, SearchResult, load_index
 from index.manifest import check_fingerprint
 from lens.hybrid import HybridEncoder
 from lens.index_record import EncoderRecord, model_reference
@@ -60,7 +60,7 @@ class Searcher:
         kept when the index names the same ones (or ``model`` / ``encoder`` is given), instead of loading them."""
         from lens.encoder import LATER_FINGERPRINT_KEYS
 
-        index = HybridIndex.load(directory)
+        index = load_index(directory)
         record = EncoderRecord.of_index(index)
         if encoder is None and reuse is not None and (model is not None or record.same_encoders(reuse.record)):
             encoder = reuse.encoder

@@ -94,7 +94,7 @@ def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = N
     unknown id is a ``KeyError`` naming it, and nothing is removed), or those whose metadata matches ``filter``
     (``HybridIndex.ids_matching``; as ``search`` takes it: ``{"source": "wiki"}``), found under the same lock.
     A filter that matches nothing removes nothing and leaves the files as they were. Needs no model."""
-    from index import HybridIndex
+    from index import load_index
     from index.metadata import check_filter
     from lens.atomic import DirectoryLock
 
@@ -109,7 +109,7 @@ def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = N
         if not ids:
             raise ValueError("no document ids to remove: give at least one")
     with DirectoryLock(Path(directory), "index"):
-        index = HybridIndex.load(directory)
+        index = load_index(directory)
         if filter is not None:
             ids = index.ids_matching(filter)
             if not ids:

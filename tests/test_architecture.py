@@ -17,7 +17,10 @@ too. Lazy imports inside functions count like any other: they are dependencies a
                   benchmarks' tiny models, corpora and fault programs); benchmarks/ scripts sit above all
 
 Also: no module of ``lens`` or ``index`` imports the benchmark scripts, and ``index`` imports only public
-(non-underscore) modules of ``lens``. Every module must be placed in a layer here.
+(non-underscore) modules of ``lens``. Every module must be placed in a layer here. And no two modules import each
+other, directly or through others (``import_cycles``): within a layer too, the imports go one way. Lazy imports
+inside functions count here as well (a circle half made of lazy imports is still a circle: ``index.store`` loading
+``index.shards`` inside ``HybridIndex.load`` while ``index.shards`` imports ``index.store`` was one).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ LAYERS: dict[str, int] = {
     "lens.attention": 3, "lens.layers": 3, "lens.backbone": 3, "lens.model": 3, "lens.model_dir": 3,
     "lens.encoder": 3, "lens.paper_models": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,
-    "index.ondisk": 3, "index.shards": 3, "lens.sharding": 4,
+    "index.ondisk": 3, "index.shards": 3, "index.loading": 3, "lens.sharding": 4,
     "lens.hybrid": 4, "lens.index_record": 4, "lens.indexing": 4, "lens.search": 4, "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
     "lens.eval": 4, "lens.integrations": 4,
     "lens.cli": 5, "lens.cli_data": 5, "lens.cli_index": 5, "lens.cli_train": 5, "lens": 5, "lens.testing": 5,
@@ -142,6 +145,62 @@ def test_the_tree_imports_downward_only():
     assert violations(ROOT, LAYERS) == []
 
 
+def import_cycles(root: Path) -> list[str]:
+    """One circle of imports (``a -> b -> a``) per group of modules of ``lens`` / ``index`` that import each other,
+    through any import, module-level or inside a function."""
+    files = module_files(root)
+    known = set(files)
+    graph = {m: sorted({t for _, t in imports_of(path, known) if t in known and t != m}) for m, path in files.items()}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return [" -> ".join(_circle(graph, group)) for group in groups]
+
+
+def _circle(graph: dict[str, list[str]], group: list[str]) -> list[str]:
+    """A path from the group's first module back to itself, through the group only (breadth-first: a shortest)."""
+    start, members = group[0], set(group)
+    came: dict[str, str] = {}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in graph[v]:
+            if w == start:
+                path = [v]
+                while path[-1] != start:
+                    path.append(came[path[-1]])
+                return [start, *reversed(path[:-1]), start]
+            if w in members and w not in came:
+                came[w] = v
+                queue.append(w)
+    return group  # pragma: no cover - a strongly connected group always has a circle
+
+
+def test_no_modules_import_each_other():
+    assert import_cycles(ROOT) == []
+
+
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         path = tmp_path / name
@@ -173,6 +232,22 @@ def test_a_planted_violation_is_reported(tmp_path, files, expected):
     root = _tree(tmp_path, {**base, **files})
     layers = dict(LAYERS_SMALL, **{"index.store": 3})
     assert expected in violations(root, layers)
+
+
+@pytest.mark.parametrize("files,expected", [
+    ({"index/store.py": "from .shards import ShardedIndex\n", "index/shards.py": "from .store import HybridIndex\n"},
+     ["index.shards -> index.store -> index.shards"]),
+    ({"index/store.py": "def load():\n    from index.shards import ShardedIndex\n",  # a lazy import closes it
+      "index/shards.py": "from index.store import HybridIndex\n"},
+     ["index.shards -> index.store -> index.shards"]),
+    ({"lens/a.py": "import lens.b\n", "lens/b.py": "from lens import c\n", "lens/c.py": "from lens.a import x\n"},
+     ["lens.a -> lens.b -> lens.c -> lens.a"]),
+    ({"index/store.py": "", "index/shards.py": "from .store import HybridIndex\n",
+      "index/loading.py": "from .shards import S\nfrom .store import H\n"}, []),
+])
+def test_a_planted_import_cycle_is_reported(tmp_path, files, expected):
+    root = _tree(tmp_path, {"lens/__init__.py": "", "index/__init__.py": "", **files})
+    assert import_cycles(root) == expected
 
 
 def test_a_clean_small_tree_passes(tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import lens.indexing as indexing
-from index import HybridIndex
+from index import HybridIndex, load_index
 from index.ondisk import is_mapped
 from index.shards import ShardedIndex, ShardWriter, merge_indexes
 from index.vectors import balanced_weights, l2_normalize, mean_weights, prune_top_m
@@ -179,7 +179,7 @@ def test_sharded_index_searches_like_one_flat_index(tmp_path):
             shard.add([ids[i] for i in part], lex[part], dense[part], metadata=[meta[i] for i in part])
             writer.add(shard)
         writer.finish({"note": "three"})
-    sharded = HybridIndex.load(tmp_path / "sharded")
+    sharded = load_index(tmp_path / "sharded")
     assert isinstance(sharded, ShardedIndex) and len(sharded) == n and len(sharded.shards) == 3
     assert sharded.info == {"note": "three"} and "d499" in sharded and sharded.metadata("d250") == {"n": 250}
     q_lex, q_dense = random_parts(7, seed=1)
@@ -190,7 +190,7 @@ def test_sharded_index_searches_like_one_flat_index(tmp_path):
     sharded.remove(["d3", "d400"])
     flat.remove(["d3", "d400"])
     sharded.save(tmp_path / "again")
-    assert_same_hits(HybridIndex.load(tmp_path / "again").search(q_lex, q_dense, k=20), flat.search(q_lex, q_dense, k=20))
+    assert_same_hits(load_index(tmp_path / "again").search(q_lex, q_dense, k=20), flat.search(q_lex, q_dense, k=20))
     with pytest.raises(KeyError, match="'nope' is not in the index"):
         sharded.remove(["d5", "nope"])
     assert "d5" in sharded
@@ -198,7 +198,15 @@ def test_sharded_index_searches_like_one_flat_index(tmp_path):
     data = damaged.read_bytes()
     damaged.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
     with pytest.raises(ValueError, match="shard-00002/index.faiss is damaged"):
-        HybridIndex.load(tmp_path / "again")
+        load_index(tmp_path / "again")
+    # each class loads its own layout and names the loader of both for the other
+    assert isinstance(ShardedIndex.load(tmp_path / "sharded"), ShardedIndex)
+    with pytest.raises(ValueError, match=r"sharded index \(3 shards\).*index.load_index"):
+        HybridIndex.load(tmp_path / "sharded")
+    flat.save(tmp_path / "one")
+    assert isinstance(load_index(tmp_path / "one"), HybridIndex)
+    with pytest.raises(ValueError, match="holds one index, not shards"):
+        ShardedIndex.load(tmp_path / "one")
 
 
 def test_cli_sharded_build_with_top_m(tiny_lens_dir, tiny_encoder, corpus_file, tmp_path, capsys):
@@ -210,7 +218,7 @@ def test_cli_sharded_build_with_top_m(tiny_lens_dir, tiny_encoder, corpus_file, 
     out = capsys.readouterr().out
     assert "shards: 3 searched together (shard-00000: 8, shard-00001: 8, shard-00002: 7)" in out
     assert "top-m: each document keeps its 4 heaviest lexicon weights" in out
-    index = HybridIndex.load(ix)
+    index = load_index(ix)
     assert index.top_m == 4 and all(s.top_m == 4 for s in index.shards)
     for shard in index.shards:
         assert ((stored(shard)[1][:, :16] != 0).sum(axis=1) <= 4).all()
@@ -256,7 +264,7 @@ def test_ivf_ondisk_round_trip_and_recall(tmp_path):
         ix.search(lex[:1], dense[:1])
     ix.save(tmp_path / "ix")
     assert sorted(os.listdir(tmp_path / "ix")) == ["docs.sqlite", "index.faiss", "index.ivfdata", "manifest.json"]
-    loaded = HybridIndex.load(tmp_path / "ix")
+    loaded = load_index(tmp_path / "ix")
     assert is_mapped(loaded.faiss_index) and len(loaded) == n and loaded.index_options["nprobe"] == 4
     flat = HybridIndex(32, 8)
     flat.add(ids, lex, dense)
@@ -272,11 +280,11 @@ def test_ivf_ondisk_round_trip_and_recall(tmp_path):
     with pytest.raises(ValueError, match="read-only"):
         loaded.remove(["d1"])
     loaded.save(tmp_path / "copy")  # a loaded index saves its mapped lists byte for byte
-    assert_same_hits(HybridIndex.load(tmp_path / "copy", nprobe=32).search(q_lex, q_dense, k=10), truth, atol=1e-5)
+    assert_same_hits(load_index(tmp_path / "copy", nprobe=32).search(q_lex, q_dense, k=10), truth, atol=1e-5)
     data = tmp_path / "copy" / "index.ivfdata"
     data.write_bytes(data.read_bytes()[:-8])
     with pytest.raises(ValueError, match="index.ivfdata is damaged"):
-        HybridIndex.load(tmp_path / "copy")
+        load_index(tmp_path / "copy")
 
 
 def test_ivf_ondisk_build_in_parts_equals_one_part(tmp_path, capsys):
@@ -303,13 +311,13 @@ def test_merge_equals_one_build(tiny_encoder, corpus_file, tmp_path, capsys):
     build_index(docs[16:], tmp_path / "c", enc, shards=2, **kw)  # a sharded input
     assert main(["index", "merge", str(tmp_path / "m"), *(str(tmp_path / x) for x in "abc")]) == 0
     assert "23 documents in 4 shards" in capsys.readouterr().out
-    merged = HybridIndex.load(tmp_path / "m")
+    merged = load_index(tmp_path / "m")
     q = tiny_encoder.encode_queries(["cancer drug", "brain blood", "gene"], output="both")
     for w in ((0.5, 0.5), (0.8, 0.2)):
         assert_same_hits(merged.search(q.lexicon, q.dense, k=23, weights=w),
                          whole.search(q.lexicon, q.dense, k=23, weights=w))
     # the parts' default weights differ; the merge's default is their mean by documents
-    parts = [HybridIndex.load(tmp_path / x) for x in "abc"]
+    parts = [load_index(tmp_path / x) for x in "abc"]
     assert len({p.weights for p in parts}) > 1
     expected = mean_weights([p.weights for p in parts], [len(p) for p in parts])
     assert merged.weights == pytest.approx(expected, abs=1e-9)
@@ -360,7 +368,7 @@ def test_merge_refuses_bad_arguments(tmp_path):
         merge_indexes(a, [a, b])
     with pytest.raises(FileNotFoundError, match="no saved index"):
         merge_indexes(tmp_path / "out", [a, tmp_path / "nothing"])
-    assert len(HybridIndex.load(merge_indexes(tmp_path / "out", [a, b]) and tmp_path / "out")) == 3
+    assert len(load_index(merge_indexes(tmp_path / "out", [a, b]) and tmp_path / "out")) == 3
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -417,4 +425,4 @@ def test_torchrun_ranks_build_what_one_process_builds(tiny_lens_dir, corpus_file
                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count("indexed 23 documents") == 1  # rank 0 alone reports
-    assert_same_stored(HybridIndex.load(tmp_path / "one"), HybridIndex.load(tmp_path / "two"))
+    assert_same_stored(load_index(tmp_path / "one"), load_index(tmp_path / "two"))

@@ -141,7 +141,7 @@ def test_bad_http_gets_a_clear_status(index_dir, monkeypatch):
 def test_a_save_is_served_from_the_next_request(index_dir, tiny_lens_dir, tmp_path, monkeypatch):
     import shutil
 
-    from index import HybridIndex
+    import lens.search
 
     ix = tmp_path / "ix"
     shutil.copytree(index_dir, ix)
@@ -157,7 +157,7 @@ def test_a_save_is_served_from_the_next_request(index_dir, tiny_lens_dir, tmp_pa
             raise ValueError("damaged for the test")
 
         assert main(["-q", "index", "remove", str(ix), "new0"]) == 0
-        monkeypatch.setattr(HybridIndex, "load", broken)  # the server's next load fails
+        monkeypatch.setattr(lens.search, "load_index", broken)  # the server's next load fails
         status, health = srv.call("/health")
         assert health["documents"] == 25 and "damaged for the test" in health["reload_error"]
         assert srv.call("/search", {"query": "cancer", "k": 30})[1]["documents"] == 25  # the version before
@@ -303,20 +303,20 @@ def test_concurrent_requests_get_the_answers_of_lone_ones(index_dir):
 def test_a_slow_reload_holds_up_no_other_request(index_dir, tmp_path, monkeypatch):
     import shutil
 
-    from index import HybridIndex
+    import lens.search
 
     ix = tmp_path / "ix"
     shutil.copytree(index_dir, ix)
     service = SearchService(ix)
     assert main(["-q", "index", "add", str(ix), "--corpus", str(write_corpus(tmp_path / "m.jsonl", 5, "new"))]) == 0
-    entered, gate, real = threading.Event(), threading.Event(), HybridIndex.load
+    entered, gate, real = threading.Event(), threading.Event(), lens.search.load_index
 
     def slow(*args, **kwargs):
         entered.set()
         assert gate.wait(60)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(HybridIndex, "load", slow)
+    monkeypatch.setattr(lens.search, "load_index", slow)
     first = []
     loader = threading.Thread(target=lambda: first.append(service.health()))
     loader.start()

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from index import HybridIndex
+from index import load_index
 from lens.atomic import DirectoryLock, LockedError
 from lens.cli import main
 from lens.corpus import load_corpus
@@ -71,8 +71,8 @@ def test_add_equals_a_build_of_the_whole_corpus(tiny_lens_dir, corpus_lines, tmp
     monkeypatch.setattr(HybridEncoder, "encode_documents", spy)
     capsys.readouterr()
     assert main(["-q", "index", "add", str(ix), "--corpus", str(rest)]) == 0
-    assert "added 8 documents" in capsys.readouterr().out and len(HybridIndex.load(ix)) == 23
-    assert HybridIndex.load(ix).top_m == HybridIndex.load(whole).top_m
+    assert "added 8 documents" in capsys.readouterr().out and len(load_index(ix)) == 23
+    assert load_index(ix).top_m == load_index(whole).top_m
     int8 = "int8" in extra
     assert encoded_as == ["int8" if int8 else None]  # the build's quantisation
     # an int8 vector moves by ~1e-3 with the texts batched beside it (README), and here they are batched apart
@@ -104,7 +104,7 @@ def test_upsert_replaces_and_a_repeated_id_fails_before_encoding(tiny_lens_dir, 
     assert main(["-q", "index", "add", str(ix), "--corpus", str(update), "--upsert"]) == 0
     out = capsys.readouterr().out
     assert "added 2 documents" in out and "(2 replaced)" in out
-    assert len(HybridIndex.load(ix)) == 23
+    assert len(load_index(ix)) == 23
     expected = build(tiny_lens_dir, write_lines(tmp_path / "expected.jsonl",
                                                 [json.dumps(r) for r in changed] + corpus_lines[2:]),
                      tmp_path / "expected")
@@ -125,7 +125,7 @@ def test_remove_equals_a_build_without_them(tiny_lens_dir, corpus_lines, tmp_pat
     (tmp_path / "ids.txt").write_text("d7\n\nd9\n")
     capsys.readouterr()
     assert main(["-q", "index", "remove", str(ix), "d3", "--ids-file", str(tmp_path / "ids.txt"), "d5"]) == 0
-    assert "removed 4 documents" in capsys.readouterr().out and len(HybridIndex.load(ix)) == 19
+    assert "removed 4 documents" in capsys.readouterr().out and len(load_index(ix)) == 19
     kept = [line for line in corpus_lines if json.loads(line)["_id"] not in {"d3", "d5", "d7", "d9"}]
     expected = build(tiny_lens_dir, write_lines(tmp_path / "kept.jsonl", kept), tmp_path / "expected")
     assert_same_hits(hits_of(ix), hits_of(expected))
@@ -163,10 +163,10 @@ def test_remove_by_filter_equals_removing_those_ids(tiny_lens_dir, corpus_lines,
 
     sharded = build(tiny_lens_dir, write_lines(tmp_path / "all2.jsonl", corpus_lines), tmp_path / "sharded",
                     "--shards", "3")
-    assert sorted(HybridIndex.load(sharded).ids_matching({"title": ["cancer", "drug"]})) == sorted(gone)
+    assert sorted(load_index(sharded).ids_matching({"title": ["cancer", "drug"]})) == sorted(gone)
     change = remove_documents(sharded, filter={"title": ["cancer", "drug"]})
     assert (change.removed, change.count) == (4, 19)
-    assert not set(HybridIndex.load(sharded).ids_matching({"title": ["cancer", "drug"]}))
+    assert not set(load_index(sharded).ids_matching({"title": ["cancer", "drug"]}))
     with pytest.raises(ValueError, match="one of the two"):
         remove_documents(sharded)
 
@@ -179,14 +179,14 @@ def test_types_that_cannot_change_say_what_to_do(tiny_lens_dir, corpus_lines, tm
     assert main(["-q", "index", "remove", str(hnsw), "d1"]) == 2
     assert "HNSW graphs cannot delete" in capsys.readouterr().err
     assert main(["-q", "index", "add", str(hnsw), "--corpus", str(rest)]) == 0  # adding is fine
-    assert len(HybridIndex.load(hnsw)) == 23
+    assert len(load_index(hnsw)) == 23
 
     sharded = build(tiny_lens_dir, corpus, tmp_path / "sharded", "--shards", "3")
     capsys.readouterr()
     assert main(["-q", "index", "add", str(sharded), "--corpus", str(rest)]) == 2
     assert "lens index merge" in capsys.readouterr().err
     assert main(["-q", "index", "remove", str(sharded), "d1", "d14"]) == 0  # from two shards
-    index = HybridIndex.load(sharded)
+    index = load_index(sharded)
     assert len(index) == 13 and "d1" not in index and "d14" not in index and "d2" in index
 
 
@@ -210,7 +210,7 @@ def test_a_change_waits_for_no_other_writer(tiny_lens_dir, corpus_lines, tmp_pat
     finally:
         release.set()
         thread.join()
-    assert len(HybridIndex.load(ix)) == 23
+    assert len(load_index(ix)) == 23
     assert remove_documents(ix, ["d1"]).count == 22
 
 
@@ -269,4 +269,4 @@ def test_an_interrupted_addition_resumes_from_its_last_chunk(tiny_lens_dir, corp
     assert "unfinished addition" in capsys.readouterr().err and work.exists()
     monkeypatch.setattr(indexing, "encode_chunk", real)
     assert main(["-q", "index", "add", str(ix), "--corpus", str(more), "--chunk-size", "4", "--resume"]) == 0
-    assert len(HybridIndex.load(ix)) == 35 and not work.exists()
+    assert len(load_index(ix)) == 35 and not work.exists()
