@@ -173,8 +173,16 @@ def _clusters_arg(value: str):
         raise argparse.ArgumentTypeError(f"expected a number of clusters or 'vocab', got {value!r}") from None
 
 
+def cmd_convert(args: argparse.Namespace) -> None:
+    from lens.model_dir import check_model_target, convert_released
+
+    check_model_target(args.out)
+    out = convert_released(args.src, args.out)
+    print(f"wrote {out}: the paper convention, backbone {args.src.resolve()} (load it with --model {out})")
+
+
 def register(subparsers) -> None:
-    """Add ``cluster-vocab``, ``encode`` and ``explain`` to ``lens``'s subcommands."""
+    """Add ``cluster-vocab``, ``encode``, ``explain`` and ``convert`` to ``lens``'s subcommands."""
     c = subparsers.add_parser("cluster-vocab", help="cluster the LM head's rows into k lexicon dimensions")
     c.add_argument("--model", default="default", help="'default', a local HF directory or a .gguf file")
     c.add_argument("--clusters", type=_clusters_arg, default=4000,
@@ -238,3 +246,10 @@ def register(subparsers) -> None:
     x.add_argument("--task", default=None, metavar="NAME",
                    help="use this task's instruction for --query (lens.instructions, e.g. esnli, piqa, scifact)")
     x.set_defaults(func=cmd_explain)
+
+    v = subparsers.add_parser("convert", help="a LENS model directory for one of the paper's released checkpoints "
+                                              "(LENS-d4000 / LENS-d8000 folder; lens.paper_models)")
+    v.add_argument("src", type=Path, help="the released folder (config.json, safetensors shards, lm_head.pth)")
+    v.add_argument("--out", required=True, type=Path,
+                   help="directory to write (the head as safetensors; the 7B weights stay in SRC, named by path)")
+    v.set_defaults(func=cmd_convert)

@@ -36,9 +36,9 @@ import numpy as np
 from lens.atomic import atomic_dir, atomic_write_bytes, ensure_present, read_json
 from lens.clustering import clusters_tsv
 from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
-from lens.paper_models import is_released_dir, read_released
+from lens.paper_models import is_released_dir, load_released_tokenizer, read_released
 
-__all__ = ["BACKBONE_DIR", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
+__all__ = ["BACKBONE_DIR", "convert_released", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
            "add_sentence_transformers_files", "check_model_target", "read_model_dir",
            "read_sentence_transformers_config", "resolve_model_dir", "sentence_transformers_config",
            "sentence_transformers_files", "write_model_dir"]
@@ -224,3 +224,11 @@ def add_sentence_transformers_files(path: str | os.PathLike) -> Path:
                 atomic_write_bytes(tmp / name, data)
     return files.directory
 
+
+def convert_released(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Write a regular LENS model directory at ``dst`` for the paper's released folder ``src``
+    (``lens.paper_models``): its head as ``clusters.safetensors``, a ``config.json`` recording the paper convention
+    and naming ``src`` as the backbone (the 7B weights are not copied: keep ``src`` where it is). Returns ``dst``."""
+    config, assignment, head = read_released(src)
+    tokenizer = load_released_tokenizer(config.backbone, config.clustering.vocab_size)
+    return write_model_dir(dst, config, assignment, head, tokenizer)

@@ -11,8 +11,9 @@ The head is read without running pickled code: ``torch.load(weights_only=True)``
 only added global, so any other class or callable in the pickle is refused before it is built; what loads must
 then be a bias-free ``Linear`` (or its ``{"weight": ...}`` state) of float32 weights, k x the model's hidden size.
 
-``convert`` writes a regular LENS model directory (safetensors head, a ``config.json`` recording the paper
-convention, the backbone named by path) through ``lens.model_dir.write_model_dir``, the one writer.
+``lens.model_dir.convert_released`` writes a regular LENS model directory from such a folder (safetensors head, a
+``config.json`` recording the paper convention, the backbone named by path); it lives beside the one writer, so this
+module never imports ``lens.model_dir`` (which imports it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 from lens.backbone import matrix_sha256, quiet_loading
 from lens.config import DEFAULT_INSTRUCTION, DEFAULT_QUERY_TEMPLATE, ClusteringConfig, LensConfig
 
-__all__ = ["ADDED_TOKENS", "ATTENTION_IMPLEMENTATIONS", "HEAD_FILE", "check_shard_keys", "convert",
+__all__ = ["ADDED_TOKENS", "ATTENTION_IMPLEMENTATIONS", "HEAD_FILE", "check_shard_keys",
            "is_released_dir", "load_head", "load_released_decoder", "load_released_tokenizer", "read_released"]
 
 logger = logging.getLogger(__name__)
@@ -225,14 +226,3 @@ def load_released_decoder(path: str | os.PathLike, *, dtype=None, device: str | 
     model.to(device)
     model.eval()
     return model, load_released_tokenizer(directory, model.config.vocab_size)
-
-
-def convert(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
-    """Write a regular LENS model directory at ``dst`` for the released folder ``src``: its head as
-    ``clusters.safetensors``, a ``config.json`` recording the paper convention and naming ``src`` as the backbone
-    (the 7B weights are not copied: keep ``src`` where it is). Returns ``dst``."""
-    from lens.model_dir import write_model_dir
-
-    config, assignment, head = read_released(src)
-    tokenizer = load_released_tokenizer(config.backbone, config.clustering.vocab_size)
-    return write_model_dir(dst, config, assignment, head, tokenizer)

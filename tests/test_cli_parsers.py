@@ -24,8 +24,8 @@ def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
 
 def test_subcommands_come_from_their_modules_in_help_order():
     top = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert list(top.choices) == ["cluster-vocab", "encode", "explain", "index", "search", "serve", "bench", "train",
-                                 "mntp", "merge", "data"]
+    assert list(top.choices) == ["cluster-vocab", "encode", "explain", "convert", "index", "search", "serve", "bench",
+                                 "train", "mntp", "merge", "data"]
     owners = {}
     for module in COMMAND_MODULES:
         sub = argparse.ArgumentParser().add_subparsers()

@@ -27,8 +27,9 @@ from lens.config import LensConfig
 from lens.encoder import LensEncoder
 from lens.inputs import encode_texts
 from lens.instructions import INSTRUCTIONS
+from lens.model_dir import convert_released
 from lens.paper_models import (
-    ADDED_TOKENS, HEAD_FILE, check_shard_keys, convert, is_released_dir, load_head, load_released_decoder,
+    ADDED_TOKENS, HEAD_FILE, check_shard_keys, is_released_dir, load_head, load_released_decoder,
 )
 
 HIDDEN, K, VOCAB = 64, 24, 32003
@@ -193,14 +194,28 @@ def test_a_cut_text_equals_the_reference_cut(released, encoder):
 
 
 def test_a_released_folder_works_where_a_model_path_goes(released, encoder, tmp_path):
-    """``convert`` writes a regular LENS directory recording the paper convention: the same vectors."""
-    out = convert(released, tmp_path / "converted")
+    """``convert_released`` writes a regular LENS directory recording the paper convention: the same vectors."""
+    out = convert_released(released, tmp_path / "converted")
     config = json.loads((out / "config.json").read_text())
     assert config["convention"] == "paper" and config["backbone"] == str(released.resolve())
     assert LensConfig.load(out).convention == "paper"
     again = LensEncoder.from_pretrained(out, device="cpu")
     assert np.array_equal(again.encode_queries(QUERIES), encoder.encode_queries(QUERIES))
     assert np.array_equal(again.encode_documents(DOCS), encoder.encode_documents(DOCS))
+
+
+
+def test_lens_convert_command(released, encoder, tmp_path, capsys):
+    from lens.cli import main
+
+    assert main(["convert", str(released), "--out", str(tmp_path / "cli")]) == 0
+    assert "the paper convention" in capsys.readouterr().out
+    again = LensEncoder.from_pretrained(tmp_path / "cli", device="cpu")
+    assert np.array_equal(again.encode_documents(DOCS), encoder.encode_documents(DOCS))
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    assert main(["convert", str(released), "--out", str(tmp_path / "user")]) == 2
+    assert (tmp_path / "user" / "notes.txt").read_text() == "mine"
 
 
 def test_our_own_configs_are_unchanged(tmp_path):
