@@ -1,0 +1,79 @@
+"""Three-part scores (lexicon + dense + BM25) of a hybrid index with a BM25 part: pure functions over numpy arrays.
+
+A document's score is ``w_lex * cos_lex + w_dense * cos_dense + w_bm25 * bm25 / max_bm25``: its vector score (one
+inner product of the weighted query vector with its stored vector, ``index.vectors``) plus its BM25 score divided
+by the largest BM25 score among the query's candidates. The candidates are the union of the vector index's top
+``depth`` and BM25's top ``depth``, so BM25's best document is always among them and ``max_bm25`` is the query's
+best BM25 score over the documents searched: the BM25 part lies in [0, 1], 0 for a document without a query term.
+Dividing by the maximum (not min-max) keeps that 0 meaning "no query term" whatever the other candidates are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DEFAULT_DEPTH", "bm25_top", "candidate_union", "fuse", "normalise_bm25", "split_weights"]
+
+DEFAULT_DEPTH = 100  # candidates taken from each of the vector index and BM25, at least k
+
+
+def split_weights(weights: Any, what: str = "weights") -> tuple[Any, float]:
+    """``(the vector weights as given, w_bm25)``: a pair or text ``LEX,DENSE`` gives ``(it, 0.0)``; three values
+    ``LEX,DENSE,BM25`` (finite, >= 0, not all 0) give ``((LEX, DENSE), BM25)``; None stays ``(None, 0.0)``.
+    An array of one pair per query is passed through with ``w_bm25`` 0."""
+    if weights is None:
+        return None, 0.0
+    parts = weights.split(",") if isinstance(weights, str) else weights
+    arr = np.asarray(parts, dtype=object)
+    if arr.ndim != 1 or len(arr) != 3:
+        return weights, 0.0
+    try:
+        w = tuple(float(x) for x in arr)
+    except (TypeError, ValueError):
+        w = ()
+    if len(w) != 3 or not all(math.isfinite(x) and x >= 0 for x in w) or not any(w):
+        raise ValueError(f"{what} must be two numbers LEX,DENSE or three LEX,DENSE,BM25 (finite, >= 0, not all 0) "
+                         f"such as 0.5,0.5 or 0.4,0.3,0.3; got {weights!r}")
+    return (w[0], w[1]), w[2]
+
+
+def normalise_bm25(scores: np.ndarray) -> np.ndarray:
+    """BM25 scores divided by their maximum (float64, in [0, 1]); all zeros when none is positive."""
+    s = np.asarray(scores, dtype=np.float64)
+    top = s.max(initial=0.0)
+    return s / top if top > 0 else np.zeros_like(s)
+
+
+def bm25_top(scores: np.ndarray, depth: int, keep: np.ndarray | None = None) -> np.ndarray:
+    """Row indices of the ``depth`` best positive ``scores`` (among the rows where ``keep`` is True, if given),
+    best first, ties by row."""
+    s = np.asarray(scores, dtype=np.float64)
+    ok = s > 0 if keep is None else (s > 0) & keep
+    rows = np.flatnonzero(ok)
+    if len(rows) > depth:
+        rows = rows[np.argpartition(-s[rows], depth - 1)[:depth]]
+    return rows[np.lexsort((rows, -s[rows]))]
+
+
+def candidate_union(*labels: np.ndarray) -> np.ndarray:
+    """The distinct labels of the given lists, sorted (int64)."""
+    parts = [np.asarray(x, dtype=np.int64).ravel() for x in labels]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
+def fuse(labels: np.ndarray, vector_scores: np.ndarray, bm25_scores: np.ndarray, w_bm25: float,
+         k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` of the candidates ``labels`` by ``vector_scores + w_bm25 * normalise_bm25(bm25_scores)``
+    (best first, ties by label): ``(labels, float32 scores)``."""
+    labels = np.asarray(labels, dtype=np.int64)
+    vec = np.asarray(vector_scores, dtype=np.float64)
+    bm = np.asarray(bm25_scores, dtype=np.float64)
+    if not (labels.shape == vec.shape == bm.shape and labels.ndim == 1):
+        raise ValueError(f"fuse needs one vector and one BM25 score per label, got shapes {labels.shape}, "
+                         f"{vec.shape}, {bm.shape}")
+    fused = vec + float(w_bm25) * normalise_bm25(bm)
+    order = np.lexsort((labels, -fused))[:k]
+    return labels[order], fused[order].astype(np.float32)
