@@ -69,6 +69,7 @@ class EncoderRecord:
     quantize: str | None = None  # the documents' quantisation: "int8", or None (float32)
     text_normalization: str | None = None  # the LENS model's text rule
     recorded: bool = True  # False: the index records none of this (read from its fingerprint)
+    text_rule_recorded: bool = True  # False: an index from before the text rule was recorded (nothing to check)
 
     # ------------------------------------------------------------------ writing (the build)
     @classmethod
@@ -92,7 +93,8 @@ class EncoderRecord:
 
     def with_quantize(self, quantize: str | None) -> "EncoderRecord":
         """This record with the quantisation the documents were actually encoded in."""
-        return EncoderRecord(self.lens_model, self.dense, quantize, self.text_normalization, self.recorded)
+        return EncoderRecord(self.lens_model, self.dense, quantize, self.text_normalization, self.recorded,
+                             self.text_rule_recorded)
 
     def to_info(self) -> dict[str, Any]:
         """The manifest ``info`` entries of this record."""
@@ -108,9 +110,9 @@ class EncoderRecord:
         if not any(key in info for key in RECORD_KEYS):
             dense = (index.fingerprint or {}).get("dense_model") or "none"
             dense = dense if dense in ("lens", "none") else "minilm"
-            return cls(_DEFAULT, dense, None, None, recorded=False)
+            return cls(_DEFAULT, dense, None, None, recorded=False, text_rule_recorded=False)
         return cls(info.get("lens_model"), info.get("dense") or "none", info.get("lens_quantize"),
-                   info.get("text_normalization"))
+                   info.get("text_normalization"), text_rule_recorded="text_normalization" in info)
 
     def same_encoders(self, other: "EncoderRecord") -> bool:
         """Whether ``other`` names the same models to load (a searcher's loaded encoders can then be reused)."""
@@ -128,8 +130,9 @@ class EncoderRecord:
         return HybridEncoder.from_pretrained(model if model is not None else self.lens_model, self.dense)
 
     def check_text_rule(self, encoder: Any, directory: str | os.PathLike) -> None:
-        """Refuse an encoder whose LENS model normalises text otherwise than the index's documents were."""
-        if not self.recorded:
+        """Refuse an encoder whose LENS model normalises text otherwise than the index's documents were (an index
+        that predates the recorded rule is not checked)."""
+        if not self.text_rule_recorded:
             return
         rule = _text_rule(getattr(getattr(encoder, "lens", None), "config", None))
         if rule != self.text_normalization:

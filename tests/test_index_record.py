@@ -155,3 +155,9 @@ def test_a_model_with_another_text_rule_is_refused(tiny_lens_dir, tmp_path):
     _rewrite_info(ix, lambda info: {**info, "text_normalization": "some-other-rule"})
     with pytest.raises(ValueError, match="text rule is 'some-other-rule'"):
         Searcher.open(ix)
+    lens = LensEncoder.from_pretrained(tiny_lens_dir)
+    lens.config.text_normalization = "lowercase"  # a model with another rule than the index's documents
+    encoder = HybridEncoder(lens, "none")
+    _rewrite_info(ix, lambda info: {**info, "text_normalization": None})
+    with pytest.raises(ValueError, match="lowercase"):  # the fingerprint or the record refuses it
+        Searcher.open(ix, encoder=encoder)
