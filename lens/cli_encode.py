@@ -126,7 +126,15 @@ def cmd_encode(args: argparse.Namespace) -> None:
     if not texts:
         raise ValueError(f"{args.input} holds no texts")
     check_quantize_workers(args.quantize, args.workers > 1)
-    encoder = LensEncoder.from_pretrained(args.model, quantize=args.quantize)
+    device = getattr(args, "device", None)
+    if device is not None:
+        from lens.sharding import check_devices
+
+        device = check_devices([device])[0]  # a wrong name or a missing GPU fails before the model loads
+    if device is not None and device != "cpu" and args.workers > 1:
+        raise ValueError(f"--workers splits the texts between CPU processes; with --device {device} leave --workers "
+                         "out (one process encodes on the device)")
+    encoder = LensEncoder.from_pretrained(args.model, quantize=args.quantize, device=device)
     kwargs = dict(batch_size=args.batch_size, show_progress_bar=True, normalize=not args.no_normalize,
                   output=args.kind)
     from lens.sharding import encode_texts
@@ -230,7 +238,11 @@ def register(subparsers) -> None:
     e.add_argument("--task", default=None, metavar="NAME",
                    help="use this task's instruction for --queries (lens.instructions, e.g. esnli, piqa, scifact)")
     e.add_argument("--kind", choices=["lexicon", "dense"], default="lexicon")
-    e.add_argument("--batch-size", type=int, default=32)
+    e.add_argument("--batch-size", type=positive_int, default=None,
+                   help="texts per forward (default: 32 on a CPU; on a GPU as many as its free memory holds)")
+    e.add_argument("--device", default=None, metavar="DEVICE",
+                   help="cpu, cuda or cuda:N (default: cuda when present, else cpu); on CUDA the model runs in "
+                        "bfloat16 with its pooling in float32")
     e.add_argument("--no-normalize", action="store_true", help="keep raw (not unit-length) vectors")
     e.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="encode in N processes, each a contiguous share of the texts (CPU threads split between them)")

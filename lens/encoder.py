@@ -41,6 +41,10 @@ CONVERSIONS = ("numpy", "torch", "sparse")
 # fills the matrix kernels), so more rows only add padding and attention over it: 16 SciFact abstracts in one
 # padded batch took 1.9x the CPU time of one at a time. Short texts (queries) still go several to a forward.
 CPU_BATCH_TOKENS = 512
+CPU_BATCH_SIZE = 32  # ``batch_size=None`` on a CPU: the default ``encode`` always had
+# ``batch_size=None`` on a GPU: as many texts as ``auto_batch_size`` finds room for, at most this many (past a few
+# hundred 256-token texts a forward is no faster per text, and the pooling's logit chunks get short)
+GPU_MAX_BATCH_SIZE = 256
 
 
 class EncodeOutput(NamedTuple):
@@ -103,6 +107,33 @@ class ClusterWeight(NamedTuple):
     cluster: int
     weight: float
     tokens: list[str]
+
+
+def auto_batch_size(free_bytes: int, *, hidden: int, intermediate: int, heads: int, seq_len: int,
+                    dtype_bytes: int = 2, num_clusters: int = 0, safety: float = 0.5, reserve_bytes: int = 1 << 28,
+                    maximum: int = GPU_MAX_BATCH_SIZE, multiple: int = 8) -> int:
+    """Texts per forward that fit ``free_bytes`` of accelerator memory (the weights already loaded), for inference.
+
+    A rough, deliberately high count of one text's peak activation bytes in one decoder layer (layers run one after
+    another without gradients, so only one layer's tensors live at a time): ``seq_len`` tokens x ``dtype_bytes`` x
+    (8 x ``hidden`` for the residual stream, norms, q/k/v/o; 3 x ``intermediate`` for the MLP's gate, up and
+    product; ``heads`` x ``seq_len`` for attention scores should SDPA fall back to its math kernel), plus
+    ``num_clusters`` float32 pooled weights. ``safety`` of the free memory less ``reserve_bytes`` (the pooling's
+    logit chunks, the allocator's slack) is shared out; the result is rounded down to a ``multiple`` and kept within
+    [1, ``maximum``]. Pure arithmetic: no device is touched.
+    """
+    for name, value in (("hidden", hidden), ("intermediate", intermediate), ("heads", heads), ("seq_len", seq_len),
+                        ("dtype_bytes", dtype_bytes), ("maximum", maximum), ("multiple", multiple)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"auto_batch_size: {name} must be a positive integer, got {value!r}")
+    if not 0 < safety <= 1:
+        raise ValueError(f"auto_batch_size: safety must be within (0, 1] (a share of the free memory), got {safety!r}")
+    per_text = seq_len * dtype_bytes * (8 * hidden + 3 * intermediate + heads * seq_len) + 4 * max(0, num_clusters)
+    budget = free_bytes * safety - reserve_bytes
+    n = int(budget // per_text) if budget > 0 else 0
+    if n >= multiple:
+        n -= n % multiple
+    return max(1, min(maximum, n))
 
 
 def encode_items(
@@ -275,8 +306,11 @@ class LensEncoder:
         adapter_sha = None
         if files.adapter_dir is not None:
             adapter_sha = _load_adapter(decoder, files.adapter_dir, merge_adapter)
+        # the released pass pools in float32; so does a half-precision decoder (bf16 on CUDA): log1p(relu(logit))
+        # in float32, the pooled weights never rounded to 8 bits of mantissa
+        low_precision = next(decoder.parameters()).dtype in (torch.bfloat16, torch.float16)
         model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention,
-                          upcast_logits=config.convention == "paper")  # the released pass pools in float32
+                          upcast_logits=config.convention == "paper" or low_precision)
         encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
                       adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter,
                       backbone_sha256=backbone_sha)
@@ -335,7 +369,7 @@ class LensEncoder:
     def encode(
         self,
         texts: str | list[str],
-        batch_size: int = 32,
+        batch_size: int | None = None,
         show_progress_bar: bool | None = None,
         normalize: bool = True,
         output: Literal["lexicon", "dense", "both"] = "lexicon",
@@ -348,13 +382,16 @@ class LensEncoder:
         each vector to unit L2 norm (lexicon and dense separately). ``convert_to="sparse"`` gives a SciPy CSR
         matrix for the lexicon part. Texts longer than ``max_seq_length`` are truncated (one warning per call; inside
         ``count_truncations`` they are counted instead, and ``reported_truncations`` warns once for all its calls).
+        ``batch_size=None``: 32 on a CPU, and on a GPU as many as the free memory holds (``auto_batch_size``).
         """
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
         if convert_to not in CONVERSIONS:
             raise ValueError(f"convert_to must be one of {CONVERSIONS}, got {convert_to!r}")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive integer or None (chosen for the device), got "
+                             f"{batch_size!r}")
         single = isinstance(texts, str)
         texts = check_texts(texts)
         if show_progress_bar is None:
@@ -372,6 +409,8 @@ class LensEncoder:
                 tally.add(n_cut, len(items), self.max_seq_length)
             elif n_cut:
                 logger.warning("%s", truncation_message(n_cut, len(items), self.max_seq_length))
+            if batch_size is None:
+                batch_size = self.default_batch_size(max(len(it.ids) for it in items))
             lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],
                                                       batch_size, show_progress_bar, self._max_tokens())
             if self.config.term_floor is not None:
@@ -389,6 +428,22 @@ class LensEncoder:
                 raise ValueError("convert_to='sparse' applies to lexicon vectors; dense vectors are dense")
             return dense_out
         return EncodeOutput(lex_out, dense_out)
+
+    def default_batch_size(self, seq_len: int | None = None) -> int:
+        """The batch size ``encode`` uses when given None: ``CPU_BATCH_SIZE`` off CUDA; on CUDA
+        ``auto_batch_size`` of the device's free memory now, for texts of ``seq_len`` tokens (default: the
+        ``max_seq_length``)."""
+        device = self.device
+        if device.type != "cuda":
+            return CPU_BATCH_SIZE
+        free, _total = torch.cuda.mem_get_info(device)
+        config = self.model.decoder.config
+        heads = config.num_attention_heads
+        n = auto_batch_size(free, hidden=config.hidden_size, intermediate=getattr(config, "intermediate_size", None)
+                            or 4 * config.hidden_size, heads=heads, seq_len=max(1, seq_len or self.max_seq_length),
+                            dtype_bytes=self.model.head.weight.element_size(), num_clusters=self.num_clusters)
+        logger.debug("batch size %d from %.1f GiB free on %s", n, free / 2**30, device)
+        return n
 
     def _max_tokens(self) -> int | None:
         return self.cpu_batch_tokens if self.device.type == "cpu" else None

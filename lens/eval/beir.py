@@ -346,8 +346,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f"results root (default: {DEFAULT_OUTPUT_DIR} in the working directory)")
     parser.add_argument("--depth", type=positive_int, default=DEFAULT_DEPTH,
                         help=f"hits retrieved per query and per fused component (default {DEFAULT_DEPTH})")
-    parser.add_argument("--lens-batch-size", type=positive_int, default=4,
-                        help="LENS documents per forward pass (4: per-document CPU throughput drops at 16)")
+    parser.add_argument("--lens-batch-size", type=positive_int, default=None,
+                        help="LENS documents per forward pass (default: 4 on a CPU, where per-document throughput "
+                             "drops at 16; on a GPU as many as its free memory holds)")
+    parser.add_argument("--device", default=None, metavar="DEVICE",
+                        help="where the LENS systems encode: cpu, cuda or cuda:N (default: cuda when present, else "
+                             "cpu; the int8 systems always run on the CPU)")
+    parser.add_argument("--dtype", choices=LENS_DTYPES, default=None,
+                        help="the LENS weights' precision (default: float32 on a CPU, bfloat16 on CUDA); vectors of "
+                             "each precision are cached apart, so bfloat16 and float32 compare in two runs")
     parser.add_argument("--max-docs", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
@@ -358,6 +365,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "(for trec_eval, ranx, significance tests)")
     add_thread_arguments(parser)
     return parser
+
+
+LENS_DTYPES = ("float32", "bfloat16", "float16")
+CPU_LENS_BATCH_SIZE = 4  # the runner's CPU default: per-document CPU throughput drops at 16
+
+
+def lens_batch_size(given: int | None, device: str | None) -> int | None:
+    """LENS documents per forward: ``given``, else 4 where the encoder will run on the CPU (``device``, or no GPU
+    present), else None (the encoder chooses from the GPU's free memory)."""
+    if given is not None:
+        return given
+    import torch
+
+    on_cpu = device == "cpu" if device is not None else not torch.cuda.is_available()
+    return CPU_LENS_BATCH_SIZE if on_cpu else None
 
 
 def add_data_argument(parser: argparse.ArgumentParser) -> None:
@@ -393,8 +415,15 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
     paths = [resolve_dataset(d, args.data_dir) for d in args.datasets]  # fail early on a wrong name
-    resources = Resources(model=args.model, cache_root=cache_dir, lens_batch_size=args.lens_batch_size,
-                          show_progress_bar=not getattr(args, "quiet", False), lens_max_length=args.max_length)
+    device = getattr(args, "device", None)
+    if device is not None:
+        from lens.sharding import check_devices
+
+        device = check_devices([device])[0]  # a wrong name or a missing GPU fails before any data loads
+    resources = Resources(model=args.model, cache_root=cache_dir,
+                          lens_batch_size=lens_batch_size(args.lens_batch_size, device),
+                          show_progress_bar=not getattr(args, "quiet", False), lens_max_length=args.max_length,
+                          lens_device=device, lens_dtype=getattr(args, "dtype", None))
     split = _split_command(command, args.datasets)
     names = args.systems or default_systems()
     lines = []
@@ -410,7 +439,9 @@ def run(args: argparse.Namespace) -> int:
             enc = resources.lens.encoder
             extra["lens"] = {"fingerprint": enc.fingerprint(), "num_clusters": enc.num_clusters,
                              "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds,
-                             "max_seq_length": enc.max_seq_length}
+                             "max_seq_length": enc.max_seq_length, "device": str(enc.device),
+                             "dtype": str(enc.model.head.weight.dtype).removeprefix("torch."),
+                             "batch_size": resources.lens.batch_size}
         results = run_dataset(data, systems, depth=args.depth, out_dir=out_root / folder, command=command,
                               model=args.model, extra_info=extra, plot=not args.no_plot,
                               show_progress_bar=not getattr(args, "quiet", False), threads=args.threads,

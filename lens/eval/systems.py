@@ -97,11 +97,15 @@ class LensResource:
     """
 
     def __init__(self, model: str = "default", *, attention: str | None = None, pooling: str | None = None,
-                 cache_root: str | os.PathLike, batch_size: int = 16, chunk_size: int = 128,
-                 show_progress_bar: bool = True, quantize: str | None = None, max_seq_length: int | None = None):
-        """``max_seq_length``: the documents' token limit, overriding the model's (None: keep it)."""
+                 cache_root: str | os.PathLike, batch_size: int | None = 16, chunk_size: int = 128,
+                 show_progress_bar: bool = True, quantize: str | None = None, max_seq_length: int | None = None,
+                 device: str | None = None, dtype: str | None = None):
+        """``max_seq_length``: the documents' token limit, overriding the model's (None: keep it). ``device`` and
+        ``dtype`` ("float32", "bfloat16", "float16"; None: the loader's choice, bfloat16 on CUDA) are where and in
+        what precision the encoder runs; ``batch_size=None`` lets the encoder choose (``LensEncoder.encode``)."""
         self.model_path, self.attention, self.pooling = model, attention, pooling
         self.max_seq_length = max_seq_length
+        self.device, self.dtype = device, dtype
         self.quantize = quantize
         self.cache_root, self.batch_size, self.chunk_size = cache_root, batch_size, chunk_size
         self.show_progress_bar = show_progress_bar
@@ -115,8 +119,11 @@ class LensResource:
             from lens.encoder import LensEncoder
 
             t0 = time.perf_counter()
+            import torch
+
+            dtype = None if self.dtype is None else getattr(torch, self.dtype)
             self._encoder = LensEncoder.from_pretrained(self.model_path, attention=self.attention, pooling=self.pooling,
-                                                        quantize=self.quantize)
+                                                        quantize=self.quantize, device=self.device, dtype=dtype)
             if self.max_seq_length is not None:
                 self._encoder.max_seq_length = self.max_seq_length
             self.load_seconds = time.perf_counter() - t0
@@ -126,7 +133,8 @@ class LensResource:
 
     def cache_fingerprint(self) -> dict:
         """What keys this encoder's cached vectors: its fingerprint, length limit, backbone and, when quantized, the
-        quantisation (absent for float32, so float32 entries cached before keep their key)."""
+        quantisation, and the weights' precision when it is not float32 (both absent for float32, so float32
+        entries cached before keep their key; bfloat16 vectors are cached apart)."""
         enc = self.encoder
         fp = {"kind": "lens-documents", "output": "both", "normalize": True, **enc.fingerprint(),
               "max_seq_length": enc.max_seq_length, "backbone": enc.config.backbone}
@@ -137,6 +145,9 @@ class LensResource:
             from lens.quantize import recipe
 
             fp["quantize"] = recipe(enc.quantize)  # versioned: a changed int8 recipe re-encodes
+        precision = str(enc.model.head.weight.dtype).removeprefix("torch.")
+        if precision != "float32":
+            fp["dtype"] = precision
         return fp
 
     def documents(self, texts: list[str]) -> CacheResult:
@@ -266,11 +277,13 @@ class SpladeResource(DenseResource):
 class Resources:
     """Encoders shared by the systems of one run (each loaded at most once, on first use)."""
 
-    def __init__(self, *, model: str = "default", cache_root: str | os.PathLike, lens_batch_size: int = 16,
-                 dense_batch_size: int = 64, show_progress_bar: bool = True, lens_max_length: int | None = None):
+    def __init__(self, *, model: str = "default", cache_root: str | os.PathLike, lens_batch_size: int | None = 16,
+                 dense_batch_size: int = 64, show_progress_bar: bool = True, lens_max_length: int | None = None,
+                 lens_device: str | None = None, lens_dtype: str | None = None):
         self.model = model
         self.lens = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
-                                 show_progress_bar=show_progress_bar, max_seq_length=lens_max_length)
+                                 show_progress_bar=show_progress_bar, max_seq_length=lens_max_length,
+                                 device=lens_device, dtype=lens_dtype)
         # loaded only if an int8 system runs; its vectors are cached apart (LensResource.cache_fingerprint)
         self.lens_int8 = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
                                       show_progress_bar=show_progress_bar, quantize="int8",
