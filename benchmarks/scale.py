@@ -140,12 +140,12 @@ def child_build(cfg: dict, kind: str) -> dict:
 
 
 def child_search(cfg: dict, kind: str) -> dict:
-    from index import HybridIndex
+    from index import load_index
 
     q_lex, q_dense = Synthetic(cfg["seed"], cfg["chunk"]).queries(cfg["queries"])
     truth = json.loads((Path(cfg["work"]) / "truth.json").read_text())
     t0 = time.perf_counter()
-    index = HybridIndex.load(Path(cfg["work"]) / kind)
+    index = load_index(Path(cfg["work"]) / kind)  # a single or sharded directory
     load_s = time.perf_counter() - t0
     if kind == "ivf-ondisk":
         index.set_search_options(nprobe=cfg["nprobe"])
