@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_DEPTH", "bm25_top", "candidate_union", "fuse", "normalise_bm25", "split_weights"]
+from .vectors import weight_pair
+
+__all__ = ["DEFAULT_DEPTH", "bm25_top", "candidate_union", "fuse", "normalise_bm25", "query_weights", "split_weights"]
 
 DEFAULT_DEPTH = 100  # candidates taken from each of the vector index and BM25, at least k
 
@@ -38,6 +40,13 @@ def split_weights(weights: Any, what: str = "weights") -> tuple[Any, float]:
         raise ValueError(f"{what} must be two numbers LEX,DENSE or three LEX,DENSE,BM25 (finite, >= 0, not all 0) "
                          f"such as 0.5,0.5 or 0.4,0.3,0.3; got {weights!r}")
     return (w[0], w[1]), w[2]
+
+
+def query_weights(value: Any, what: str = "weights") -> tuple[float, ...]:
+    """A user's query weights: ``LEX,DENSE`` (``index.vectors.weight_pair``'s checks) or ``LEX,DENSE,BM25``; a BM25
+    weight of 0 gives the pair, so the search is exactly the two-part one."""
+    pair, w_bm25 = split_weights(value, what)
+    return (*pair, w_bm25) if w_bm25 > 0 else weight_pair(pair, what)
 
 
 def normalise_bm25(scores: np.ndarray) -> np.ndarray:

@@ -55,17 +55,29 @@ class BM25Part:
 
     def add(self, texts: Sequence[str], labels: Sequence[int]) -> None:
         """Add documents (their texts, one per label); labels must be new."""
+        self.add_terms(self.terms_of(texts, len(labels)), labels)
+
+    @staticmethod
+    def terms_of(texts: Sequence[str], n: int) -> list[list[str]]:
+        """The BM25 terms of ``n`` documents' ``texts`` (checked: one text per document), for :meth:`add_terms`."""
+        if texts is None or isinstance(texts, str) or len(texts) != n:
+            got = "none" if texts is None else "one string" if isinstance(texts, str) else f"{len(texts)}"
+            raise ValueError(f"the index keeps a BM25 part, which needs each document's text: give texts= with one "
+                             f"text per document ({n}), got {got}")
+        return tokenize(list(texts)) if n else []
+
+    def add_terms(self, terms: Sequence[Sequence[str]], labels: Sequence[int]) -> None:
+        """Add documents given as their BM25 terms (:meth:`terms_of`); labels must be new."""
         labels = np.asarray(labels, dtype=np.int64)
-        texts = list(texts)
-        if len(texts) != len(labels):
-            raise ValueError(f"the BM25 part needs one text per document: got {len(texts)} texts for {len(labels)} "
+        if len(terms) != len(labels):
+            raise ValueError(f"the BM25 part needs one text per document: got {len(terms)} texts for {len(labels)} "
                              "documents")
         if np.isin(labels, self.labels).any() or len(np.unique(labels)) != len(labels):
             raise ValueError("the BM25 part already holds some of these documents' internal ids")
         if not len(labels):
             return
-        for terms in tokenize(texts):
-            self._rows.append(np.array([self._term_id(t) for t in terms], dtype=np.int32))
+        for doc_terms in terms:
+            self._rows.append(np.array([self._term_id(t) for t in doc_terms], dtype=np.int32))
         self.labels = np.concatenate([self.labels, labels])
         self._scorer = None
 

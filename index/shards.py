@@ -42,6 +42,7 @@ from .manifest import (
 )
 from .metadata import DocTable, check_filter, check_ids
 from .store import HybridIndex, SearchResult, check_save_target
+from .bm25_fusion import split_weights
 from .vectors import mean_weights, weight_pair
 
 __all__ = ["SHARED_SETTINGS", "ShardWriter", "ShardedIndex", "merge_hits", "merge_indexes", "shard_dir"]
@@ -150,8 +151,15 @@ class ShardedIndex:
     # ---- search and changes -----------------------------------------------------------------
 
     def search(self, lexicon: Any = None, dense: Any = None, k: int = 10, weights: Any = None,
-               query_top_m: int | None = None, filter: Mapping[str, Any] | None = None) -> list[SearchResult]:
-        """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``)."""
+               query_top_m: int | None = None, filter: Mapping[str, Any] | None = None,
+               texts: Sequence[str] | None = None, depth: int | None = None) -> list[SearchResult]:
+        """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``). A BM25 weight is refused:
+        each shard's BM25 part would weigh terms by its own statistics, so their scores would not compare."""
+        weights, w_bm25 = split_weights(weights)
+        if w_bm25 > 0:
+            raise ValueError("a sharded index cannot search with a BM25 weight (each shard's BM25 statistics differ, "
+                             "so their scores would not compare): build one index with `lens index build --bm25` "
+                             "(no --shards), or give two weights LEX,DENSE")
         weights = self._weights if weights is None else weights  # one default for all shards: comparable scores
         checked = check_filter(filter)
         allowed = [s.selection(filter) for s in self._shards]

@@ -38,6 +38,11 @@ memory-maps them, and such a loaded index is read-only (add / remove / train rai
 than memory, add a part of the documents, :meth:`HybridIndex.spill` its lists to a file, repeat, then save: the
 parts are merged into the saved data file and only one part is ever in memory.
 
+BM25 part (``bm25=True``). The index also keeps each document's BM25 terms (:mod:`index.bm25_part`; ``add`` then
+takes ``texts=``, and removals drop them), and ``search`` takes a third weight, for BM25, with the queries' texts:
+candidates from the FAISS and BM25 top ``depth``, each scored exactly (:mod:`index.bm25_fusion`,
+:mod:`index.rescore`). A BM25 weight of 0 is the two-part search.
+
 Sharded directories (:mod:`index.shards`) hold several of these, searched together by
 :class:`index.shards.ShardedIndex`; ``index.load_index`` (:mod:`index.loading`) loads a directory of either layout,
 :meth:`HybridIndex.load` one of a single index.
@@ -78,9 +83,12 @@ from .manifest import (
     open_index,
     verify_stream,
 )
+from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, split_weights
+from .bm25_part import BM25_FILE, BM25Part
 from .metadata import DocTable, check_filter, check_ids, encode_metadata
 from . import ondisk
 from .ondisk import DATA_FILE
+from .rescore import stored_scores
 from .vectors import (
     as_matrix, check_dim, check_finite, document_vectors, prune_top_m, query_vectors, weight_pair,
 )
@@ -171,7 +179,7 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
     return scores, labels
 
 
-_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, ".DS_Store"))  # .DS_Store: macOS junk
+_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, BM25_FILE, ".DS_Store"))  # .DS_Store: macOS junk
 
 
 def check_save_target(directory: str | os.PathLike) -> Path:
@@ -243,6 +251,8 @@ class HybridIndex:
             model name to use at query time); stored and returned as is, never checked.
         top_m: keep only the ``top_m`` heaviest lexicon weights of each document (None: all); needs a lexicon
             part.
+        bm25: keep a BM25 part (``index.bm25_part``): :meth:`add` then takes each document's text (``texts=``) and
+            :meth:`search` a third weight, for BM25 (``index.bm25_fusion``).
         **index_options: options of the index type, e.g. ``ef_search=128`` (hnsw), ``nlist=1024``
             (ivf); unknown names raise ValueError listing the valid ones.
     """
@@ -256,6 +266,7 @@ class HybridIndex:
         fingerprint: Mapping[str, Any] | None = None,
         info: Mapping[str, Any] | None = None,
         top_m: int | None = None,
+        bm25: bool = False,
         **index_options: Any,
     ) -> None:
         self._dims = {"lexicon": _dim(lexicon_dim, "lexicon_dim"), "dense": _dim(dense_dim, "dense_dim")}
@@ -280,6 +291,7 @@ class HybridIndex:
         self._spilled: list[Path] = []  # ivf-ondisk parts written by spill(), merged at save
         self._docs = DocTable()
         self._next_id = 0
+        self._bm25: BM25Part | None = BM25Part.build([], []) if bm25 else None
         self._main: faiss.Index | None = None
         self._staging: faiss.Index | None = None
         if self._type.needs_training:
@@ -333,6 +345,11 @@ class HybridIndex:
     def top_m(self) -> int | None:
         """Lexicon weights kept per document (``prune_top_m``), or None when documents are not pruned."""
         return self._top_m
+
+    @property
+    def has_bm25(self) -> bool:
+        """Whether this index keeps a BM25 part (built with ``bm25=True``, ``lens index build --bm25``)."""
+        return self._bm25 is not None
 
     @property
     def is_trained(self) -> bool:
@@ -491,8 +508,11 @@ class HybridIndex:
         metadata: Sequence[dict | None] | None = None,
         upsert: bool = False,
         chunk_size: int = 4096,
+        texts: Sequence[str] | None = None,
     ) -> None:
         """Add documents (all parts of this index are required, one row per id).
+
+        ``texts``: each document's text, required by an index with a BM25 part (``has_bm25``), ignored otherwise.
 
         Everything is validated before anything changes: dimensions, NaN/inf, ids duplicated within
         the call, and ids already in the index (an error unless ``upsert=True``, which replaces those
@@ -513,6 +533,7 @@ class HybridIndex:
         if metadata is not None and len(metadata) != n:
             raise ValueError(f"got {n} ids but {len(metadata)} metadata entries; give one (or None) per id")
         metas = [encode_metadata(m, i) for m, i in zip(metadata, ids)] if metadata is not None else [None] * n
+        terms = BM25Part.terms_of(texts, n) if self._bm25 is not None else None
         self._check_finite_chunked(parts, chunk_size)
         if n == 0:
             return
@@ -543,6 +564,9 @@ class HybridIndex:
                 except Exception:  # pragma: no cover - only reached if FAISS fails twice
                     logger.exception("could not undo a failed add; reload the index from disk")
             raise
+        if self._bm25 is not None:  # after the vectors, from terms made before anything changed
+            self._bm25.remove(old_ids)
+            self._bm25.add_terms(terms, new_ids)
         self._next_id += n
         logger.debug("added %d documents (%d replaced); %d in total", n, len(old_ids), len(self))
 
@@ -602,6 +626,8 @@ class HybridIndex:
             removed = self.faiss_index.remove_ids(int_ids)
             if removed != len(int_ids):
                 raise RuntimeError(f"FAISS removed {removed} vectors, expected {len(int_ids)}")
+        if self._bm25 is not None:
+            self._bm25.remove(int_ids)
 
     # ---- search -----------------------------------------------------------------------------
 
@@ -625,11 +651,16 @@ class HybridIndex:
         weights: Any = None,
         query_top_m: int | None = None,
         filter: Mapping[str, Any] | None = None,
+        texts: Sequence[str] | None = None,
+        depth: int | None = None,
     ) -> list[SearchResult]:
         """Top-``k`` documents for each query (rows of ``lexicon`` / ``dense``; 1-D = one query).
 
         ``weights``: None (the index default), a pair ``(w_lex, w_dense)`` for all queries, or an
-        array of shape (n_queries, 2). A part not given gets weight 0. ``query_top_m`` keeps only that many
+        array of shape (n_queries, 2). A part not given gets weight 0. Three weights ``(w_lex, w_dense, w_bm25)``
+        add BM25 (an index with a BM25 part; ``texts``: the queries' texts): each hit scores ``w_lex * cos_lex +
+        w_dense * cos_dense + w_bm25 * bm25 / max_bm25`` exactly, over the union of the vector index's and BM25's
+        top ``depth`` (default ``max(k, 100)``; ``index.bm25_fusion``); ``w_bm25 = 0`` is the two-weight search. ``query_top_m`` keeps only that many
         of each query's heaviest lexicon weights (default: none pruned, whatever ``top_m`` the documents had).
         ``filter``: search only the documents whose metadata matches, e.g. ``{"source": "wiki", "year": [2023,
         2024]}`` (``index.metadata.check_filter``); the same top-``k`` as searching an index of those documents
@@ -639,10 +670,11 @@ class HybridIndex:
         allowed = self.selection(filter)
         if allowed is not None and len(allowed) == 0 and len(self):
             logger.warning("no document matches the filter %s: returning no hits", filter)
-        return self.search_selection(lexicon, dense, k, weights, query_top_m, allowed)
+        return self.search_selection(lexicon, dense, k, weights, query_top_m, allowed, texts, depth)
 
     def search_selection(self, lexicon: Any, dense: Any, k: int, weights: Any, query_top_m: int | None,
-                         allowed: np.ndarray | None) -> list[SearchResult]:
+                         allowed: np.ndarray | None, texts: Sequence[str] | None = None,
+                         depth: int | None = None) -> list[SearchResult]:
         """:meth:`search` over the documents whose internal ids are ``allowed`` (:meth:`selection`; None: all),
         with no warning when none are (``index.shards`` warns once for all of its shards)."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
@@ -656,7 +688,12 @@ class HybridIndex:
         if query_top_m is not None and "lexicon" in parts:
             parts["lexicon"] = prune_top_m(parts["lexicon"], query_top_m)
         nq = next(iter(parts.values())).shape[0]
-        w = self._query_weights(weights, nq)
+        weights, w_bm25 = split_weights(weights)
+        if w_bm25 > 0:
+            self._check_bm25_query(texts, nq, depth)
+            w = np.tile(np.array(weights, dtype=np.float64), (nq, 1))  # 0,0 is BM25 alone
+        else:
+            w = self._query_weights(weights, nq)
         q_parts: dict[str, np.ndarray | None] = {}
         q_w: dict[str, np.ndarray] = {}
         for j, name in enumerate(PARTS):
@@ -670,7 +707,7 @@ class HybridIndex:
 
         results = [_empty_result() for _ in range(nq)]
         zero = ~qv.any(axis=1)
-        if zero.any():
+        if zero.any() and w_bm25 == 0:
             logger.warning(
                 "%d of %d queries are all-zero (empty embedding or weight 0 on the only given part); "
                 "they match nothing and return no hits", int(zero.sum()), nq,
@@ -679,6 +716,8 @@ class HybridIndex:
         if index.ntotal == 0:
             logger.warning("searching an empty index: no documents have been added; returning no hits")
             return results
+        if w_bm25 > 0:
+            return self._search_bm25(qv, list(texts), k, max(k, depth or DEFAULT_DEPTH), w_bm25, allowed)
         live = np.flatnonzero(~zero)
         if len(live) == 0 or (allowed is not None and len(allowed) == 0):
             return results
@@ -691,6 +730,47 @@ class HybridIndex:
             results[qi] = SearchResult(
                 [h[0] for h in hits], scores[row][keep].astype(np.float32, copy=True), [h[1] for h in hits]
             )
+        return results
+
+    def _check_bm25_query(self, texts: Sequence[str] | None, nq: int, depth: int | None) -> None:
+        if self._bm25 is None:
+            raise ValueError("this index has no BM25 part, so a BM25 weight > 0 cannot be used: rebuild it with "
+                             "`lens index build --bm25` (Python: HybridIndex(..., bm25=True)), or give two weights "
+                             "LEX,DENSE")
+        if texts is None or isinstance(texts, str) or len(texts) != nq:
+            raise ValueError(f"a BM25 weight needs each query's text: give texts= with one text per query ({nq})")
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1):
+            raise ValueError(f"depth must be a positive integer (candidates from each part), got {depth!r}")
+
+    def _search_bm25(self, qv: np.ndarray, texts: list[str], k: int, depth: int, w_bm25: float,
+                     allowed: np.ndarray | None) -> list[SearchResult]:
+        """Three-part search (``index.bm25_fusion``): candidates from FAISS's and BM25's top ``depth``, each scored
+        exactly from its stored vector (``index.rescore``) and its BM25 score."""
+        index, part = self.faiss_index, self._bm25
+        n = index.ntotal if allowed is None else len(allowed)
+        live = np.flatnonzero(qv.any(axis=1))
+        vec_labels = [np.zeros(0, np.int64)] * len(texts)
+        if len(live) and n:
+            _, found = faiss_search(index, np.ascontiguousarray(qv[live]), int(min(depth, n)), allowed)
+            for row, qi in enumerate(live):
+                vec_labels[qi] = found[row][found[row] >= 0]
+        keep = None if allowed is None else np.isin(part.labels, allowed)
+        order = np.argsort(part.labels)
+        sorted_labels = part.labels[order]
+        bm25_all = [part.scores(terms) for terms in part.query_terms(texts)]
+        cands = [candidate_union(vec_labels[q], part.labels[bm25_top(bm25_all[q], depth, keep)])
+                 for q in range(len(texts))]
+        union = candidate_union(*cands)
+        vec_scores = stored_scores(index, qv, union)
+        fused = []
+        for q, c in enumerate(cands):
+            rows = order[np.searchsorted(sorted_labels, c)]
+            fused.append(fuse(c, vec_scores[q, np.searchsorted(union, c)], bm25_all[q][rows], w_bm25, k))
+        docs = self._docs.fetch(np.concatenate([f[0] for f in fused]) if fused else np.zeros(0, np.int64))
+        results = []
+        for labels, scores in fused:
+            hits = [docs[int(i)] for i in labels]
+            results.append(SearchResult([h[0] for h in hits], scores, [h[1] for h in hits]))
         return results
 
     def set_search_options(self, **options: Any) -> None:
@@ -710,7 +790,7 @@ class HybridIndex:
         if self._readonly is not None:
             raise ValueError(f"cannot clone this index: {self._readonly}")
         new = HybridIndex(self.lexicon_dim, self.dense_dim, self._type.name, self._weights, self._fingerprint,
-                          self._info, top_m=self._top_m, **self._options)
+                          self._info, top_m=self._top_m, bm25=self.has_bm25, **self._options)
         if self._type.needs_training and self._main is not None:
             new._main, new._staging = faiss.clone_index(self._main), None
         return new
@@ -767,6 +847,11 @@ class HybridIndex:
         self._docs.save(docs_path)
         _fsync(docs_path)
         files.update({INDEX_FILE: file_record(index_path), DOCS_FILE: file_record(docs_path)})
+        if self._bm25 is not None:
+            bm25_path = directory / BM25_FILE
+            self._bm25.write(bm25_path)
+            _fsync(bm25_path)
+            files[BM25_FILE] = file_record(bm25_path)
         manifest = {
             "format_version": FORMAT_VERSION,
             "mode": self.mode,
@@ -784,6 +869,8 @@ class HybridIndex:
             "faiss_version": faiss.__version__,
             "files": files,
         }
+        if self._bm25 is not None:
+            manifest["bm25"] = self._bm25.manifest_entry()
         write_json(directory / MANIFEST_FILE, manifest)
         return manifest
 
@@ -833,6 +920,10 @@ class HybridIndex:
             m["lexicon_dim"], m["dense_dim"], m["index_type"], m["weights"], m["fingerprint"], m.get("info"),
             top_m=m.get("top_m"), **m["index_options"],
         )
+        if m.get("bm25") is not None:
+            if BM25_FILE not in m["files"]:
+                raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {BM25_FILE}")
+            obj._bm25 = BM25Part.read(files[BM25_FILE], directory / BM25_FILE, m["bm25"])
         raw = _read_faiss(files[INDEX_FILE], index_path, faiss.IO_FLAG_SKIP_IVF_DATA if on_disk else 0)
         docs = DocTable.read(files[DOCS_FILE], docs_path)
         problems = []
@@ -846,6 +937,8 @@ class HybridIndex:
         if hasattr(raw, "id_map") and not problems:
             if not np.array_equal(np.sort(faiss.vector_to_array(raw.id_map)), docs.int_ids()):
                 problems.append(f"the ids in {INDEX_FILE} and {DOCS_FILE} differ")
+        if obj._bm25 is not None and not problems and not np.array_equal(np.sort(obj._bm25.labels), docs.int_ids()):
+            problems.append(f"the documents of {BM25_FILE} and {DOCS_FILE} differ")
         if problems:
             raise ValueError(f"saved index {directory} is inconsistent: {'; '.join(problems)}; rebuild the index")
         if on_disk:

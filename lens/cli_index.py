@@ -50,7 +50,8 @@ def cmd_index_build(args: argparse.Namespace) -> None:
         try:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
-                                   devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights)
+                                   devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights,
+                                   bm25=args.bm25)
         except KeyboardInterrupt:
             _interrupted(partial_dir(args.output))
     if manifest is None:  # a torchrun rank other than 0: rank 0 wrote the index and reports it
@@ -85,6 +86,9 @@ def cmd_index_info(args: argparse.Namespace) -> None:
         print(f"  inverted lists: {DATA_FILE}, memory-mapped when loaded (read-only)")
     if m.get("top_m") is not None:
         print(f"  top-m: each document keeps its {m['top_m']} heaviest lexicon weights (queries are not pruned)")
+    if m.get("bm25") is not None:
+        print(f"  bm25: a BM25 part of {m['bm25'].get('documents')} documents, {m['bm25'].get('terms')} terms "
+              "(lens search --weights LEX,DENSE,BM25)")
     for key, value in sorted((m.get("info") or {}).items()):
         print(f"  {key}: {value}")
     for key, value in sorted((m.get("fingerprint") or {}).items()):
@@ -155,6 +159,16 @@ def build_weights_arg(value: str) -> tuple[float, float] | str:
     return weights_arg(value, balanced=True)
 
 
+def query_weights_arg(value: str) -> tuple[float, ...]:
+    """``--weights`` of ``lens search`` / ``lens serve``: LEX,DENSE or LEX,DENSE,BM25."""
+    from index.bm25_fusion import query_weights
+
+    try:
+        return query_weights(value, "--weights")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--weights: ").removeprefix("--weights ")) from None
+
+
 def weights_arg(value: str, balanced: bool = False) -> tuple[float, float] | str:
     from index.vectors import weight_pair, weights_spec
 
@@ -219,7 +233,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     searcher = Searcher.open(args.dir, args.model, args.quantize)
     _quantize_mismatch(searcher.index, searcher.encoder.lens.quantize)  # as loaded: "auto" resolved
     results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
-                              filter=_filter_of(args.filter), batch_size=args.batch_size,
+                              filter=_filter_of(args.filter), batch_size=args.batch_size, depth=args.depth,
                               show_progress_bar=len(queries) > args.batch_size)
     if args.run is not None:
         from lens.trec import write_run
@@ -255,7 +269,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from lens.serve import SearchService, make_server
 
     service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
-                            max_k=args.max_k)
+                            max_k=args.max_k, weights=args.weights)
     _quantize_mismatch(service.searcher.index, service.searcher.encoder.lens.quantize)
     service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
     try:
@@ -316,6 +330,10 @@ def register(subparsers) -> None:
                    help="keep the M heaviest lexicon weights of each document (before normalising); recorded in "
                         "the index, queries are not pruned")
     add_quantize_argument(b, "; recorded in the index")
+    b.add_argument("--bm25", action="store_true",
+                   help="also keep a BM25 part (bm25s, stemming, stopwords) of the documents' texts, searched with a "
+                        "third weight (lens search --weights LEX,DENSE,BM25); one index only (not --shards); needs "
+                        "the eval extra")
     b.add_argument("--weights", type=build_weights_arg, default=None, metavar="LEX,DENSE|balanced",
                    help="the index's default query weights (`lens search --weights` overrides them per search): two "
                         "numbers (default 0.5,0.5), or 'balanced': each part weighted inversely to the spread of its "
@@ -367,9 +385,12 @@ def register(subparsers) -> None:
                         "instead of printing them; e.g. -k 1000 --queries-file queries.jsonl --run lens.trec")
     s.add_argument("--run-tag", default="lens", help="the run file's last column (default %(default)s)")
     s.add_argument("--batch-size", type=positive_int, default=64, help="queries encoded and searched together")
-    s.add_argument("--weights", type=weights_arg, default=None,
+    s.add_argument("--weights", type=query_weights_arg, default=None, metavar="LEX,DENSE[,BM25]",
                    help="LEX,DENSE query weights, each >= 0; negative weights are not supported (default: the "
-                        "index's: see `lens index info`). A value starting with '-' must be written --weights=VALUE")
+                        "index's: see `lens index info`); a third, BM25, adds the index's BM25 part (an index built "
+                        "with --bm25). A value starting with '-' must be written --weights=VALUE")
+    s.add_argument("--depth", type=positive_int, default=None, metavar="N",
+                   help="with a BM25 weight: candidates taken from each of the vectors and BM25 (default max(k, 100))")
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
@@ -391,4 +412,7 @@ def register(subparsers) -> None:
     add_quantize_argument(sv, "; a warning if the index was built otherwise")
     sv.add_argument("--max-queries", type=positive_int, default=256, help="queries one request may hold")
     sv.add_argument("--max-k", type=positive_int, default=1000, help="largest k a request may ask for")
+    sv.add_argument("--weights", type=query_weights_arg, default=None, metavar="LEX,DENSE[,BM25]",
+                    help="query weights of a request that gives none (default: the index's); a third, BM25, adds the "
+                         "index's BM25 part (an index built with --bm25)")
     sv.set_defaults(func=cmd_serve)

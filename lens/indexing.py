@@ -122,7 +122,7 @@ def build_index(docs: Sequence[Document], output: str | Path, encoder, **options
 def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_type: str = "flat",
                 chunk_size: int = 64, batch_size: int = 16, resume: bool = False, info: dict | None = None,
                 show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
-                shards: int = 1, top_m: int | None = None, weights: Any = None) -> dict | None:
+                shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool = False) -> dict | None:
     """:func:`build_index` without loading the result: returns the saved manifest (None on a torchrun rank > 0).
 
     ``workers``: encoding processes (CPU; ``devices`` such as ``["cuda:0", "cuda:1"]`` puts one on each; under
@@ -131,16 +131,17 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     weights: None (``HybridIndex``'s, 0.5 / 0.5), a pair (w_lex, w_dense) or ``"balanced"``
     (``index.vectors.balanced_weights`` of a seeded sample of the corpus's vectors: each part weighted inversely to
     the spread of its cosines); an index of one part alone ignores them. ``info``: free-form facts for the
-    manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself.
+    manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself. ``bm25``: keep a
+    BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one index only, not ``shards``).
     """
     manifest, _ = _build(docs, Path(output), encoder, index_type=index_type, chunk_size=chunk_size,
                          batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar,
-                         workers=workers, devices=devices, shards=shards, top_m=top_m, weights=weights)
+                         workers=workers, devices=devices, shards=shards, top_m=top_m, weights=weights, bm25=bm25)
     return manifest
 
 
 def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, batch_size=16, resume=False, info=None,
-           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None):
+           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=False):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
     from index.store import check_save_target
@@ -149,6 +150,8 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     get_index_type(index_type)
     if weights is not None:
         weights = weights_spec(weights)  # a bad value fails before anything is encoded
+    if bm25:
+        _check_bm25(shards, index_type)
     launch = torchrun_rank()
     if launch is not None and workers != 1:
         raise ValueError(f"under torchrun each of the {launch[1]} ranks is one worker: leave --workers out (set the "
@@ -159,7 +162,8 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     work = partial_dir(output)
     state = _work_state(docs, chunk_size)
     record = EncoderRecord.of_encoder(encoder)  # before encoding: a spec's model directory is read now
-    settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights, record=record)
+    settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights, record=record,
+                    bm25=bool(bm25))
     if launch is not None:
         return _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_size, batch_size, resume,
                              show_progress_bar, settings)
@@ -228,6 +232,18 @@ def _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_siz
         if rank == 0:
             lock.release()
         group.close()
+
+
+def _check_bm25(shards: int, index_type: str) -> None:
+    """Refuse a BM25 part where it cannot be kept (shard directories), before anything is encoded."""
+    from index.factory import get_index_type
+
+    if shards > 1 and not get_index_type(index_type).on_disk:  # ivf-ondisk's parts make one index
+        raise ValueError("--bm25 keeps one BM25 part for one index; a sharded index would need one per shard, each "
+                         "with its own term statistics: build without --shards, or without --bm25")
+    from lens.bm25 import tokenize
+
+    tokenize(["check"])  # the eval extra (bm25s, PyStemmer): its error names the pip command
 
 
 def _rank_device(local_rank: int, devices: Sequence[str] | None) -> str:
@@ -476,7 +492,7 @@ class EncodedChunks:
 
 
 def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index_type: str, shards: int,
-              top_m: int | None, info: dict | None, record: EncoderRecord, weights: Any = None):
+              top_m: int | None, info: dict | None, record: EncoderRecord, weights: Any = None, bm25: bool = False):
     """Train (once), fill and save the index from the encoded chunks; returns (manifest, in-memory index or None).
     The manifest's ``info`` records the encoders (``record``) with the quantisation the chunks were encoded in."""
     from index import HybridIndex
@@ -503,7 +519,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
         info = {**(info or {}), "weights_source": "balanced (index.vectors.balanced_weights of the corpus)"}
         logger.info("balanced query weights for this corpus: lexicon %.3f, dense %.3f", *weights)
     template = HybridIndex(*chunks.dims, index_type, weights=weights, fingerprint=chunks.fingerprint, info=info,
-                           top_m=top_m, **options)
+                           top_m=top_m, bm25=bm25, **options)
     if train_size:
         template.train(*_sample(chunks, len(docs), train_size))
     parts = [shard_slice(len(docs), s, shards) for s in range(shards)]
@@ -559,12 +575,15 @@ def document_metadata(doc: Document) -> dict:
 
 
 def fill_index(index, chunks: EncodedChunks, docs, part: slice, upsert: bool = False) -> None:
-    """Add documents ``part`` of ``docs`` to ``index`` from their encoded chunks, with their stored metadata."""
+    """Add documents ``part`` of ``docs`` to ``index`` from their encoded chunks, with their stored metadata (and
+    their texts, for an index with a BM25 part)."""
+    bm25 = getattr(index, "has_bm25", False)
     for i, a, b in chunks.overlapping(part.start, part.stop):
         lex, dense = chunks.load(i)
         rows = docs[chunks.bounds[i][0] + a : chunks.bounds[i][0] + b]
         index.add([d.id for d in rows], lex[a:b], None if dense is None else dense[a:b],
-                  metadata=[document_metadata(d) for d in rows], upsert=upsert)
+                  metadata=[document_metadata(d) for d in rows], upsert=upsert,
+                  texts=[d.full_text for d in rows] if bm25 else None)
 
 
 def _sample(chunks: EncodedChunks, n: int, size: int) -> tuple[np.ndarray, np.ndarray | None]:

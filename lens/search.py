@@ -72,10 +72,13 @@ class Searcher:
         record.check_text_rule(encoder, directory)
         return cls(index, encoder, record)
 
-    def search(self, queries: Sequence[str], k: int = 10, weights: tuple[float, float] | None = None,
+    def search(self, queries: Sequence[str], k: int = 10, weights: Sequence[float] | str | None = None,
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
-               show_progress_bar: bool = False, encode: Callable | None = None) -> list[SearchResult]:
-        """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's; ``filter`` keeps the
+               show_progress_bar: bool = False, encode: Callable | None = None,
+               depth: int | None = None) -> list[SearchResult]:
+        """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's; three weights (lexicon,
+        dense, BM25) add the index's BM25 part (built with ``bm25=True`` / ``--bm25``; ``depth``: candidates taken
+        from each part, ``HybridIndex.search``); ``filter`` keeps the
         documents whose metadata matches (``HybridIndex.search``). Queries are encoded and searched
         ``batch_size`` at a time, so a file of many queries needs one batch's vectors in memory. ``encode(texts,
         instruction)`` makes a batch's (lexicon, dense) vectors (default: this searcher's encoder; ``lens serve``
@@ -84,14 +87,20 @@ class Searcher:
 
         from index.metadata import check_filter
 
+        from index.bm25_fusion import split_weights
+
         queries = check_queries(queries)
         check_filter(filter)  # before the queries are encoded
+        if split_weights(weights)[1] > 0 and not getattr(self.index, "has_bm25", False):
+            raise ValueError("this index has no BM25 part, so a BM25 weight > 0 cannot be used: rebuild it with "
+                             "`lens index build --bm25` (one index, no --shards), or give two weights LEX,DENSE")
         results: list[SearchResult] = []
         with tqdm(total=len(queries), desc="Searching", unit="query", disable=not show_progress_bar) as bar:
             for start in range(0, len(queries), batch_size):
                 batch = queries[start : start + batch_size]
                 lexicon, dense = (encode(batch, instruction) if encode is not None
                                   else self.encoder.encode_queries(batch, instruction=instruction))
-                results += self.index.search(lexicon, dense, k=k, weights=weights, filter=filter)
+                results += self.index.search(lexicon, dense, k=k, weights=weights, filter=filter, texts=batch,
+                                             depth=depth)
                 bar.update(len(batch))
         return results

@@ -3,7 +3,8 @@
 Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 404, 405, 413 or 500):
 
 - ``POST /search`` ``{"query": "text"}`` or ``{"queries": [...]}``, optional ``"k"``, ``"filter"`` (as
-  ``HybridIndex.search``), ``"weights"`` ``[w_lex, w_dense]``, ``"instruction"``; answers
+  ``HybridIndex.search``), ``"weights"`` ``[w_lex, w_dense]`` or ``[w_lex, w_dense, w_bm25]`` (an index with a BM25
+  part), ``"instruction"``; answers
   ``{"results": [{"query", "hits": [{"rank", "id", "score", "metadata"}]}], "documents", "took_ms"}``.
 - ``GET /search?q=...&k=...``: one query, for a quick look with curl or a browser.
 - ``GET /health``: ``{"status": "ok", "documents": N}`` (and ``"reload_error"`` when the index on disk could not be
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import parse_qs, urlsplit
 
-from index.vectors import weight_pair
+from index.bm25_fusion import query_weights
 from lens.search import Searcher, hit_records
 
 __all__ = ["QueryBatcher", "SearchService", "RequestError", "make_server"]
@@ -127,13 +128,16 @@ class SearchService:
 
     ``model``: the LENS model to encode queries with (default: the one the index records); ``encoder``: a
     ``HybridEncoder`` to use as it is (``Searcher.open``); ``quantize``: ``"int8"`` to encode them with int8 layers
-    (``LensEncoder.apply_quantize``). ``max_queries`` and ``max_k`` bound one request."""
+    (``LensEncoder.apply_quantize``). ``max_queries`` and ``max_k`` bound one request. ``weights``: the query
+    weights of a request that gives none (LEX,DENSE or LEX,DENSE,BM25; default: the index's)."""
 
     def __init__(self, directory: str | os.PathLike, model: str | os.PathLike | None = None,
-                 quantize: str | None = None, max_queries: int = 256, max_k: int = 1000, encoder=None) -> None:
+                 quantize: str | None = None, max_queries: int = 256, max_k: int = 1000, encoder=None,
+                 weights=None) -> None:
         self.directory = Path(directory)
         self.model, self.quantize, self.encoder = model, quantize, encoder
         self.max_queries, self.max_k = max_queries, max_k
+        self.weights = None if weights is None else query_weights(weights, "weights")
         self._batcher = QueryBatcher(max_batch=max(32, max_queries))
         self._reload_lock = threading.Lock()
         self._version = _version(self.directory)
@@ -177,7 +181,8 @@ class SearchService:
         index, record = searcher.index, searcher.record
         return {"directory": str(self.directory.resolve()), "documents": len(index), "index_type": index.index_type,
                 "mode": index.mode, "lexicon_dim": index.lexicon_dim, "dense_dim": index.dense_dim,
-                "weights": list(index.weights), "lens_model": record.lens_model, "dense": record.dense,
+                "weights": list(index.weights), "bm25": bool(getattr(index, "has_bm25", False)),
+                "lens_model": record.lens_model, "dense": record.dense,
                 "quantize": self.quantize, "max_queries": self.max_queries, "max_k": self.max_k}
 
     def search(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -205,8 +210,11 @@ class SearchService:
         if weights is not None:
             if not isinstance(weights, list) or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
                                                         for w in weights):
-                raise RequestError(f'"weights" must be a list of two numbers [w_lex, w_dense], got {weights!r}')
-            weights = weight_pair(weights, '"weights"')
+                raise RequestError(f'"weights" must be a list of two numbers [w_lex, w_dense] or three [w_lex, '
+                                   f'w_dense, w_bm25], got {weights!r}')
+            weights = query_weights(weights, '"weights"')
+        else:
+            weights = self.weights
         searcher = self.searcher
         results = searcher.search(queries, k=k, weights=weights, instruction=instruction, filter=body.get("filter"),
                                   batch_size=len(queries),

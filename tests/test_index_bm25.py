@@ -1,0 +1,274 @@
+"""An index with a BM25 part (`lens index build --bm25`, `HybridIndex(bm25=True)`): three-part search against a
+brute-force reference, weight 0 is today's search, BM25 alone ranks as lens.bm25, saved and checked with the index,
+kept in step by additions and removals, refused where it cannot be kept; through Python, the CLI and `lens serve`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("bm25s")
+
+from index import HybridIndex, load_index  # noqa: E402
+from index.bm25_part import BM25_FILE  # noqa: E402
+from index.vectors import document_vectors, query_vectors  # noqa: E402
+from lens.bm25 import BM25Index  # noqa: E402
+from lens.cli import main  # noqa: E402
+from lens.corpus import load_corpus  # noqa: E402
+from lens.hybrid import HybridEncoder  # noqa: E402
+from lens.indexing import build_index  # noqa: E402
+from lens.search import Searcher  # noqa: E402
+
+from corpus_helpers import WORDS, write_corpus  # noqa: E402
+
+QUERIES = ["cancer drug", "brain cell protein", "blood risk treatment", "the of"]
+
+
+def _corpus(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 9)))) for _ in range(n)]
+    lex = np.abs(rng.standard_normal((n, 12))).astype(np.float32) * (rng.random((n, 12)) > 0.5)
+    dense = rng.standard_normal((n, 6)).astype(np.float32)
+    return [f"d{i}" for i in range(n)], texts, lex, dense
+
+
+def _index(ids, texts, lex, dense, index_type="flat", **kw) -> HybridIndex:
+    ix = HybridIndex(12, 6, index_type, bm25=True, **kw)
+    ix.add(ids, lex, dense, texts=texts)
+    return ix
+
+
+def brute_force(texts, lex, dense, q_lex, q_dense, query, weights, k, keep=None):
+    """Every document scored naively: w_lex cos_lex + w_dense cos_dense + w_bm25 bm25 / max bm25 (BM25 of the whole
+    corpus, its maximum over the documents searched: ``keep``, default all), then the top k as (rows, scores)."""
+    keep = np.arange(len(texts)) if keep is None else np.asarray(keep)
+    vec = document_vectors(lex[keep], dense[keep]) @ query_vectors(q_lex, q_dense, *weights[:2])[0]
+    rows, scores = BM25Index(texts).search([query], len(texts))[0]
+    bm = np.zeros(len(texts))
+    bm[rows] = scores
+    bm = bm[keep]
+    fused = vec + (weights[2] * bm / bm.max() if bm.max() > 0 else 0.0)
+    order = np.lexsort((keep, -fused))[:k]
+    return keep[order], fused[order]
+
+
+def assert_same_ranking(got_ids, got_scores, want_ids, want_scores, atol=1e-5):
+    """The same scores position by position, and the same ids except where scores tie (within the list, or with
+    the last one, which may tie with a document cut off)."""
+    np.testing.assert_allclose(got_scores, want_scores, atol=atol)
+    assert len(got_ids) == len(want_ids)
+    rounded = np.round(np.asarray(want_scores, dtype=np.float64), 4)
+    for s in np.unique(rounded):
+        at = np.isclose(rounded, s)
+        if at.sum() == 1 and s != rounded[-1]:
+            assert np.asarray(got_ids)[at].tolist() == np.asarray(want_ids)[at].tolist()
+
+
+# ---- Python: HybridIndex ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("index_type,atol", [("flat", 1e-5), ("hnsw", 1e-5), ("fp16", 2e-3)])
+@pytest.mark.parametrize("weights", [(0.5, 0.5, 0.5), (0.2, 0.3, 1.0), (0.0, 1.0, 0.2), (1.0, 0.0, 2.0)])
+def test_three_parts_equal_the_brute_force_reference(index_type, atol, weights):
+    ids, texts, lex, dense, = _corpus(40)
+    ix = _index(ids, texts, lex, dense, index_type)
+    rng = np.random.default_rng(5)
+    for query in QUERIES:
+        q_lex, q_dense = np.abs(rng.standard_normal((1, 12))), rng.standard_normal((1, 6))
+        (hits,) = ix.search(q_lex, q_dense, k=7, weights=weights, texts=[query])
+        rows, scores = brute_force(texts, lex, dense, q_lex, q_dense, query, weights, 7)
+        assert_same_ranking(hits.ids, hits.scores, [ids[r] for r in rows], scores, atol)
+
+
+def test_a_small_depth_still_scores_every_hit_exactly():
+    ids, texts, lex, dense = _corpus(60)
+    ix = _index(ids, texts, lex, dense)
+    q_lex, q_dense = np.abs(np.random.default_rng(1).standard_normal((2, 12))), np.ones((2, 6))
+    w = (0.4, 0.3, 0.8)
+    results = ix.search(q_lex, q_dense, k=5, weights=w, texts=QUERIES[:2], depth=5)
+    for q, hits in enumerate(results):
+        _, all_scores = brute_force(texts, lex, dense, q_lex[q : q + 1], q_dense[q : q + 1], QUERIES[q], w, 60)
+        full = dict(zip(*brute_force(texts, lex, dense, q_lex[q : q + 1], q_dense[q : q + 1], QUERIES[q], w, 60)))
+        np.testing.assert_allclose(hits.scores, [full[ids.index(i)] for i in hits.ids], atol=1e-5)
+        assert hits.scores[0] == pytest.approx(all_scores[0], abs=1e-5)  # the best is never missed here
+
+
+def test_bm25_weight_zero_is_todays_search():
+    ids, texts, lex, dense = _corpus(30)
+    ix = _index(ids, texts, lex, dense)
+    plain = HybridIndex(12, 6)
+    plain.add(ids, lex, dense)
+    q = (np.abs(np.random.default_rng(2).standard_normal((3, 12))), np.ones((3, 6)))
+    for with_zero, today in zip(ix.search(*q, k=6, weights=(0.3, 0.7, 0.0), texts=QUERIES[:3]),
+                                plain.search(*q, k=6, weights=(0.3, 0.7))):
+        assert with_zero.ids == today.ids
+        np.testing.assert_array_equal(with_zero.scores, today.scores)
+
+
+def test_bm25_alone_ranks_like_lens_bm25():
+    ids, texts, lex, dense = _corpus(50)
+    ix = _index(ids, texts, lex, dense)
+    for query in QUERIES[:3]:
+        rows, scores = BM25Index(texts).search([query], 10)[0]
+        (hits,) = ix.search(lex[:1], dense[:1], k=10, weights=(0, 0, 1), texts=[query])
+        assert_same_ranking(hits.ids, hits.scores, [ids[r] for r in rows], scores / scores.max())
+    (none,) = ix.search(lex[:1], dense[:1], k=5, weights=(0, 0, 1), texts=["the of and"])  # stopwords only
+    assert none.ids == []
+
+
+def test_a_filter_keeps_the_whole_index_bm25_statistics_and_its_maximum_over_the_matches():
+    ids, texts, lex, dense = _corpus(40)
+    ix = HybridIndex(12, 6, bm25=True)
+    ix.add(ids, lex, dense, metadata=[{"half": i % 2} for i in range(40)], texts=texts)
+    keep = np.arange(0, 40, 2)
+    q_lex, q_dense = np.abs(np.random.default_rng(3).standard_normal((1, 12))), np.ones((1, 6))
+    w = (0.3, 0.3, 0.6)
+    (hits,) = ix.search(q_lex, q_dense, k=6, weights=w, texts=["cancer cell"], filter={"half": 0})
+    rows, scores = brute_force(texts, lex, dense, q_lex, q_dense, "cancer cell", w, 6, keep=keep)
+    assert_same_ranking(hits.ids, hits.scores, [ids[r] for r in rows], scores)
+
+
+def test_additions_and_removals_keep_the_part_in_step(tmp_path):
+    ids, texts, lex, dense = _corpus(30)
+    ix = _index(ids[:20], texts[:20], lex[:20], dense[:20])
+    ix.add(ids[20:], lex[20:], dense[20:], texts=texts[20:])
+    ix.remove(["d3", "d7"])
+    ix.add(["d5"], lex[29:], dense[29:], upsert=True, texts=[texts[29]])  # d5 now holds d29's vectors and text
+    ix.save(tmp_path / "ix")
+    ix = load_index(tmp_path / "ix")
+    rows = [i for i in range(30) if i not in (3, 5, 7)] + [29]
+    ref = _index([ids[i] for i in rows[:-1]] + ["d5"], [texts[i] for i in rows], lex[rows], dense[rows])
+    q = (np.abs(np.random.default_rng(4).standard_normal((2, 12))), np.ones((2, 6)))
+    for got, want in zip(ix.search(*q, k=8, weights=(0.2, 0.2, 1.0), texts=QUERIES[:2]),
+                         ref.search(*q, k=8, weights=(0.2, 0.2, 1.0), texts=QUERIES[:2])):
+        assert_same_ranking(got.ids, got.scores, want.ids, want.scores)
+    with pytest.raises(ValueError, match="needs each document's text"):
+        ix.add(["new"], lex[:1], dense[:1])
+    assert "new" not in ix
+
+
+def test_saved_with_the_index_checked_and_refused_when_tampered(tmp_path):
+    ids, texts, lex, dense = _corpus(10)
+    _index(ids, texts, lex, dense).save(tmp_path / "ix")
+    m = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert BM25_FILE in m["files"] and m["bm25"]["documents"] == 10
+    raw = bytearray((tmp_path / "ix" / BM25_FILE).read_bytes())
+    raw[-30] ^= 1
+    (tmp_path / "ix" / BM25_FILE).write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="bm25.npz is damaged"):
+        load_index(tmp_path / "ix")
+    _index(ids, texts, lex, dense).save(tmp_path / "ix")  # saving over an index with a BM25 part is allowed
+    (tmp_path / "ix" / BM25_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="incomplete"):
+        load_index(tmp_path / "ix")
+
+
+def test_an_index_without_the_part_opens_as_before_and_refuses_a_bm25_weight(tmp_path):
+    ids, texts, lex, dense = _corpus(10)
+    plain = HybridIndex(12, 6)
+    plain.add(ids, lex, dense)
+    plain.save(tmp_path / "old")
+    old = load_index(tmp_path / "old")
+    assert not old.has_bm25 and "bm25" not in json.loads((tmp_path / "old" / "manifest.json").read_text())
+    assert old.search(lex[:1], dense[:1], k=3)[0].ids == plain.search(lex[:1], dense[:1], k=3)[0].ids
+    with pytest.raises(ValueError, match="lens index build --bm25"):
+        old.search(lex[:1], dense[:1], k=3, weights=(0.5, 0.5, 0.5), texts=["cancer"])
+    ix = _index(ids, texts, lex, dense)
+    with pytest.raises(ValueError, match="each query's text"):
+        ix.search(lex[:1], dense[:1], k=3, weights=(0.5, 0.5, 0.5))
+
+
+# ---- lens: build, Searcher, CLI, serve --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def built(tiny_encoder, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bm25")
+    corpus = write_corpus(tmp / "corpus.jsonl", 24)
+    docs = load_corpus(corpus)
+    build_index(docs, tmp / "bm25", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False,
+                bm25=True)
+    build_index(docs, tmp / "plain", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False)
+    return tmp, docs
+
+
+def test_searcher_weight_zero_equals_an_index_without_the_part(built):
+    tmp, _ = built
+    with_part, plain = Searcher.open(tmp / "bm25"), Searcher.open(tmp / "plain")
+    for a, b, c in zip(with_part.search(QUERIES, k=5, weights=(0.5, 0.5, 0)), with_part.search(QUERIES, k=5),
+                       plain.search(QUERIES, k=5)):
+        assert a.ids == b.ids == c.ids
+        np.testing.assert_array_equal(a.scores, c.scores)
+    with pytest.raises(ValueError, match="lens index build --bm25"):
+        plain.search(QUERIES, weights=(0.5, 0.5, 0.5))
+
+
+def test_searcher_three_parts_equal_the_reference(built, tiny_encoder):
+    tmp, docs = built
+    texts = [d.full_text for d in docs]
+    both = tiny_encoder.encode_documents(texts, output="both")
+    q = tiny_encoder.encode_queries(QUERIES[:3], output="both")
+    results = Searcher.open(tmp / "bm25").search(QUERIES[:3], k=6, weights=(0.3, 0.2, 0.5))
+    for i, hits in enumerate(results):
+        rows, scores = brute_force(texts, both.lexicon, both.dense, q.lexicon[i : i + 1], q.dense[i : i + 1],
+                                   QUERIES[i], (0.3, 0.2, 0.5), 6)
+        assert_same_ranking(hits.ids, hits.scores, [docs[r].id for r in rows], scores, atol=1e-4)
+
+
+def test_cli_build_search_info_add_remove(built, tiny_lens_dir, tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 12)
+    ix = tmp_path / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "lens", "--bm25"]) == 0
+    capsys.readouterr()
+    assert main(["index", "info", str(ix)]) == 0
+    assert "bm25: a BM25 part of 12 documents" in capsys.readouterr().out
+    assert main(["search", str(ix), "cancer drug", "-k", "4", "--weights", "0,0,1", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)[0]["hits"]
+    texts = [d.full_text for d in load_corpus(corpus)]
+    rows, scores = BM25Index(texts).search(["cancer drug"], 4)[0]
+    assert_same_ranking([h["id"] for h in hits], [h["score"] for h in hits], [f"d{r}" for r in rows],
+                        scores / scores.max())
+    more = write_corpus(tmp_path / "more.jsonl", 3, prefix="new", seed=1)
+    assert main(["-q", "index", "add", str(ix), "--corpus", str(more)]) == 0
+    assert main(["-q", "index", "remove", str(ix), "d2"]) == 0
+    assert load_index(ix).has_bm25 and len(load_index(ix)) == 14
+    capsys.readouterr()
+    assert main(["search", str(ix), "cancer drug", "-k", "20", "--weights", "0,0,1", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)[0]["hits"]
+    kept = [d for d in load_corpus(corpus) if d.id != "d2"] + load_corpus(more)
+    rows, scores = BM25Index([d.full_text for d in kept]).search(["cancer drug"], 20)[0]
+    assert_same_ranking([h["id"] for h in hits], [h["score"] for h in hits], [kept[r].id for r in rows],
+                        scores / scores.max())
+    tmp, _ = built
+    assert main(["search", str(tmp / "plain"), "cancer", "--weights", "0.5,0.5,0.5"]) == 2
+    assert "lens index build --bm25" in capsys.readouterr().err
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "sh"), "--model",
+                 str(tiny_lens_dir), "--dense", "lens", "--bm25", "--shards", "2"]) == 2
+    assert "--shards" in capsys.readouterr().err
+
+
+def test_serve_takes_three_weights(built):
+    from lens.serve import SearchService
+
+    tmp, _ = built
+    service = SearchService(tmp / "bm25")
+    want = Searcher.open(tmp / "bm25").search(QUERIES[:2], k=4, weights=(0.2, 0.3, 0.5))
+    got = service.search({"queries": QUERIES[:2], "k": 4, "weights": [0.2, 0.3, 0.5]})["results"]
+    for g, w in zip(got, want):
+        assert [h["id"] for h in g["hits"]] == w.ids
+        np.testing.assert_allclose([h["score"] for h in g["hits"]], w.scores, rtol=1e-6)
+    default = SearchService(tmp / "bm25", weights="0.2,0.3,0.5").search({"queries": QUERIES[:2], "k": 4})["results"]
+    assert [[h["id"] for h in r["hits"]] for r in default] == [w.ids for w in want]
+    assert service.info()["bm25"] is True
+
+
+def test_ivf_ondisk_parts_make_one_index_with_one_bm25_part(built, tiny_encoder, tmp_path):
+    tmp, docs = built
+    ix = build_index(docs, tmp_path / "ondisk", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
+                     show_progress_bar=False, index_type="ivf-ondisk", shards=2, bm25=True)
+    assert ix.has_bm25 and len(ix) == len(docs)
+    got = Searcher.open(tmp_path / "ondisk").search(QUERIES[:2], k=5, weights=(0.3, 0.2, 0.5))
+    want = Searcher.open(tmp / "bm25").search(QUERIES[:2], k=5, weights=(0.3, 0.2, 0.5))
+    for g, w in zip(got, want):
+        assert_same_ranking(g.ids, g.scores, w.ids, w.scores, atol=1e-4)
