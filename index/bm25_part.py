@@ -5,7 +5,7 @@ stemming and stopwords).
 The part keeps every document's terms (as ids into its vocabulary), not the texts and not bm25s's precomputed
 scores, so adding or removing documents changes it exactly: the part after a change scores as one built from
 the whole corpus (IDF and average length included). The scorer is built from the terms when the part is loaded
-or changed (linear in the corpus's terms).
+(linear in the corpus's terms) or at its first query after a change.
 
 Saved as ``bm25.npz`` (numpy arrays, read with ``allow_pickle=False``): ``labels`` (int64, the index's internal
 id of each row), ``terms`` (int32, every row's term ids one after another), ``offsets`` (int64, row ``i``'s terms
@@ -168,4 +168,6 @@ class BM25Part:
         if problems:
             raise ValueError(f"BM25 part {path} is inconsistent: {'; '.join(problems)}; rebuild the index")
         rows = [terms[offsets[i] : offsets[i + 1]].astype(np.int32) for i in range(n)]
-        return cls(labels.astype(np.int64), rows, words)
+        part = cls(labels.astype(np.int64), rows, words)
+        part._index()  # built now, so the first query (a served one) does not pay for it
+        return part

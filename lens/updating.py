@@ -4,7 +4,8 @@ New documents are encoded by the encoders the index was built with (``lens.searc
 LENS model and dense kind, refused if their fingerprint differs) and in the build's quantisation, from the same
 text (``Document.full_text``) and with the same stored metadata (``lens.indexing.document_metadata``), so they
 are indistinguishable from documents the build encoded. The index keeps its type, ``top_m`` (applied to the new
-documents as they are added) and default weights.
+documents as they are added) and default weights; a BM25 part (``lens index build --bm25``) takes the new documents'
+texts and drops the removed ones with the vectors, so it never falls out of step with them.
 
 Every id is checked before anything is encoded: an id already in the index is an error unless ``upsert``, and an
 index that cannot change (HNSW for a replace or a removal, a memory-mapped ``ivf-ondisk``, a sharded index for an
