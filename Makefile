@@ -45,7 +45,7 @@ $(VENV)/.peers-installed: | $(VENV)/.installed
 #   of 20 iterations');
 # - the index holds the first passage of each of the 79 pydoc topics (DEMO_CORPUS), not all 522 passages of
 #   `--corpus pydoc-topics` (~0.7 CPU-seconds per passage in float32).
-# `--quantize auto` encodes in int8 where a one-second probe (measured once per host, cached) shows int8 at least
+# `--quantize auto` encodes in int8 where a two-second probe (measured once per host, cached) shows int8 at least
 # 1.15x float32's speed here, else in float32; `index info` shows which (lens_quantize), and the queries match it.
 # OMP_WAIT_POLICY=PASSIVE (unless set already): torch's threads sleep between parallel regions instead of spinning;
 # on a 2-core machine shared with other jobs, spinning made the 2-thread encode ~5x slower (8 pydoc passages in
