@@ -15,7 +15,7 @@ kernel (``torch.ops.quantized.linear_dynamic``) differently:
 
 ``quantize_decoder`` replaces every ``nn.Linear`` of a decoder in place (inference only: no gradients, no saving).
 ``quantize="auto"`` (``resolve_quantize``) is int8 only on a CPU where a two-second probe, measured once per host and
-cached, runs int8 clearly faster than float32 (~2x on some x86 hosts, 1.05-1.3x on AVX2-only ones); else float32.
+cached, runs int8 clearly faster than float32 (~2x on some x86 hosts, 1.05-1.3x on others); else float32.
 Outlier channels and the activation range are picked per call, so a text's int8 vector also moves slightly (~1e-3)
 with the texts batched beside it.
 The float32 weights are kept for the outlier columns (memory: float32 + int8 copies of the linear weights).
