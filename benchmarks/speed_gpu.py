@@ -430,7 +430,10 @@ def _run(args: argparse.Namespace) -> int:
     from lens.encoder import LensEncoder
     from lens.sharding import check_devices
 
-    device = torch.device(check_devices([args.device])[0])
+    try:
+        device = torch.device(check_devices([args.device])[0])
+    except ValueError as e:
+        raise SystemExit(f"speed_gpu.py: {e}; without a GPU, check the script with --device cpu --smoke") from None
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     for d in dtypes:
         if not isinstance(getattr(torch, d, None), torch.dtype):
