@@ -179,8 +179,9 @@ def _engine() -> str:
 
 # ------------------------------------------------------------------------------------------------ quantize="auto"
 # int8 is not faster everywhere: fbgemm's int8 kernels gain ~2x over float32 on some x86 hosts and almost nothing on
-# others (an AVX2-only host measured 1.05x for the whole model, its float32 matmul being fast and its int8 linear
-# not). "auto" picks int8 only where a short timing on this host shows it clearly faster, once per host.
+# others (an AVX2-only host measured 1.05x for the whole model: int8 linear 68.7 GOP/s against float32 matmul 54.7
+# GFLOP/s, where speed_encode.md's host has 812 against 119 per CPU-second). "auto" picks int8 only where a short
+# timing on this host shows it clearly faster, once per host.
 AUTO_MIN_SPEEDUP = 1.15  # int8 must run the probe at least this many times faster than float32
 # The probe: one decoder block of the default's backbone (SmolLM2-135M: hidden 576, MLP 1536, 9 query heads, 3 key /
 # value heads), its seven linear layers at their real shapes plus attention, norms and the gated MLP, over a batch of
