@@ -493,6 +493,10 @@ def _run(args: argparse.Namespace) -> int:
             auto = encoder.default_batch_size(max(lengths))
             info.setdefault("auto_batch_size", {})[dtype_name] = auto
             for bs in sorted(set(sizes) | {auto}):
+                if bs > len(docs) and bs != auto:
+                    failures.append(f"skipped {dtype_name} {name} batch {bs}: more than the set's {len(docs)} "
+                                    "documents (raise --docs)")
+                    break
                 if out_of_time(f"{dtype_name} {name} batch {bs}"):
                     break
                 row = {"dtype": dtype_name, "set": name, "batch_size": bs, "auto": bs == auto}
