@@ -50,7 +50,7 @@ from typing import Callable
 
 import numpy as np
 import torch
-from _common import RESULTS, add_data_dir_argument, data_dir, finish, machine, start
+from _common import add_data_dir_argument, data_dir, finish, machine, start
 
 logger = logging.getLogger("speed_gpu")
 
@@ -427,7 +427,7 @@ def tiny_model(directory: Path) -> Path:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lens.encoder import LensEncoder
+    from lens.encoder import count_truncations
     from lens.sharding import check_devices
 
     try:
@@ -446,6 +446,18 @@ def _run(args: argparse.Namespace) -> int:
             failures.append(f"skipped {what}: past --time-budget {args.time_budget:g} s")
             return True
         return False
+
+    with count_truncations() as cut_count:  # long texts are cut on purpose here: counted, not warned per call
+        result = _measure(args, device, dtypes, began, failures, out_of_time)
+    result["truncated_texts"] = cut_count.truncated
+    result["seconds"] = time.perf_counter() - began
+    return finish(args, result, render, smoke=args.smoke)
+
+
+def _measure(args: argparse.Namespace, device: torch.device, dtypes: list[str], began: float, failures: list[str],
+             out_of_time: Callable[[str], bool]) -> dict:
+    """Every measurement of the run, in one result dict (``main`` writes it)."""
+    from lens.encoder import LensEncoder
 
     texts, queries, source = read_texts(data_dir(args.data_dir), args.docs, args.queries)
     result: dict = {"device": str(device), "model": args.model, "peak_tflops": args.peak_tflops,
@@ -554,8 +566,7 @@ def _run(args: argparse.Namespace) -> int:
             if not out_of_time(f"{dtype_name} fixed-shape queries"):
                 result["fixed_path"][dtype_name] = fixed_path(encoder, queries, args.query_bucket, modes)
         del encoder
-    result["seconds"] = time.perf_counter() - began
-    return finish(args, result, render, smoke=args.smoke)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- the table
