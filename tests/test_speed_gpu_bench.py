@@ -102,3 +102,30 @@ def test_smoke_run_on_cpu_records_oom_and_compile_failures(speed_gpu, tiny_lens_
     assert "no C++ compiler" in fixed["compile"]["error"] and "CUDA" in fixed["cudagraph"]["error"]
     md = out.with_suffix(".md").read_text()
     assert "Smoke run" in md and "out of memory" in md and "| bfloat16 | 48 | compile | failed:" in md
+
+
+def test_the_commands_the_gpu_session_runs_parse(speed_gpu):
+    """The driver's lens commands and the docstring's bf16-vs-float32 command use options that exist."""
+    import argparse
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from lens.eval import beir
+
+    parser = beir.add_arguments(argparse.ArgumentParser())
+    for dtype in ("float32", "bfloat16"):
+        args = parser.parse_args(["scifact", "cranfield", "medline", "--systems", "lens-lexicon", "--device", "cuda",
+                                  "--dtype", dtype, "--output-dir", "x", "--no-plot"])
+        assert args.device == "cuda" and args.dtype == dtype and args.lens_batch_size is None
+    assert "--device cuda --dtype float32" in speed_gpu.__doc__
+    script = Path(speed_gpu.__file__).with_name("gpu_session.sh")
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert done.returncode == 2 and "usage" in done.stderr
+    assert re.search(r"lens/train/configs/smoke-gpu\.json", script.read_text())
+    from lens.train.config import TrainConfig
+
+    smoke = TrainConfig.load(Path(beir.__file__).parents[1] / "train" / "configs" / "smoke-gpu.json")
+    assert smoke.bf16 and smoke.gradient_checkpointing and smoke.cache_chunk and smoke.checkpoint_every < \
+        smoke.stages[0].steps
