@@ -51,7 +51,7 @@ def _fuse(runs, method: str = "minmax") -> dict[str, dict[str, float]]:
 
 def study_set(name: str, args, resources) -> dict:
     from index.vectors import l2_normalize, mass_share, support_mask
-    from lens.bm25 import BM25Index
+    from lens.bm25 import BM25Index, tokenize
     from lens.eval.beir import load_dataset, resolve_dataset
     from lens.inputs import encode_texts, text_ids
     from lens.instructions import lookup
@@ -77,6 +77,9 @@ def study_set(name: str, args, resources) -> dict:
     dense_q = resources.minilm.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
     dense_run = _run(dense_q @ dense_d.T, qids, ids)
     bm25 = BM25Index(texts)
+    # every document's BM25 over the query's max: the BM25 part of a saved index (index.bm25_fusion), exact here
+    bm25_all = np.stack([bm25.scores(t) for t in tokenize(qtexts)])
+    bm25_max = bm25_all / np.maximum(bm25_all.max(axis=1, keepdims=True), 1e-12)
     bm25_run = {}
     for q, (rows, scores) in zip(qids, bm25.search(qtexts, DEPTH)):
         bm25_run[q] = {ids[int(r)]: float(s) for r, s in zip(rows, scores)}
@@ -90,13 +93,17 @@ def study_set(name: str, args, resources) -> dict:
         lex = q @ d.T
         lex_run = _run(lex, qids, ids)
         expansion = np.where(q_mask, 0.0, q).astype(np.float32) @ d.T
-        hybrid_run = _run(0.5 * lex + 0.5 * (dense_q @ dense_d.T), qids, ids)
+        hybrid = 0.5 * lex + 0.5 * (dense_q @ dense_d.T)
+        hybrid_run = _run(hybrid, qids, ids)
         row["floors"][str(f)] = {
             "lexicon": _ndcg(data.qrels, lex_run),
             "expansion_only": _ndcg(data.qrels, _run(expansion, qids, ids)),
             "query_own_share": float(np.nanmean(mass_share(q, q_mask))),
             "hybrid": _ndcg(data.qrels, hybrid_run),
             "hybrid+bm25": _ndcg(data.qrels, _fuse([hybrid_run, bm25_run])),
+            # a saved index's three parts: 0.5 cos_lex + 0.5 cos_dense + w BM25/max (lens search --weights 0.5,0.5,w)
+            "index_bm25": {str(w): _ndcg(data.qrels, _run(hybrid + w * bm25_max, qids, ids))
+                           for w in args.bm25_weights},
         }
         print(f"{data.name} floor {f}: {row['floors'][str(f)]}", flush=True)
     return row
@@ -106,13 +113,18 @@ def render(meta: dict) -> list[str]:
     lines = ["# Own-token floor (`term_floor`), untrained, on the development suite", "",
              f"Command: `{meta['command']}`", "", f"Model: `{meta['model']}`, {meta['quantize'] or 'float32'}; "
              "nDCG@10 on the test qrels; share = mean share of a query's lexicon weight on its own tokens' clusters.",
-             "", "| set | floor | lexicon | expansion only | query own share | hybrid | hybrid+bm25 | bm25 | minilm | "
-             "bm25+minilm |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "hybrid: 0.5 cos_lex + 0.5 cos_dense (lens-hybrid); hybrid+bm25: its min-max fusion with BM25 "
+             "(lens-hybrid+bm25); index +BM25 w: a saved index's three-part score with BM25 weight w "
+             "(0.5 cos_lex + 0.5 cos_dense + w BM25/max over the corpus).", "",
+             "| set | floor | lexicon | expansion only | query own share | hybrid | hybrid+bm25 | "
+             + " | ".join(f"index +BM25 {w}" for w in meta["bm25_weights"]) + " | bm25 | minilm | bm25+minilm |",
+             "|---|---|---|---|---|---|---|" + "---|" * len(meta["bm25_weights"]) + "---|---|---|"]
     for r in meta["rows"]:
         for f, m in r["floors"].items():
+            idx = " | ".join(f"{m['index_bm25'][str(w)]:.3f}" for w in meta["bm25_weights"])
             lines.append(f"| {r['set']} | {f} | {m['lexicon']:.3f} | {m['expansion_only']:.3f} | "
-                         f"{m['query_own_share']:.3f} | {m['hybrid']:.3f} | {m['hybrid+bm25']:.3f} | {r['bm25']:.3f} | "
-                         f"{r['minilm']:.3f} | {r['bm25+minilm']:.3f} |")
+                         f"{m['query_own_share']:.3f} | {m['hybrid']:.3f} | {m['hybrid+bm25']:.3f} | {idx} | "
+                         f"{r['bm25']:.3f} | {r['minilm']:.3f} | {r['bm25+minilm']:.3f} |")
     return lines
 
 
@@ -125,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="adi,cranfield,medline")
     p.add_argument("--floors", default="0,0.1,0.2,0.3,0.5", type=lambda s: [float(x) for x in s.split(",")])
+    p.add_argument("--bm25-weights", default="0.25,0.5,1", type=lambda s: [float(x) for x in s.split(",")],
+                   help="BM25 weights w of the index's three-part score 0.5 cos_lex + 0.5 cos_dense + w BM25/max")
     p.add_argument("--model", default="default")
     p.add_argument("--quantize", default="int8", choices=["int8", "none"])
     add_data_dir_argument(p)
@@ -137,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     resources = Resources(model=args.model, cache_root=args.cache_dir, lens_batch_size=4)
     rows = [study_set(s, args, resources) for s in args.sets.split(",")]
     meta = {"command": script_command(argv, "benchmarks/term_floor.py"), "model": args.model,
-            "quantize": args.quantize, "machine": machine(torch=True), "rows": rows}
+            "quantize": args.quantize, "bm25_weights": args.bm25_weights, "machine": machine(torch=True), "rows": rows}
     print(write_results(args.out, meta, render(meta)))
     return 0
 
