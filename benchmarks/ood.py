@@ -72,7 +72,10 @@ def table() -> str:
         rows.append((tag, name, variant, {s: m["ndcg@10"] for s, m in res["systems"].items()}))
     if not rows:
         return "no results yet\n"
-    systems = list(dict.fromkeys(s for *_, r in rows for s in r))
+    from lens.eval.systems import ALL_SYSTEMS
+
+    found = {s for *_, r in rows for s in r}
+    systems = [s for s in ALL_SYSTEMS if s in found] + sorted(found - set(ALL_SYSTEMS))
     order = {v: i for i, v in enumerate(["original", "upper-queries", "upper-corpus", "upper-all", "lower-all",
                                          "title-only", "typos"])}
     rows.sort(key=lambda r: (r[0], r[1], order.get(r[2], 99), r[2]))
