@@ -20,6 +20,11 @@ from .vectors import weight_pair
 __all__ = ["DEFAULT_DEPTH", "bm25_top", "candidate_union", "fuse", "normalise_bm25", "query_weights", "split_weights"]
 
 DEFAULT_DEPTH = 100  # candidates taken from each of the vector index and BM25, at least k
+# BM25's weight when a search of an index with a BM25 part names no weights (``lens.search.Searcher``, ``lens search``,
+# ``lens serve``): beside the index's own (lexicon, dense) pair, 0.5 / 0.5 by default. Chosen on issue 39's
+# development suite with the shipped model (benchmarks/results/term_floor.md: 0.25 beat 0.5 and 1.0 on ADI, Cranfield
+# and MEDLINE).
+DEFAULT_BM25_WEIGHT = 0.25
 
 
 def split_weights(weights: Any, what: str = "weights") -> tuple[Any, float]:

@@ -76,8 +76,9 @@ class Searcher:
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
                show_progress_bar: bool = False, encode: Callable | None = None,
                depth: int | None = None) -> list[SearchResult]:
-        """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's; three weights (lexicon,
-        dense, BM25) add the index's BM25 part (built with ``bm25=True`` / ``--bm25``; ``depth``: candidates taken
+        """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's, and on an index with a BM25
+        part to the index's pair and ``index.bm25_fusion.DEFAULT_BM25_WEIGHT``; three weights (lexicon, dense, BM25)
+        add the index's BM25 part (built with ``bm25=True`` / ``--bm25``; ``depth``: candidates taken
         from each part, ``HybridIndex.search``); ``filter`` keeps the
         documents whose metadata matches (``HybridIndex.search``). Queries are encoded and searched
         ``batch_size`` at a time, so a file of many queries needs one batch's vectors in memory. ``encode(texts,
@@ -87,10 +88,12 @@ class Searcher:
 
         from index.metadata import check_filter
 
-        from index.bm25_fusion import split_weights
+        from index.bm25_fusion import DEFAULT_BM25_WEIGHT, split_weights
 
         queries = check_queries(queries)
         check_filter(filter)  # before the queries are encoded
+        if weights is None and getattr(self.index, "has_bm25", False):
+            weights = (*self.index.weights, DEFAULT_BM25_WEIGHT)
         if split_weights(weights)[1] > 0 and not getattr(self.index, "has_bm25", False):
             raise ValueError("this index has no BM25 part, so a BM25 weight > 0 cannot be used: rebuild it with "
                              "`lens index build --bm25` (one index, no --shards), or give two weights LEX,DENSE")

@@ -195,12 +195,25 @@ def built(tiny_encoder, tmp_path_factory):
 def test_searcher_weight_zero_equals_an_index_without_the_part(built):
     tmp, _ = built
     with_part, plain = Searcher.open(tmp / "bm25"), Searcher.open(tmp / "plain")
-    for a, b, c in zip(with_part.search(QUERIES, k=5, weights=(0.5, 0.5, 0)), with_part.search(QUERIES, k=5),
-                       plain.search(QUERIES, k=5)):
+    for a, b, c in zip(with_part.search(QUERIES, k=5, weights=(0.5, 0.5, 0)),
+                       with_part.search(QUERIES, k=5, weights=(0.5, 0.5)), plain.search(QUERIES, k=5)):
         assert a.ids == b.ids == c.ids
         np.testing.assert_array_equal(a.scores, c.scores)
     with pytest.raises(ValueError, match="lens index build --bm25"):
         plain.search(QUERIES, weights=(0.5, 0.5, 0.5))
+
+
+def test_searcher_default_weights_add_bm25_on_an_index_with_the_part(built):
+    from index.bm25_fusion import DEFAULT_BM25_WEIGHT
+
+    tmp, _ = built
+    with_part, plain = Searcher.open(tmp / "bm25"), Searcher.open(tmp / "plain")
+    want = with_part.search(QUERIES, k=5, weights=(*with_part.index.weights, DEFAULT_BM25_WEIGHT))
+    got = with_part.search(QUERIES, k=5)
+    assert [r.ids for r in got] == [r.ids for r in want] and 0 < DEFAULT_BM25_WEIGHT
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.scores, w.scores)
+    assert [r.ids for r in plain.search(QUERIES, k=5)] == [r.ids for r in plain.search(QUERIES, k=5, weights=(0.5, 0.5))]
 
 
 def test_searcher_three_parts_equal_the_reference(built, tiny_encoder):
