@@ -12,7 +12,8 @@
 #   mkdir -p /tmp/stage && cp .device-stage/partK/* /tmp/stage/ && source .device-stage/setup.sh && \
 #     bash benchmarks/gpu_session.sh run
 #
-# `run` does, each step under its own time limit and all of them within SESSION_LIMIT seconds (default 540):
+# `run` does, each step under its own time limit and all of them within SESSION_LIMIT seconds (default 540; on an
+# H100 on 2026-11-26, steps 1-3 took 184 + 89 + 176 s: benchmarks/results/gpu-session/):
 #   1. benchmarks/speed_gpu.py --compile --cuda-graphs: docs/s float32 vs bfloat16 by batch size against the bare
 #      forward, share of the bf16 ceiling, peak memory, SDPA backends, query p50/p95, fixed-shape query path;
 #   2. lens bench beir scifact cranfield medline --systems lens-lexicon --device cuda, --dtype float32 then
@@ -20,6 +21,8 @@
 #   3. a CUDA training smoke (lens/train/configs/smoke-gpu.json: bf16 autocast, gradient checkpointing, the cached
 #      loss): stopped by SIGTERM after its first checkpoint (exit 75 expected), then resumed to the end (exit 0);
 #      with two GPUs, also 2 processes under torchrun (NCCL);
+#   4. with the time left, issue 39's case variants on the GPU (benchmarks/ood.py --device cuda --dtype float32): the
+#      shipped default with and without the lowercase rule on ADI, Cranfield and MEDLINE, and SciFact as the guard;
 # then tars everything into $OUT/gpu-session.tar.gz and copies the small tables beside it (at most 8 files come
 # back). A step that fails or runs out of time is recorded in session.md; the next one still runs.
 set -uo pipefail
@@ -33,7 +36,7 @@ if [ "$mode" = prepare ]; then
   shared=${LENS_DATA_DIR:-$root/../shared/data}
   rm -rf .device-data && mkdir -p .device-data/beir .device-data/classic .device-data/train
   cp -r "$shared/beir/scifact" .device-data/beir/
-  cp -r "$shared/classic/cranfield" "$shared/classic/medline" .device-data/classic/
+  cp -r "$shared/classic/cranfield" "$shared/classic/medline" "$shared/classic/adi" .device-data/classic/
   cp -r "$shared/train/pubmedqa-labeled" .device-data/train/
   chmod -R u+w .device-data
   gitdir=$(git rev-parse --git-dir); mkdir -p "$gitdir/info"
@@ -93,7 +96,8 @@ step() {
 }
 
 # 1. encoding speed
-step speed_gpu 260 $PY benchmarks/speed_gpu.py --compile --cuda-graphs --docs 512 --time-budget 200 \
+SPEED_BUDGET=${SPEED_BUDGET:-150}
+step speed_gpu $(( SPEED_BUDGET + 60 )) $PY benchmarks/speed_gpu.py --compile --cuda-graphs --docs 512 --time-budget $SPEED_BUDGET \
   --output "$RES/speed_gpu" --note "benchmarks/gpu_session.sh run"
 
 # 2. bf16 vs float32 nDCG@10 (each run writes its own folder; vectors cached per precision)
@@ -136,7 +140,7 @@ train_once() {  # first run, stopped with SIGTERM once its first checkpoint is w
 export -f train_once; export LENS W
 step train-smoke-stopped 100 bash -c train_once
 grep -h "stopped at step\|resumed at step" "$RES/session.log" | tail -2
-step train-smoke-resumed 80 $LENS -v train --config lens/train/configs/smoke-gpu.json --out "$W/train" --resume
+step train-smoke-resumed 150 $LENS -v train --config lens/train/configs/smoke-gpu.json --out "$W/train" --resume
 ngpu=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 if [ "${ngpu:-0}" -ge 2 ]; then
   step train-smoke-nccl-2gpu 100 $PY -m torch.distributed.run --nproc_per_node 2 -m lens.cli train \
@@ -144,6 +148,23 @@ if [ "${ngpu:-0}" -ge 2 ]; then
 else
   echo "| train-smoke-nccl-2gpu | skipped: $ngpu GPU(s) | 0 | 0 |" >> "$summary"
 fi
+# 4. issue 39 on the GPU (with the time left): the out-of-domain suite's case variants (and SciFact as the guard), BM25 and the lexicon in
+#    float32, the shipped default against the same model with the lowercase rule (config text_normalization)
+LC=.cache/models/default-lowercase
+rm -rf "$LC" && mkdir -p .cache/models && cp -r lens/default_model "$LC" && $PY -c "
+import sys; from lens.config import LensConfig
+c = LensConfig.load(sys.argv[1]); c.text_normalization = 'lowercase'; c.save(sys.argv[1])" "$LC"
+for tag in default default-lowercase; do
+  model=$([ $tag = default ] && echo default || echo "$LC")
+  step "ood-$tag" 60 $PY benchmarks/ood.py --sets adi,cranfield,medline --variants original,upper-queries,upper-corpus,upper-all,lower-all \
+    --systems bm25,lens-lexicon --model "$model" --tag "$tag-cuda-float32" --device cuda --dtype float32 \
+    --data-dir "$DATA" --work-dir /tmp/ood-variants --cache-dir /tmp/lens-bench-cache --results-dir "$RES/ood"
+  step "scifact-$tag" 40 $PY benchmarks/ood.py --sets scifact --variants original --systems bm25,lens-lexicon \
+    --model "$model" --tag "$tag-cuda-float32" --device cuda --dtype float32 \
+    --data-dir "$DATA" --work-dir /tmp/ood-variants --cache-dir /tmp/lens-bench-cache --results-dir "$RES/ood"
+done
+[ -f "$RES/ood/README.md" ] && cp "$RES/ood/README.md" "$RES/ood_cuda.md"
+
 mkdir -p "$RES/train-smoke"
 for f in README.md train_log.csv train_config.json; do cp "$W/train/$f" "$RES/train-smoke/" 2>/dev/null; done
 [ -d "$W/train-2gpu" ] && mkdir -p "$RES/train-smoke-2gpu" && cp "$W/train-2gpu"/{README.md,train_log.csv} "$RES/train-smoke-2gpu/" 2>/dev/null
@@ -158,9 +179,9 @@ for f in README.md train_log.csv train_config.json; do cp "$W/train/$f" "$RES/tr
   echo "Session took $SECONDS s of its $LIMIT s."
 } >> "$summary"
 
-# 4. pack: one tarball + the small tables (at most 8 files come back from \$OUT)
+# 5. pack: one tarball + the small tables (at most 8 files come back from \$OUT)
 tar czf "$OUT/gpu-session.tar.gz" -C "$RES" --exclude='*/runs' . 2>/dev/null
-for f in session.md speed_gpu.md speed_gpu.json beir_compare.md; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
+for f in session.md speed_gpu.md speed_gpu.json beir_compare.md ood_cuda.md; do [ -f "$RES/$f" ] && cp "$RES/$f" "$OUT/"; done
 [ -f "$RES/train-smoke/train_log.csv" ] && cp "$RES/train-smoke/train_log.csv" "$OUT/train_smoke_log.csv"
 cat "$summary"
 ls -la "$OUT"

@@ -53,9 +53,13 @@ def run_suite(args) -> None:
     variants = args.variants.split(",")
     for variant, dirs in make_variants(sets, variants, args.work_dir).items():
         argv = [*map(str, dirs), "--systems", args.systems, "--model", args.model, "--no-plot",
-                "--output-dir", str(RESULTS / args.tag / variant), "--threads", str(args.threads)]
+                "--output-dir", str(args.results_dir / args.tag / variant), "--threads", str(args.threads)]
         if args.cache_dir:
             argv += ["--cache-dir", str(args.cache_dir)]
+        if args.device:
+            argv += ["--device", args.device]
+        if args.dtype:
+            argv += ["--dtype", args.dtype]
         parser = beir.add_arguments(argparse.ArgumentParser())
         run_args = parser.parse_args(argv)
         run_args.bench_command_line = script_command(args.argv, "benchmarks/ood.py")
@@ -63,10 +67,10 @@ def run_suite(args) -> None:
         beir.run(run_args)
 
 
-def table() -> str:
-    """The suite's table from every results.json under benchmarks/results/ood/<tag>/<variant>/<set>/."""
+def table(results: Path = RESULTS) -> str:
+    """The suite's table from every results.json under <results>/<tag>/<variant>/<set>/."""
     rows = []
-    for f in sorted(RESULTS.glob("*/*/*/results.json")):
+    for f in sorted(results.glob("*/*/*/results.json")):
         tag, variant, name = f.parts[-4], f.parts[-3], f.parts[-2]
         res = json.loads(f.read_text())
         rows.append((tag, name, variant, {s: m["ndcg@10"] for s, m in res["systems"].items()}))
@@ -110,14 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--work-dir", type=Path, default=Path(".cache/ood-variants"), help="where variants are written")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default=None, help="where the LENS systems encode (lens bench beir --device)")
+    p.add_argument("--dtype", default=None, help="the LENS weights' precision (lens bench beir --dtype)")
+    p.add_argument("--results-dir", type=Path, default=RESULTS,
+                   help=f"where runs and the table are written (default {RESULTS})")
     p.add_argument("--table-only", action="store_true", help="only rebuild the table from saved runs")
     args = p.parse_args(argv)
     args.argv = argv
     if not args.table_only:
         run_suite(args)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    text = table()
-    write_markdown(RESULTS / "README.md", text)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    text = table(args.results_dir)
+    write_markdown(args.results_dir / "README.md", text)
     print(text)
     return 0
 

@@ -218,13 +218,22 @@ def query_latency(encoder, queries: list[str], concurrency: int) -> dict:
     def one(q: str):
         return encoder.encode_queries([q], batch_size=1, show_progress_bar=False)
 
-    one(queries[0])
-    single = []
-    for q in queries:
-        t0 = time.perf_counter()
-        one(q)
-        single.append(time.perf_counter() - t0)
-    out = {"one": percentiles(single)}
+    def one_at_a_time() -> dict:
+        one(queries[0])
+        seconds = []
+        for q in queries:
+            t0 = time.perf_counter()
+            one(q)
+            seconds.append(time.perf_counter() - t0)
+        return percentiles(seconds)
+
+    out = {"one": one_at_a_time()}  # the encoder as it comes: on CUDA, single queries replay CUDA graphs
+    if encoder.cuda_graphs:
+        encoder.cuda_graphs = False  # the batch path for one query, as before lens.fixed_shape
+        try:
+            out["one_no_graphs"] = one_at_a_time()
+        finally:
+            encoder.cuda_graphs = True
 
     width = min(concurrency, len(queries))
     groups = [list(itertools.islice(itertools.cycle(queries), s, s + width)) for s in range(0, max(5, len(queries)
@@ -286,19 +295,10 @@ class FixedQueryPath:
         self.forward = encoder.model
         if mode == "compile":
             self.forward = torch.compile(encoder.model, dynamic=False)
-        elif mode == "cudagraph":
-            if device.type != "cuda":
-                raise RuntimeError("CUDA graphs need a CUDA device")
-            self._fill("warm-up")
-            stream = torch.cuda.Stream(device)
-            stream.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(stream), torch.inference_mode():
-                for _ in range(3):
-                    encoder.model(**self.static)
-            torch.cuda.current_stream(device).wait_stream(stream)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), torch.cuda.graph(self.graph):
-                self.out = encoder.model(**self.static)
+        elif mode == "cudagraph":  # the library's path (lens.fixed_shape), the one `encode` takes for one text
+            from lens.fixed_shape import FixedShapeForward
+
+            self.graph = FixedShapeForward(encoder.model, encoder.tokenizer.pad_token_id, self.side, (length,))
         elif mode != "eager":
             raise ValueError(f"unknown mode {mode!r}")
 
@@ -316,14 +316,20 @@ class FixedQueryPath:
             self.static[k].copy_(torch.nn.functional.pad(v, pad, value=value), non_blocking=True)
 
     def __call__(self, text: str) -> np.ndarray:
-        self._fill(text)
-        with torch.inference_mode():
-            if self.graph is not None:
-                self.graph.replay()
-                out = self.out
-            else:
-                out = self.forward(**self.static)
-            vec = out.lexicon.float().cpu().numpy()[0]
+        if self.graph is not None:
+            from lens.inputs import encode_texts
+
+            enc = self.encoder
+            item = encode_texts(enc.tokenizer, [text], min(self.length, enc.max_seq_length), self.prompt,
+                                normalization=enc.config.text_normalization, convention=enc.config.convention)[0]
+            row = self.graph(item)
+            if row is None:
+                raise RuntimeError("the CUDA-graph path turned itself off (its warning says why)")
+            vec = row[0]
+        else:
+            self._fill(text)
+            with torch.inference_mode():
+                vec = self.forward(**self.static).lexicon.float().cpu().numpy()[0]
         return vec / max(float(np.linalg.norm(vec)), 1e-12)
 
 
@@ -634,16 +640,19 @@ def render(r: dict) -> list[str]:
         q = inputs.get("queries", {})
         lines += ["", f"Queries ({q.get('n', '?')}, mean {_f(q.get('tokens_mean'), '.0f')} tokens with the "
                       "instruction), wall ms:", "",
-                  "| dtype | one at a time p50 / p95 | batch of N: p50 / p95 (queries/s) | N client threads: p50 / "
-                  "p95 (queries/s) |", "|---|---:|---:|---:|"]
+                  "| dtype | one at a time p50 / p95 | one at a time, `cuda_graphs` off | batch of N: p50 / p95 "
+                  "(queries/s) | N client threads: p50 / p95 (queries/s) |", "|---|---:|---:|---:|---:|"]
         for dtype, v in r["queries"].items():
             if "error" in v:
-                lines.append(f"| {dtype} | failed: {v['error']} | | |")
+                lines.append(f"| {dtype} | failed: {v['error']} | | | |")
                 continue
             b, t = v["batch"], v["threads"]
             threads = (f"{_f(t.get('p50_ms'))} / {_f(t.get('p95_ms'))} ({_f(t.get('queries_per_s'))}), "
                        f"N={t['clients']}" + (f"; errors: {'; '.join(t['errors'])}" if t.get("errors") else ""))
-            lines.append(f"| {dtype} | {v['one']['p50_ms']:.1f} / {v['one']['p95_ms']:.1f} | {b['p50_ms']:.1f} / "
+            off = v.get("one_no_graphs")
+            off = f"{off['p50_ms']:.1f} / {off['p95_ms']:.1f}" if off else "-"
+            lines.append(f"| {dtype} | {v['one']['p50_ms']:.1f} / {v['one']['p95_ms']:.1f} | {off} | "
+                         f"{b['p50_ms']:.1f} / "
                          f"{b['p95_ms']:.1f} ({b['queries_per_s']:.0f}), N={b['size']} | {threads} |")
     if r["fixed_path"]:
         lines += ["", "Fixed-shape query path (one query padded to a length bucket), wall ms from text to vector; "

@@ -315,8 +315,10 @@ def register(subparsers) -> None:
     add_registry_argument(b, "--index", registry="index.factory:INDEX_TYPES", default="flat", metavar="TYPE",
                           help="FAISS index type: %(choices)s (default %(default)s)")
     b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")
-    b.add_argument("--chunk-size", type=int, default=64, help="documents per saved chunk (the unit of --resume)")
-    b.add_argument("--batch-size", type=int, default=16)
+    b.add_argument("--chunk-size", type=positive_int, default=None,
+                   help="documents per saved chunk (the unit of --resume; default 64 on a CPU, 1024 on a GPU)")
+    b.add_argument("--batch-size", type=positive_int, default=None,
+                   help="documents per forward pass (default 16 on a CPU; on a GPU as many as its free memory holds)")
     b.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="encode in N processes, each on a contiguous shard of the corpus (CPU threads are split "
                         "between them); under torchrun each rank is one worker")

@@ -27,6 +27,7 @@ from lens.config import LensConfig
 from lens.corpus import invalid_unicode
 from lens.inputs import (PADDING_SIDE, Encoded, check_text_normalization, encode_texts, length_sorted_batches,
                          pad_batch, text_ids)
+from lens.fixed_shape import FixedShapeForward
 from lens.model import LensModel, LensOutput, decoder_of
 from lens.pooling import term_floor
 from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
@@ -224,6 +225,10 @@ class LensEncoder:
         # sha256 of a bundled (merged) backbone's weights: two merges share clusters and head hashes, not weights
         self.backbone_sha256 = backbone_sha256
         self.cpu_batch_tokens: int | None = CPU_BATCH_TOKENS
+        # On CUDA, a single text of up to 128 tokens (a query) replays a captured CUDA graph instead of launching
+        # every kernel from Python (lens.fixed_shape; 4 ms against 18-25 ms on an H100). False: always the batch path.
+        self.cuda_graphs = True
+        self.single_text_path: FixedShapeForward | None = None  # made on first use on CUDA (or set by hand)
 
     # ---------------------------------------------------------------- loading and saving
     @classmethod
@@ -411,8 +416,12 @@ class LensEncoder:
                 logger.warning("%s", truncation_message(n_cut, len(items), self.max_seq_length))
             if batch_size is None:
                 batch_size = self.default_batch_size(max(len(it.ids) for it in items))
-            lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],
-                                                      batch_size, show_progress_bar, self._max_tokens())
+            one = self._single_text(items)
+            if one is not None:
+                lexicon[todo], dense[todo] = one[0][None], one[1][None]
+            else:
+                lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],
+                                                          batch_size, show_progress_bar, self._max_tokens())
             if self.config.term_floor is not None:
                 own = [self.assignment[np.asarray(text_ids(it), dtype=np.int64)] for it in items]
                 lexicon[todo] = term_floor(lexicon[todo], own, self.config.term_floor)
@@ -444,6 +453,17 @@ class LensEncoder:
                             dtype_bytes=self.model.head.weight.element_size(), num_clusters=self.num_clusters)
         logger.debug("batch size %d from %.1f GiB free on %s", n, free / 2**30, device)
         return n
+
+    def _single_text(self, items: list[Encoded]) -> tuple[np.ndarray, np.ndarray] | None:
+        """One text's raw rows from the fixed-shape path (``single_text_path``), or None for the batch path."""
+        if len(items) != 1 or not self.cuda_graphs:
+            return None
+        if self.single_text_path is None:
+            if not (self.device.type == "cuda" and self.quantize is None):
+                return None
+            self.single_text_path = FixedShapeForward(self.model, self.tokenizer.pad_token_id,
+                                                      PADDING_SIDE[self.config.convention])
+        return self.single_text_path(items[0])
 
     def _max_tokens(self) -> int | None:
         return self.cpu_batch_tokens if self.device.type == "cpu" else None

@@ -21,6 +21,7 @@ DENSE_KINDS = {
     "lens": "the LENS model's own dense vector (mean of the last hidden states)",
     "none": "no dense part: lexicon only",
 }
+DENSE_BATCH_SIZE = 64  # the dense model's batch when the caller leaves LENS's to the device (batch_size=None)
 
 
 def _check_kind(kind: str) -> None:
@@ -75,7 +76,7 @@ class HybridEncoder:
             fp.update(dense_model=self.dense_kind, dense_sha256=None)
         return fp
 
-    def encode_documents(self, texts: Sequence[str], batch_size: int = 16,
+    def encode_documents(self, texts: Sequence[str], batch_size: int | None = 16,
                          show_progress_bar: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """Unit (lexicon, dense or None) of documents (a string is one document)."""
         return self._encode(self.lens.encode_documents, _texts(texts), batch_size, show_progress_bar)
@@ -90,11 +91,14 @@ class HybridEncoder:
 
         return self._encode(lens_side, _texts(texts), batch_size, show_progress_bar)
 
-    def _encode(self, lens_side, texts: list[str], batch_size: int, show_progress_bar: bool):
+    def _encode(self, lens_side, texts: list[str], batch_size: int | None, show_progress_bar: bool):
         kw = dict(batch_size=batch_size, show_progress_bar=show_progress_bar)
         if self.dense_kind == "lens":
             out = lens_side(texts, output="both", **kw)
             return out.lexicon, out.dense
         lexicon = lens_side(texts, **kw)
-        dense = self.dense.encode(texts, **kw) if self.dense is not None else None
+        if self.dense is None:
+            return lexicon, None
+        # batch_size None lets LENS size its batches to the GPU; the dense model takes a fixed number
+        dense = self.dense.encode(texts, **{**kw, "batch_size": batch_size or DENSE_BATCH_SIZE})
         return lexicon, dense

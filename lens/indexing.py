@@ -59,6 +59,37 @@ STATE_VERSION = 2  # chunks carry the encoder fingerprint's sha256; shard record
 _SAMPLE_SEED = 0
 
 
+CPU_CHUNK_SIZE, CPU_BATCH_SIZE = 64, 16  # a build's defaults on a CPU (as they always were)
+GPU_CHUNK_SIZE = 1024  # on CUDA: room for the large batches `encode` picks there (18 MB of float32 vectors a chunk)
+
+
+def build_sizes(chunk_size: int | None, batch_size: int | None, on_cuda: bool) -> tuple[int, int | None]:
+    """(chunk_size, batch_size) of a build, each None replaced by its default for the device that encodes.
+
+    On a CPU: chunks of 64 documents encoded 16 at a time. On CUDA: chunks of 1024 and the batch size ``encode``
+    picks from the free memory (None): on an H100, batches of 256 encoded twice as many documents a second as
+    batches of 16 (``benchmarks/results/speed_gpu.md``), and a 64-document chunk would cap every batch at 64.
+    """
+    for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer or None (the device's default), got {value!r}")
+    if chunk_size is None:
+        chunk_size = GPU_CHUNK_SIZE if on_cuda else CPU_CHUNK_SIZE
+    if batch_size is None and not on_cuda:
+        batch_size = CPU_BATCH_SIZE
+    return chunk_size, batch_size
+
+
+def _encodes_on_cuda(encoder, devices: Sequence[str] | None) -> bool:
+    """Whether a build encodes on CUDA: the worker devices when given, else the in-process encoder's device."""
+    if devices:
+        return any(str(d).startswith("cuda") for d in devices)
+    if isinstance(encoder, EncoderSpec):
+        return False  # loaded on the CPU when no device is named
+    device = getattr(getattr(encoder, "lens", encoder), "device", None)
+    return getattr(device, "type", None) == "cuda"
+
+
 def corpus_hash(docs: Sequence[Document]) -> str:
     h = hashlib.sha256()
     for d in docs:
@@ -120,8 +151,8 @@ def build_index(docs: Sequence[Document], output: str | Path, encoder, **options
 
 
 def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_type: str = "flat",
-                chunk_size: int = 64, batch_size: int = 16, resume: bool = False, info: dict | None = None,
-                show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
+                chunk_size: int | None = None, batch_size: int | None = None, resume: bool = False,
+                info: dict | None = None, show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
                 shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool = False) -> dict | None:
     """:func:`build_index` without loading the result: returns the saved manifest (None on a torchrun rank > 0).
 
@@ -133,6 +164,7 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     the spread of its cosines); an index of one part alone ignores them. ``info``: free-form facts for the
     manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself. ``bm25``: keep a
     BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one index only, not ``shards``).
+    ``chunk_size`` / ``batch_size`` None: ``build_sizes`` for the device that encodes.
     """
     manifest, _ = _build(docs, Path(output), encoder, index_type=index_type, chunk_size=chunk_size,
                          batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar,
@@ -140,7 +172,7 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     return manifest
 
 
-def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, batch_size=16, resume=False, info=None,
+def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, batch_size=None, resume=False, info=None,
            show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=False):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
@@ -159,6 +191,8 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=64, bat
     if launch is None or launch[0] == 0:
         check_save_target(output)
     check_documents(docs)
+    chunk_size, batch_size = build_sizes(chunk_size, batch_size, _encodes_on_cuda(
+        encoder, devices if launch is None else [_rank_device(launch[2], devices)]))
     work = partial_dir(output)
     state = _work_state(docs, chunk_size)
     record = EncoderRecord.of_encoder(encoder)  # before encoding: a spec's model directory is read now

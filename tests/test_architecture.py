@@ -41,7 +41,7 @@ LAYERS: dict[str, int] = {
     "lens.config": 2, "lens.corpus": 2, "lens.instructions": 2, "lens.inputs": 2, "lens.ateb": 2, "lens.export": 2,
     "lens.chunks": 2, "lens.trec": 2, "lens.variants": 2,
     "lens.attention": 3, "lens.layers": 3, "lens.backbone": 3, "lens.model": 3, "lens.model_dir": 3,
-    "lens.encoder": 3, "lens.paper_models": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
+    "lens.encoder": 3, "lens.fixed_shape": 3, "lens.paper_models": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,
     "index.ondisk": 3, "index.shards": 3, "index.loading": 3, "index.bm25_part": 3, "index.rescore": 3,
     "lens.sharding": 4,

@@ -311,3 +311,61 @@ def test_cli_search_filters_on_corpus_fields(tiny_lens_dir, tmp_path, capsys):
     assert "no results" in capsys.readouterr().out
     assert main(["search", str(ix), "cancer", "--filter", "source"]) == 2
     assert "FIELD=VALUE" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ chunk and batch sizes by device (issue 42)
+def test_build_sizes_default_by_device_and_keep_what_is_given():
+    from lens.indexing import build_sizes
+
+    assert build_sizes(None, None, on_cuda=False) == (64, 16)  # the CPU defaults, unchanged
+    assert build_sizes(None, None, on_cuda=True) == (1024, None)  # None: encode sizes its batches to the GPU
+    assert build_sizes(8, 4, on_cuda=True) == (8, 4)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="positive integer or None"):
+            build_sizes(bad, None, on_cuda=False)
+
+
+def test_a_build_knows_when_it_encodes_on_cuda(tiny_encoder):
+    from types import SimpleNamespace
+
+    import torch
+
+    from lens.indexing import _encodes_on_cuda
+    from lens.sharding import EncoderSpec
+
+    assert _encodes_on_cuda(HybridEncoder(tiny_encoder, "lens"), None) is False
+    assert _encodes_on_cuda(tiny_encoder, ["cuda:0", "cuda:1"]) is True
+    assert _encodes_on_cuda(tiny_encoder, ["cpu"]) is False
+    on_gpu = SimpleNamespace(lens=SimpleNamespace(device=torch.device("cuda", 0)))  # a hybrid encoder on a GPU
+    assert _encodes_on_cuda(on_gpu, None) is True
+    assert _encodes_on_cuda(EncoderSpec.of(HybridEncoder(tiny_encoder, "lens")), None) is False
+
+
+def test_a_cuda_build_hands_the_batch_size_to_encode(tiny_encoder, corpus_file, tmp_path, monkeypatch):
+    """On CUDA (faked here) the build encodes in 1024-document chunks and leaves the batch size to `encode`; the
+    dense model, which needs a number, gets DENSE_BATCH_SIZE."""
+    import lens.indexing as indexing
+    from lens.hybrid import DENSE_BATCH_SIZE
+
+    seen = []
+    real = LensEncoder.encode
+
+    def spy(self, texts, batch_size=None, **kw):
+        seen.append((len(texts), batch_size))
+        return real(self, texts, batch_size=batch_size, **kw)
+
+    class Dense:
+        def encode(self, texts, batch_size, show_progress_bar):
+            seen.append(("dense", batch_size))
+            return np.ones((len(texts), 3), dtype=np.float32)
+
+    hybrid = HybridEncoder(tiny_encoder, "lens")
+    monkeypatch.setattr(indexing, "_encodes_on_cuda", lambda encoder, devices: True)
+    monkeypatch.setattr(LensEncoder, "encode", spy)
+    docs = load_corpus(corpus_file)
+    index = build_index(docs, tmp_path / "ix", hybrid, show_progress_bar=False)
+    assert len(index) == 23 and seen == [(23, None)]  # one chunk of up to 1024 documents, batch left to encode
+    hybrid.dense_kind, hybrid.dense = "minilm", Dense()
+    seen.clear()
+    hybrid.encode_documents(["cell protein"], batch_size=None)
+    assert seen == [(1, None), ("dense", DENSE_BATCH_SIZE)]

@@ -48,6 +48,7 @@ import numpy as np
 from index.vectors import BALANCED, resolve_weights, weights_spec
 from lens.corpus import Document
 from lens.eval.cache import CacheResult, EmbeddingCache
+from lens.indexing import GPU_CHUNK_SIZE
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet")  # optional packages: ``ma
 INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8", "lens-hybrid-int8+bm25", "lens-hybrid-int8+bm25-rrf")
 ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS
 DEFAULT_DEPTH = 1000  # hits kept per query (and per component run before fusion)
+CPU_CHUNK_SIZE = 128  # LENS documents encoded and cached per call on a CPU; on CUDA lens.indexing's GPU_CHUNK_SIZE
 
 def dir_bytes(path: str | os.PathLike) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
@@ -97,12 +99,14 @@ class LensResource:
     """
 
     def __init__(self, model: str = "default", *, attention: str | None = None, pooling: str | None = None,
-                 cache_root: str | os.PathLike, batch_size: int | None = 16, chunk_size: int = 128,
+                 cache_root: str | os.PathLike, batch_size: int | None = 16, chunk_size: int | None = None,
                  show_progress_bar: bool = True, quantize: str | None = None, max_seq_length: int | None = None,
                  device: str | None = None, dtype: str | None = None):
         """``max_seq_length``: the documents' token limit, overriding the model's (None: keep it). ``device`` and
         ``dtype`` ("float32", "bfloat16", "float16"; None: the loader's choice, bfloat16 on CUDA) are where and in
-        what precision the encoder runs; ``batch_size=None`` lets the encoder choose (``LensEncoder.encode``)."""
+        what precision the encoder runs; ``batch_size=None`` lets the encoder choose (``LensEncoder.encode``).
+        ``chunk_size``: documents encoded (and cached) per call; None: 128 on a CPU, 1024 on CUDA, where a call's
+        documents are the most one batch can hold (``lens.indexing.build_sizes`` alike)."""
         self.model_path, self.attention, self.pooling = model, attention, pooling
         self.max_seq_length = max_seq_length
         self.device, self.dtype = device, dtype
@@ -157,8 +161,9 @@ class LensResource:
         texts = normalize_texts(texts, self.encoder.config.text_normalization)
         key = (self.encoder.quantize, self.encoder.max_seq_length, len(texts), hash(tuple(texts)))
         if self._docs_memo is None or self._docs_memo[0] != key:
-            cache = EmbeddingCache(self.cache_root, self.cache_fingerprint(), chunk_size=self.chunk_size)
             enc = self.encoder
+            chunk = self.chunk_size or (GPU_CHUNK_SIZE if enc.device.type == "cuda" else CPU_CHUNK_SIZE)
+            cache = EmbeddingCache(self.cache_root, self.cache_fingerprint(), chunk_size=chunk)
 
             def encode(chunk):
                 return enc.encode_documents(chunk, batch_size=self.batch_size, output="both", show_progress_bar=False)
