@@ -54,6 +54,7 @@ BASE = {
     "mixture": MIXTURE,  # files under --data/mixture ("<dir>/<set>": under --data/<dir>)
     "mntp_steps": 0,  # an MNTP warm-up of the starting model first (bidirectional only; lens.train.mntp)
     "bias_init": "fitted",  # the BCE bias's start (TrainConfig.bias_init)
+    "logit_position": "next",  # which position's logits stand for a token (LensConfig.logit_position; starting model)
 }
 MNTP_DATA = "mixture/squad"  # its documents (Wikipedia paragraphs of the training part) are the masked texts
 
@@ -121,6 +122,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "retrieval-only-k8000-exact-0.2": ("retrieval-only-k8000-exact with the exact loss at weight 0.2 instead of 1",
                                        {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
                                         "loss": "infonce+0.2*flops+0.2*exact"}),
+    "retrieval-only-k8000-own-position": ("retrieval-only-k8000 pooling each token's own logits instead of the "
+                                          "position before it (logit_position 'own': under causal attention the "
+                                          "position has seen its token and can keep it; issue 39's exact terms)",
+                                          {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
+                                           "logit_position": "own"}),
     "retrieval-only-k8000-bidirectional-mntp": ("retrieval-only-k8000 with bidirectional attention after an MNTP "
                                                 "warm-up (LLM2Vec; `lens mntp`: 100 steps of 8 SQuAD paragraphs, "
                                                 "20% of tokens masked, LoRA on every layer, merged)",
@@ -167,8 +173,27 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, data: Path | None = None,
-                threads: int | None = None) -> Path:
-    """The clustering directory a variant starts from (made once), MNTP-warmed when ``mntp_steps``."""
+                threads: int | None = None, logit_position: str = "next") -> Path:
+    """The clustering directory a variant starts from (made once), MNTP-warmed when ``mntp_steps``, pooling the
+    logits at ``logit_position``."""
+    start = _start_model(work, clusters, attention, mntp_steps, data, threads)
+    if logit_position == "next":
+        return start
+    from lens.config import LensConfig
+
+    other = start.with_name(f"{start.name}-{logit_position}")
+    if not (other / "config.json").is_file():
+        import shutil
+
+        shutil.copytree(start, other, dirs_exist_ok=True)
+        config = LensConfig.load(other)
+        config.logit_position = logit_position
+        config.save(other)
+    return other
+
+
+def _start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, data: Path | None = None,
+                 threads: int | None = None) -> Path:
     from lens.vocab import cluster_vocab
 
     out = work / f"smollm2-k{clusters}"
@@ -290,7 +315,7 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
 
     t0 = time.perf_counter()
     model = start_model(args.work, settings["clusters"], settings["attention"], settings["mntp_steps"], args.data,
-                        args.threads)
+                        args.threads, settings["logit_position"])
     start_s = time.perf_counter() - t0
     config = train_config(settings, model, args.data, val_file, max(steps, 1), args.seed, args.per_task, args.threads)
     split = "all" if settings["lora_layers"] is None else settings["lora_layers"]

@@ -21,7 +21,8 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
         r = cluster_vocab(args.out, args.model, args.clusters, iterations=args.iterations, seed=args.seed,
                           backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
                           attention=args.attention, text_normalization=args.text_normalization,
-                          term_floor=args.term_floor, show_progress_bar=True)
+                          term_floor=args.term_floor, logit_position=args.logit_position,
+                          show_progress_bar=True)
     s = r.sizes
     print(
         f"wrote {args.out}: k={r.num_clusters} from {r.backbone} ({r.num_excluded} tokens excluded) in "
@@ -210,6 +211,9 @@ def register(subparsers) -> None:
     c.add_argument("--term-floor", type=float, default=None, metavar="SHARE",
                    help="each of a text's own token clusters weighs at least SHARE (0-1) of its heaviest weight "
                         "(exact match kept beside expansion; lens.pooling.term_floor), saved in the model")
+    add_registry_argument(c, "--logit-position", registry="lens.pooling:LOGIT_POSITIONS", default="next",
+                          metavar="WHERE", help="which position's logits stand for a token: %(choices)s (next: the "
+                          "paper's, the position that predicts it; own: its own position), saved in the model")
     c.add_argument("--compact", action="store_true",
                    help="omit the centroids (they are the cluster means, recomputed from the verified backbone)")
     c.add_argument("--out", required=True, type=Path, help="directory to write (LensEncoder.from_pretrained loads it)")

@@ -56,12 +56,16 @@ class LensConfig:
     default_instruction: str = DEFAULT_INSTRUCTION
     adapter: str | None = None  # subdirectory holding a PEFT adapter, or None
     # Applied to every text (documents and queries, not the instruction) before tokenising, so an index and its
-    # queries agree: None keeps the text as it is, "lowercase" / "casefold" (lens.inputs.TEXT_NORMALIZATIONS)
-    # make "HEART" and "heart" the same tokens (a cased vocabulary splits them into different tokens and clusters).
+    # queries agree: None keeps the text as it is, "lowercase" / "casefold" make "HEART" and "heart" the same tokens
+    # (a cased vocabulary splits them into different tokens and clusters), "lowercase-shouted" lower-cases only the
+    # texts written in capitals (lens.inputs.TEXT_NORMALIZATIONS).
     text_normalization: str | None = None
     # Exact match kept (lens.pooling.term_floor): each of a text's own tokens' clusters weighs at least this share of
     # the vector's heaviest weight, merged by max with the predicted (expansion) weights. None: pooling alone.
     term_floor: float | None = None
+    # Which position's logits stand for a token (lens.pooling.LOGIT_POSITIONS): "next" (the paper's: the position
+    # that predicts it) or "own" (its own position). Not written when "next", so such configs read as before.
+    logit_position: str = "next"
     format_version: int = FORMAT_VERSION
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. training provenance)
     convention: str = "lens"  # CONVENTIONS: "lens" or "paper" (the released checkpoints); not written when "lens"
@@ -74,6 +78,8 @@ class LensConfig:
         data = dataclasses.asdict(self)
         if data.get("convention") == "lens":  # the default is not written: such a config reads as it did before
             del data["convention"]
+        if data.get("logit_position") == "next":  # likewise
+            del data["logit_position"]
         return data
 
     @classmethod

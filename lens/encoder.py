@@ -42,6 +42,7 @@ CONVERSIONS = ("numpy", "torch", "sparse")
 # fills the matrix kernels), so more rows only add padding and attention over it: 16 SciFact abstracts in one
 # padded batch took 1.9x the CPU time of one at a time. Short texts (queries) still go several to a forward.
 CPU_BATCH_TOKENS = 512
+NO_TEXT_RULE = "none"  # from_pretrained(text_normalization="none"): texts as they are, whatever the directory says
 CPU_BATCH_SIZE = 32  # ``batch_size=None`` on a CPU: the default ``encode`` always had
 # ``batch_size=None`` on a GPU: as many texts as ``auto_batch_size`` finds room for, at most this many (past a few
 # hundred 256-token texts a forward is no faster per text, and the pooling's logit chunks get short)
@@ -252,7 +253,8 @@ class LensEncoder:
 
         ``backbone`` overrides where the backbone's files are; ``attention`` ("bidirectional"/"causal") and
         ``pooling`` ("max"/"sum"/"last") override the directory's settings, for ablations, and so does
-        ``text_normalization`` ("lowercase"/"casefold"; the directory's rule when None) and ``term_floor`` (a share of
+        ``text_normalization`` (a name of ``lens.inputs.TEXT_NORMALIZATIONS``; ``"none"`` drops the directory's rule;
+        None keeps it) and ``term_floor`` (a share of
         the heaviest weight that each of a text's own token clusters gets at least: ``lens.pooling.term_floor``). A trained directory's
         LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
         ``quantize="int8"`` runs the decoder's linear layers in int8 on CPU (``lens.quantize``; the cluster head and
@@ -280,7 +282,7 @@ class LensEncoder:
         if pooling is not None:
             config.pooling = pooling
         if text_normalization is not None:
-            config.text_normalization = text_normalization
+            config.text_normalization = None if text_normalization == NO_TEXT_RULE else text_normalization
         check_text_normalization(config.text_normalization)
         if term_floor is not None:
             config.term_floor = term_floor
@@ -315,7 +317,8 @@ class LensEncoder:
         # in float32, the pooled weights never rounded to 8 bits of mantissa
         low_precision = next(decoder.parameters()).dtype in (torch.bfloat16, torch.float16)
         model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention,
-                          upcast_logits=config.convention == "paper" or low_precision)
+                          upcast_logits=config.convention == "paper" or low_precision,
+                          logit_position=config.logit_position)
         encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
                       adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter,
                       backbone_sha256=backbone_sha)
@@ -511,6 +514,8 @@ class LensEncoder:
             fp["lens_text_normalization"] = self.config.text_normalization
         if self.config.term_floor is not None:
             fp["lens_term_floor"] = float(self.config.term_floor)
+        if self.config.logit_position != "next":  # likewise
+            fp["lens_logit_position"] = self.config.logit_position
         if self.config.convention != "lens":  # likewise: the released checkpoints' tokenisation and pooling
             fp["lens_convention"] = self.config.convention
         return fp

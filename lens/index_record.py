@@ -120,14 +120,21 @@ class EncoderRecord:
 
     def load(self, directory: str | os.PathLike, model: str | os.PathLike | None = None):
         """The ``HybridEncoder`` this record names (``model``: another LENS model directory instead, e.g. one that
-        has moved). Raises ValueError when the index names no model that can be loaded again."""
+        has moved), with the text rule the index's documents were encoded under. Raises ValueError when the index
+        names no model that can be loaded again."""
         from lens.hybrid import HybridEncoder
 
         if model is None and self.lens_model is None:
             raise ValueError(f"the index {directory} was built with a LENS encoder made in memory, so it names no "
                              "model to load: pass that encoder (Searcher.open(directory, encoder=...)), or the "
                              "model directory it was saved to (model=..., --model)")
-        return HybridEncoder.from_pretrained(model if model is not None else self.lens_model, self.dense)
+        # the documents were encoded under the recorded text rule (none before the record had one), so the queries
+        # are too, whatever the model directory says now (the shipped default gained a rule after indexes were built)
+        from lens.encoder import NO_TEXT_RULE
+
+        rule = self.text_normalization if self.text_rule_recorded else None
+        return HybridEncoder.from_pretrained(model if model is not None else self.lens_model, self.dense,
+                                             text_normalization=rule or NO_TEXT_RULE)
 
     def check_text_rule(self, encoder: Any, directory: str | os.PathLike) -> None:
         """Refuse an encoder whose LENS model normalises text otherwise than the index's documents were (an index

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from lens.attention import set_attention_mode
 from lens.inputs import position_ids
 from lens.layers import upper
-from lens.pooling import DEFAULT_CHUNK_ELEMENTS, get_pooling, mean_pool, shift_left
+from lens.pooling import DEFAULT_CHUNK_ELEMENTS, LOGIT_POSITIONS, get_pooling, logit_mask, mean_pool
 from lens.quantize import is_quantized
 
 
@@ -39,8 +39,11 @@ class LensModel(nn.Module):
         attention: str = "bidirectional",
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         upcast_logits: bool = False,
+        logit_position: str = "next",
     ):
         super().__init__()
+        if logit_position not in LOGIT_POSITIONS:
+            raise ValueError(f"unknown logit_position {logit_position!r}; valid: {sorted(LOGIT_POSITIONS)}")
         hidden = decoder.config.hidden_size
         if centroids.ndim != 2 or centroids.shape[1] != hidden:
             raise ValueError(f"centroids must be (k, {hidden}) for this backbone, got {tuple(centroids.shape)}")
@@ -53,6 +56,7 @@ class LensModel(nn.Module):
         self._pool = get_pooling(pooling)
         self.chunk_elements = chunk_elements
         self.upcast_logits = upcast_logits  # log1p(relu) of the logits in float32 (the released checkpoints')
+        self.logit_position = logit_position  # lens.pooling.LOGIT_POSITIONS: "next" (the paper's shift) or "own"
 
     @property
     def num_clusters(self) -> int:
@@ -78,9 +82,10 @@ class LensModel(nn.Module):
     def pool(self, hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor) -> LensOutput:
         """Lexicon and dense vectors from last hidden states (B, L, H); ``pool_mask`` marks the pooled tokens.
 
-        A token's feature sits at its left neighbour (the logits predicting it), hence the shift.
+        A token's feature sits at its left neighbour (the logits predicting it), hence the shift; with
+        ``logit_position="own"`` at its own position.
         """
-        mask = shift_left(pool_mask * attention_mask)
+        mask = logit_mask(pool_mask * attention_mask, self.logit_position)
         extra = {"upcast": True} if self.upcast_logits else {}
         lexicon = self._pool(hidden, self.head.weight, mask, self.chunk_elements, **extra)
         return LensOutput(lexicon, mean_pool(hidden, mask))

@@ -123,6 +123,20 @@ def term_floor(weights: np.ndarray, clusters: Sequence[np.ndarray], floor: float
 
 POOLING: dict[str, Callable[..., Tensor]] = {"max": max_pool, "sum": sum_pool, "last": last_pool}
 
+# Which position's logits stand for a token (``LensConfig.logit_position``): "next", the paper's, is the position
+# before it (the logits that predict it: ``shift_left``), which under causal attention has never seen the token, so
+# the lexicon can only predict a word, not copy it; "own" is the token's own position (LACONIC-style own logits),
+# which has seen it and can learn to keep it (issue 39's exact-terms lever). A mask over tokens -> over positions.
+LOGIT_POSITIONS: dict[str, Callable[[Tensor], Tensor]] = {"next": shift_left, "own": lambda token_mask: token_mask}
+
+
+def logit_mask(token_mask: Tensor, position: str = "next") -> Tensor:
+    """The mask over logit positions that pools the tokens of ``token_mask`` (``LOGIT_POSITIONS[position]``)."""
+    try:
+        return LOGIT_POSITIONS[position](token_mask)
+    except KeyError:
+        raise ValueError(f"unknown logit_position {position!r}; valid: {sorted(LOGIT_POSITIONS)}") from None
+
 
 def get_pooling(name: str) -> Callable[..., Tensor]:
     """The pooling function registered under ``name``."""

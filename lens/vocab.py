@@ -48,6 +48,7 @@ def cluster_vocab(
     attention: str = "bidirectional",
     text_normalization: str | None = None,
     term_floor: float | None = None,
+    logit_position: str = "next",
     show_progress_bar: bool = False,
 ) -> VocabClustering:
     """KMeans on ``model``'s LM-head rows into ``clusters`` groups (``"vocab"``: one per token), written to ``out``.
@@ -55,7 +56,8 @@ def cluster_vocab(
     The same seed gives byte-identical files. ``compact`` leaves the centroids out: they are the cluster means,
     recomputed from the (hash-checked) backbone on loading. ``attention`` is what the decoder will use, saved in
     the config (the paper: ``"bidirectional"``; ``"causal"`` keeps the backbone's pretrained mask), and so are the
-    text rule (``text_normalization``: ``lens.inputs.TEXT_NORMALIZATIONS``) and the own-token floor (``term_floor``).
+    text rule (``text_normalization``: ``lens.inputs.TEXT_NORMALIZATIONS``), the own-token floor (``term_floor``)
+    and which position's logits stand for a token (``logit_position``: ``lens.pooling.LOGIT_POSITIONS``).
     """
     from lens.attention import MODES
     from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone
@@ -67,6 +69,10 @@ def cluster_vocab(
     check_text_normalization(text_normalization)
     if term_floor is not None and not 0.0 <= term_floor <= 1.0:
         raise ValueError(f"term_floor must be within [0, 1] (a share of the heaviest weight), got {term_floor!r}")
+    from lens.pooling import LOGIT_POSITIONS
+
+    if logit_position not in LOGIT_POSITIONS:
+        raise ValueError(f"unknown logit_position {logit_position!r}; valid: {sorted(LOGIT_POSITIONS)}")
     start = time.perf_counter()
     ref = resolve_backbone(model)
     matrix = load_lm_head(ref)
@@ -87,6 +93,7 @@ def cluster_vocab(
         attention=attention,
         text_normalization=text_normalization,
         term_floor=term_floor,
+        logit_position=logit_position,
         clustering=ClusteringConfig(
             num_clusters=k, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
             lm_head_sha256=matrix_sha256(matrix), seed=seed, iterations=iterations, backend=backend,

@@ -1,6 +1,8 @@
 """LensEncoder: sentence-transformers conventions, bad input, round trips, and agreement with the maths."""
 
+import json
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -249,7 +251,7 @@ def test_text_normalization_rule_gives_case_blind_vectors_and_is_saved(tiny_lens
 
 
 def test_unknown_text_normalization_is_refused(tiny_lens_dir):
-    with pytest.raises(ValueError, match="unknown text_normalization 'upper'; valid: None, 'lowercase', 'casefold'"):
+    with pytest.raises(ValueError, match="unknown text_normalization 'upper'; valid: None, 'lowercase', 'casefold', 'lowercase-shouted'"):
         LensEncoder.from_pretrained(tiny_lens_dir, text_normalization="upper")
 
 
@@ -271,3 +273,63 @@ def test_term_floor_keeps_own_tokens_and_is_saved(tiny_lens_dir, tiny_encoder, t
     assert LensEncoder.from_pretrained(tmp_path / "floored").config.term_floor == 0.6
     with pytest.raises(ValueError, match=r"term_floor must be within \[0, 1\]"):
         LensEncoder.from_pretrained(tiny_lens_dir, term_floor=2.0)
+
+
+def test_lowercase_shouted_folds_only_texts_in_capitals():
+    from lens.inputs import normalize_texts
+
+    texts = ["WHAT CAUSES HEART FAILURE IN ADULTS", "Effects of DNA damage on HIV-1", "DNA", "HIV-1 AND AIDS",
+             "THE pH OF BLOOD PLASMA", "Rare Title In Capitals Per Word", ""]
+    assert normalize_texts(texts, "lowercase-shouted") == [
+        "what causes heart failure in adults",  # shouted: lower-cased
+        "Effects of DNA damage on HIV-1",  # mixed case with acronyms: untouched
+        "DNA",  # too few capitals to call it shouting: an acronym alone
+        "hiv-1 and aids",
+        "the ph of blood plasma",  # 14 of 16 cased letters are capitals
+        "Rare Title In Capitals Per Word",
+        "",
+    ]
+
+
+def test_lowercase_shouted_rule_maps_shouted_texts_to_their_lower_case_vectors(tiny_lens_dir, tiny_encoder):
+    enc = LensEncoder.from_pretrained(tiny_lens_dir, text_normalization="lowercase-shouted")
+    shouted = [d.upper() for d in DOCS]
+    assert_close(enc.encode(shouted), tiny_encoder.encode([d.lower() for d in DOCS]), atol=0)
+    assert_close(enc.encode(DOCS), tiny_encoder.encode(DOCS), atol=0)  # ordinary texts: exactly as without the rule
+    assert enc.fingerprint()["lens_text_normalization"] == "lowercase-shouted"
+
+
+def test_none_drops_a_directorys_text_rule(tiny_lens_dir, tmp_path):
+    enc = LensEncoder.from_pretrained(tiny_lens_dir, text_normalization="lowercase")
+    enc.save_pretrained(tmp_path / "folded")
+    assert LensEncoder.from_pretrained(tmp_path / "folded").config.text_normalization == "lowercase"
+    plain = LensEncoder.from_pretrained(tmp_path / "folded", text_normalization="none")
+    assert plain.config.text_normalization is None and "lens_text_normalization" not in plain.fingerprint()
+
+
+def test_own_logit_position_pools_each_tokens_own_logits(tiny_lens_dir, tmp_path):
+    """logit_position "own": the max over the text tokens' own positions (and EOS), not over the positions before
+    them; saved in the config (absent when "next"), and in the fingerprint."""
+    from lens.config import LensConfig
+    from lens.inputs import pad_batch
+
+    own_dir = tmp_path / "own"
+    shutil.copytree(tiny_lens_dir, own_dir)
+    config = LensConfig.load(own_dir)
+    config.logit_position = "own"
+    config.save(own_dir)
+    assert "logit_position" not in json.loads((tiny_lens_dir / "config.json").read_text())
+    enc = LensEncoder.from_pretrained(own_dir)
+    assert json.loads((own_dir / "config.json").read_text())["logit_position"] == "own"
+    assert enc.fingerprint()["lens_logit_position"] == "own"
+    item = encode_texts(enc.tokenizer, ["cell protein gene"], 32)[0]
+    batch = pad_batch([item], enc.tokenizer.pad_token_id)
+    with torch.inference_mode():
+        hidden = enc.model.hidden_states(batch["input_ids"], batch["attention_mask"])[0]
+        logits = hidden @ enc.model.head.weight.t()
+    positions = [i for i, p in enumerate(item.pool) if p]  # the text's tokens and EOS themselves
+    want = torch.log1p(torch.relu(logits[positions].amax(0))).numpy()
+    assert_close(enc.encode("cell protein gene", normalize=False), want, atol=1e-5)
+    shifted = torch.log1p(torch.relu(logits[[i - 1 for i in positions]].amax(0))).numpy()
+    assert_close(LensEncoder.from_pretrained(tiny_lens_dir).encode("cell protein gene", normalize=False), shifted,
+                 atol=1e-5)

@@ -153,7 +153,7 @@ def test_a_model_with_another_text_rule_is_refused(tiny_lens_dir, tmp_path):
     build_index(docs, ix, HybridEncoder(LensEncoder.from_pretrained(tiny_lens_dir), "none"), chunk_size=3,
                 show_progress_bar=False)
     _rewrite_info(ix, lambda info: {**info, "text_normalization": "some-other-rule"})
-    with pytest.raises(ValueError, match="text rule is 'some-other-rule'"):
+    with pytest.raises(ValueError, match="unknown text_normalization 'some-other-rule'"):
         Searcher.open(ix)
     lens = LensEncoder.from_pretrained(tiny_lens_dir)
     lens.config.text_normalization = "lowercase"  # a model with another rule than the index's documents
@@ -161,3 +161,29 @@ def test_a_model_with_another_text_rule_is_refused(tiny_lens_dir, tmp_path):
     _rewrite_info(ix, lambda info: {**info, "text_normalization": None})
     with pytest.raises(ValueError, match="lowercase"):  # the fingerprint or the record refuses it
         Searcher.open(ix, encoder=encoder)
+
+
+@pytest.mark.parametrize("built_with,model_now", [(None, "lowercase-shouted"), ("lowercase", None)])
+def test_an_index_is_queried_under_the_text_rule_its_documents_were_encoded_with(tiny_lens_dir, tmp_path,
+                                                                                 built_with, model_now):
+    """The model directory's rule may change after a build (the shipped default gained one): the index opens with
+    the model under the rule it records, so its queries are normalised as its documents were."""
+    import shutil
+
+    from lens.config import LensConfig
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_lens_dir, model)
+    config = LensConfig.load(model)
+    config.text_normalization = built_with
+    config.save(model)
+    docs = load_corpus(write_corpus(tmp_path / "corpus.jsonl", 6))
+    ix = tmp_path / "ix"
+    build_index(docs, ix, HybridEncoder.from_pretrained(model, "lens"), chunk_size=3, show_progress_bar=False)
+    queries = ["CELL PROTEIN GENE CANCER", "cancer drug"]
+    want = [[(i, float(x)) for i, x in zip(r.ids, r.scores)] for r in Searcher.open(ix).search(queries, k=4)]
+    config.text_normalization = model_now  # the directory's rule changes after the build
+    config.save(model)
+    searcher = Searcher.open(ix)
+    assert searcher.encoder.lens.config.text_normalization == built_with
+    _same([[(i, float(x)) for i, x in zip(r.ids, r.scores)] for r in searcher.search(queries, k=4)], want)

@@ -170,3 +170,13 @@ def test_term_floor_refuses_bad_input():
         term_floor(np.ones((1, 3)), [np.array([0])], 1.5)
     with pytest.raises(ValueError, match="2 cluster lists for 1 rows"):
         term_floor(np.ones((1, 3)), [np.array([0]), np.array([1])], 0.5)
+
+
+def test_logit_mask_next_shifts_and_own_keeps_positions():
+    from lens.pooling import logit_mask
+
+    m = torch.tensor([[0, 1, 1, 0], [1, 0, 1, 1]])
+    assert logit_mask(m, "next").tolist() == [[1, 1, 0, 0], [0, 1, 1, 0]]
+    assert logit_mask(m, "own").tolist() == m.tolist()
+    with pytest.raises(ValueError, match="unknown logit_position 'prev'"):
+        logit_mask(m, "prev")

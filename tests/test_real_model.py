@@ -148,3 +148,16 @@ def test_shipped_default_vectors_are_unchanged():
         # 1e-5: another torch thread count sums in another order (1.7e-6 seen at 1 thread against a 2-thread
         # recording); a change to what the model computes moves vectors by far more
         np.testing.assert_allclose(value, want[name], atol=1e-5, rtol=0, err_msg=name)
+
+
+def test_shipped_default_folds_shouted_text_only():
+    """The shipped default's text rule (lowercase-shouted): a query in capitals gets the lower-cased query's vector;
+    a query in ordinary case keeps its own."""
+    from lens.encoder import LensEncoder
+
+    enc = LensEncoder.from_pretrained("default")
+    assert enc.config.text_normalization == "lowercase-shouted"
+    q = "What causes heart failure in older adults?"
+    shouted, lower, plain = enc.encode_queries([q.upper(), q.lower(), q])
+    np.testing.assert_allclose(shouted, lower, atol=1e-6, rtol=0)
+    assert not np.allclose(plain, lower, atol=1e-3)
