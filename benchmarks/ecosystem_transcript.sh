@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A new user's transcript of the ecosystem integrations (README "Sparse exports" and "sentence-transformers and
+# A new user's transcript of the ecosystem integrations (docs/integrations.md "Sparse exports" and "sentence-transformers and
 # MTEB"): a clean clone of the committed tree, a fresh virtualenv, the `st` and `mteb` extras, then
 #   1. sentence-transformers: the shipped default as a SparseEncoder, checked against LensEncoder;
 #   2. MTEB: mteb.evaluate with LensMTEBEncoder on a small retrieval task read from local SciFact files;

@@ -64,7 +64,7 @@ def measure(index, data, vectors: np.ndarray, n_queries: int) -> dict:
     row["recall_unfiltered"], row["truth_rank_unfiltered"] = recall(index, q_lex, q_dense, None, 100, vectors)
     for share in SHARES:
         flt = {"bucket": list(range(share))}
-        entry = {**lookup_costs(index._docs, share), "qps": qps(flt)}
+        entry = {**lookup_costs(index.doc_table, share), "qps": qps(flt)}
         entry["qps_ratio"] = entry["qps"] / row["qps_unfiltered"]
         entry["recall@10"], entry["truth_rank"] = recall(index, q_lex, q_dense, flt, share, vectors)
         row[f"{share}%"] = entry

@@ -361,6 +361,11 @@ class HybridIndex:
         """The FAISS index currently answering searches (read-only use, e.g. for measuring)."""
         return self._main if self._main is not None else self._staging
 
+    @property
+    def doc_table(self) -> DocTable:
+        """The documents' ids and metadata (``index.metadata.DocTable``), for reading: a filter's lookup costs."""
+        return self._docs
+
     def __len__(self) -> int:
         return len(self._docs)
 

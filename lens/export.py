@@ -103,7 +103,7 @@ def pyserini_records(vectors: np.ndarray, ids: Sequence[str], labels: Sequence[s
 
     Impacts are ``round(weight * scale)``; entries that round to 0 are left out. ``contents`` is the text (empty
     without ``texts``). A query in the same shape scores ``sum(q_impact * d_impact)``, about ``scale**2`` times the
-    dot product (the rounding error is bounded in the README).
+    dot product (the rounding error is bounded in docs/integrations.md, "Sparse exports").
     """
     x = _checked(vectors, ids, labels, texts)
     ExportOptions(scale=scale)

@@ -183,7 +183,10 @@ class SearchService:
                 "mode": index.mode, "lexicon_dim": index.lexicon_dim, "dense_dim": index.dense_dim,
                 "weights": list(index.weights), "bm25": bool(getattr(index, "has_bm25", False)),
                 "lens_model": record.lens_model, "dense": record.dense,
-                "quantize": self.quantize, "max_queries": self.max_queries, "max_k": self.max_k}
+                # the mode in use ("auto" resolved to int8 or None), not the one asked for
+                "quantize": getattr(getattr(searcher.encoder, "lens", None), "quantize", self.quantize),
+                "text_normalization": record.text_normalization,
+                "max_queries": self.max_queries, "max_k": self.max_k}
 
     def search(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The answer to a ``POST /search`` body (see the module docstring); bad input raises RequestError."""

@@ -96,6 +96,7 @@ def test_answers_equal_the_searcher(index_dir):
         assert srv.call("/health") == (200, {"status": "ok", "documents": 20})
         status, info = srv.call("/info")
         assert status == 200 and (info["documents"], info["index_type"], info["mode"]) == (20, "flat", "hybrid")
+        assert (info["quantize"], info["text_normalization"]) == (None, None)  # the float32 model, no text rule
 
 
 @pytest.mark.parametrize("body, status, words", [
@@ -325,3 +326,11 @@ def test_a_slow_reload_holds_up_no_other_request(index_dir, tmp_path, monkeypatc
     gate.set()
     loader.join()
     assert first[0]["documents"] == 25 and service.health()["documents"] == 25
+
+
+def test_info_reports_the_quantize_mode_in_use(index_dir):
+    """`lens serve --quantize auto` says what "auto" became on this host (int8 or float32), not "auto"."""
+    from lens.quantize import resolve_quantize
+
+    assert SearchService(index_dir, quantize="int8").info()["quantize"] == "int8"
+    assert SearchService(index_dir, quantize="auto").info()["quantize"] == resolve_quantize("auto", "cpu")

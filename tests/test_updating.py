@@ -75,7 +75,7 @@ def test_add_equals_a_build_of_the_whole_corpus(tiny_lens_dir, corpus_lines, tmp
     assert load_index(ix).top_m == load_index(whole).top_m
     int8 = "int8" in extra
     assert encoded_as == ["int8" if int8 else None]  # the build's quantisation
-    # an int8 vector moves by ~1e-3 with the texts batched beside it (README), and here they are batched apart
+    # an int8 vector moves by ~1e-3 with the texts batched beside it (docs/encoding.md, int8), and here they are batched apart
     assert_same_hits(hits_of(ix), hits_of(whole), atol=1e-2 if int8 else 1e-5)
 
 
