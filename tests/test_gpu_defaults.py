@@ -145,3 +145,16 @@ def test_lens_encode_device_cuda_without_a_gpu_says_so(tmp_path, tiny_lens_dir, 
     assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(src), "--output", str(tmp_path / "o.npy"),
                  "--device", "cuda"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().err
+
+
+def test_harness_encodes_more_documents_a_call_on_cuda(tiny_lens_dir, tmp_path):
+    """LENS documents per harness call (and cache chunk): 128 on a CPU, 1024 on CUDA, or what is given."""
+    from types import SimpleNamespace
+
+    from lens.eval.systems import LensResource
+
+    res = LensResource(str(tiny_lens_dir), cache_root=tmp_path, show_progress_bar=False, device="cpu")
+    assert res.texts_per_call == 128
+    res._encoder = SimpleNamespace(device=torch.device("cuda", 0))  # an encoder on a GPU, as far as this asks
+    assert res.texts_per_call == 1024
+    assert LensResource(str(tiny_lens_dir), cache_root=tmp_path, chunk_size=7).texts_per_call == 7

@@ -196,7 +196,7 @@ class LensQueries:
             enc = self.lens.encoder
             fingerprint = {**self.lens.cache_fingerprint(), "kind": "lens-queries", "instruction": instruction,
                            "query_template": enc.config.query_template}
-            cache = EmbeddingCache(self.lens.cache_root, fingerprint, chunk_size=self.lens.chunk_size)
+            cache = EmbeddingCache(self.lens.cache_root, fingerprint, chunk_size=self.lens.texts_per_call)
 
             def encode(chunk):
                 return enc.encode_queries(chunk, instruction=instruction, batch_size=self.lens.batch_size,

@@ -118,6 +118,13 @@ class LensResource:
         self._docs_memo: tuple[tuple, CacheResult] | None = None
 
     @property
+    def texts_per_call(self) -> int:
+        """Texts encoded (and cached) per call: ``chunk_size``, else 128 on a CPU and 1024 on CUDA."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        return GPU_CHUNK_SIZE if self.encoder.device.type == "cuda" else CPU_CHUNK_SIZE
+
+    @property
     def encoder(self):
         if self._encoder is None:
             from lens.encoder import LensEncoder
@@ -162,8 +169,7 @@ class LensResource:
         key = (self.encoder.quantize, self.encoder.max_seq_length, len(texts), hash(tuple(texts)))
         if self._docs_memo is None or self._docs_memo[0] != key:
             enc = self.encoder
-            chunk = self.chunk_size or (GPU_CHUNK_SIZE if enc.device.type == "cuda" else CPU_CHUNK_SIZE)
-            cache = EmbeddingCache(self.cache_root, self.cache_fingerprint(), chunk_size=chunk)
+            cache = EmbeddingCache(self.cache_root, self.cache_fingerprint(), chunk_size=self.texts_per_call)
 
             def encode(chunk):
                 return enc.encode_documents(chunk, batch_size=self.batch_size, output="both", show_progress_bar=False)
