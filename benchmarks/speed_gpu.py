@@ -278,59 +278,32 @@ def query_latency(encoder, queries: list[str], concurrency: int) -> dict:
 
 
 class FixedQueryPath:
-    """A query padded to ``length`` tokens in one fixed-shape batch of one, through the model as is ("eager"),
-    ``torch.compile``d ("compile") or replayed from a captured CUDA graph ("cudagraph"); text in, unit lexicon
-    vector (numpy) out."""
+    """A query padded to ``length`` tokens in one fixed-shape batch of one (``lens.fixed_shape``, the path ``encode``
+    takes for one text on CUDA), through the model as is ("eager"), ``torch.compile``d ("compile") or replayed from a
+    captured CUDA graph ("cudagraph"); text in, unit lexicon vector (numpy) out."""
 
     def __init__(self, encoder, length: int, mode: str):
+        from lens.fixed_shape import FixedShapeForward
         from lens.inputs import PADDING_SIDE
 
-        self.encoder, self.length, self.mode = encoder, length, mode
-        self.side = PADDING_SIDE[encoder.config.convention]
-        self.prompt = encoder.config.query_template.format(instruction=encoder.config.default_instruction)
-        device = encoder.device
-        self.static = {k: torch.zeros((1, length), dtype=torch.long, device=device)
-                       for k in ("input_ids", "attention_mask", "pool_mask")}
-        self.graph = None
-        self.forward = encoder.model
-        if mode == "compile":
-            self.forward = torch.compile(encoder.model, dynamic=False)
-        elif mode == "cudagraph":  # the library's path (lens.fixed_shape), the one `encode` takes for one text
-            from lens.fixed_shape import FixedShapeForward
-
-            self.graph = FixedShapeForward(encoder.model, encoder.tokenizer.pad_token_id, self.side, (length,))
-        elif mode != "eager":
+        if mode not in ("eager", "compile", "cudagraph"):
             raise ValueError(f"unknown mode {mode!r}")
-
-    def _fill(self, text: str) -> None:
-        from lens.inputs import encode_texts, pad_batch
-
-        enc = self.encoder
-        items = encode_texts(enc.tokenizer, [text], min(self.length, enc.max_seq_length), self.prompt,
-                             normalization=enc.config.text_normalization, convention=enc.config.convention)
-        b = pad_batch(items, enc.tokenizer.pad_token_id, side=self.side)
-        extra = self.length - b["input_ids"].shape[1]
-        pad = (0, extra) if self.side == "right" else (extra, 0)
-        for k, v in b.items():
-            value = enc.tokenizer.pad_token_id if k == "input_ids" else 0
-            self.static[k].copy_(torch.nn.functional.pad(v, pad, value=value), non_blocking=True)
+        self.encoder, self.length, self.mode = encoder, length, mode
+        self.prompt = encoder.config.query_template.format(instruction=encoder.config.default_instruction)
+        model = torch.compile(encoder.model, dynamic=False) if mode == "compile" else encoder.model
+        self.path = FixedShapeForward(model, encoder.tokenizer.pad_token_id, PADDING_SIDE[encoder.config.convention],
+                                      (length,), mode="cudagraph" if mode == "cudagraph" else "eager")
 
     def __call__(self, text: str) -> np.ndarray:
-        if self.graph is not None:
-            from lens.inputs import encode_texts
+        from lens.inputs import encode_texts
 
-            enc = self.encoder
-            item = encode_texts(enc.tokenizer, [text], min(self.length, enc.max_seq_length), self.prompt,
-                                normalization=enc.config.text_normalization, convention=enc.config.convention)[0]
-            row = self.graph(item)
-            if row is None:
-                raise RuntimeError("the CUDA-graph path turned itself off (its warning says why)")
-            vec = row[0]
-        else:
-            self._fill(text)
-            with torch.inference_mode():
-                vec = self.forward(**self.static).lexicon.float().cpu().numpy()[0]
-        return vec / max(float(np.linalg.norm(vec)), 1e-12)
+        enc = self.encoder
+        item = encode_texts(enc.tokenizer, [text], min(self.length, enc.max_seq_length), self.prompt,
+                            normalization=enc.config.text_normalization, convention=enc.config.convention)[0]
+        row = self.path(item)
+        if row is None:
+            raise RuntimeError(f"the fixed-shape {self.mode} path turned itself off ({self.path.off_reason})")
+        return row[0] / max(float(np.linalg.norm(row[0])), 1e-12)
 
 
 def fixed_path(encoder, queries: list[str], length: int, modes: list[str]) -> dict:

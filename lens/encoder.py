@@ -25,8 +25,8 @@ from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha25
 from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
-from lens.inputs import (PADDING_SIDE, Encoded, check_text_normalization, encode_texts, length_sorted_batches,
-                         pad_batch, text_ids)
+from lens.inputs import (NO_TEXT_RULE, PADDING_SIDE, Encoded, check_text_normalization, encode_texts,
+                         length_sorted_batches, pad_batch, text_ids)
 from lens.fixed_shape import FixedShapeForward
 from lens.model import LensModel, LensOutput, decoder_of
 from lens.pooling import term_floor
@@ -42,7 +42,6 @@ CONVERSIONS = ("numpy", "torch", "sparse")
 # fills the matrix kernels), so more rows only add padding and attention over it: 16 SciFact abstracts in one
 # padded batch took 1.9x the CPU time of one at a time. Short texts (queries) still go several to a forward.
 CPU_BATCH_TOKENS = 512
-NO_TEXT_RULE = "none"  # from_pretrained(text_normalization="none"): texts as they are, whatever the directory says
 CPU_BATCH_SIZE = 32  # ``batch_size=None`` on a CPU: the default ``encode`` always had
 # ``batch_size=None`` on a GPU: as many texts as ``auto_batch_size`` finds room for, at most this many (past a few
 # hundred 256-token texts a forward is no faster per text, and the pooling's logit chunks get short)

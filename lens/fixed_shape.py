@@ -42,6 +42,7 @@ class FixedShapeForward:
             raise ValueError(f"buckets must be token lengths of at least 2, got {buckets!r}")
         self.model, self.pad_id, self.side, self.buckets, self.mode = model, pad_id, side, buckets, mode
         self.enabled = True
+        self.off_reason: str | None = None  # why the path turned itself off (the capture's error)
         self._lock = threading.Lock()  # one set of static buffers per bucket: one text at a time
         self._graphs: dict[int, tuple[dict[str, torch.Tensor], object, object]] = {}
         self._weights: tuple[int, ...] | None = None
@@ -63,6 +64,7 @@ class FixedShapeForward:
                 logger.warning("fixed-shape %s path turned off (bucket %d): %s: %s", self.mode, bucket,
                                type(e).__name__, e)
                 self.enabled = False
+                self.off_reason = f"{type(e).__name__}: {e}"
                 self._graphs.clear()
                 return None
             self._fill(static, item, bucket)

@@ -130,7 +130,7 @@ class EncoderRecord:
                              "model directory it was saved to (model=..., --model)")
         # the documents were encoded under the recorded text rule (none before the record had one), so the queries
         # are too, whatever the model directory says now (the shipped default gained a rule after indexes were built)
-        from lens.encoder import NO_TEXT_RULE
+        from lens.inputs import NO_TEXT_RULE
 
         rule = self.text_normalization if self.text_rule_recorded else None
         return HybridEncoder.from_pretrained(model if model is not None else self.lens_model, self.dense,

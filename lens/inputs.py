@@ -41,6 +41,9 @@ TEXT_NORMALIZATIONS: dict[str, Callable[[str], str]] = {
 }
 
 
+NO_TEXT_RULE = "none"  # where a rule is given to override a model's (from_pretrained): texts as they are
+
+
 def check_text_normalization(rule: str | None) -> str | None:
     """``rule`` if it names a text rule (or is None), else a ValueError listing the valid names."""
     if rule is not None and rule not in TEXT_NORMALIZATIONS:

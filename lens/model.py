@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from lens.attention import set_attention_mode
 from lens.inputs import position_ids
 from lens.layers import upper
-from lens.pooling import DEFAULT_CHUNK_ELEMENTS, LOGIT_POSITIONS, get_pooling, logit_mask, mean_pool
+from lens.pooling import DEFAULT_CHUNK_ELEMENTS, check_logit_position, get_pooling, logit_mask, mean_pool
 from lens.quantize import is_quantized
 
 
@@ -42,8 +42,7 @@ class LensModel(nn.Module):
         logit_position: str = "next",
     ):
         super().__init__()
-        if logit_position not in LOGIT_POSITIONS:
-            raise ValueError(f"unknown logit_position {logit_position!r}; valid: {sorted(LOGIT_POSITIONS)}")
+        check_logit_position(logit_position)
         hidden = decoder.config.hidden_size
         if centroids.ndim != 2 or centroids.shape[1] != hidden:
             raise ValueError(f"centroids must be (k, {hidden}) for this backbone, got {tuple(centroids.shape)}")

@@ -130,12 +130,16 @@ POOLING: dict[str, Callable[..., Tensor]] = {"max": max_pool, "sum": sum_pool, "
 LOGIT_POSITIONS: dict[str, Callable[[Tensor], Tensor]] = {"next": shift_left, "own": lambda token_mask: token_mask}
 
 
+def check_logit_position(position: str) -> str:
+    """``position`` if it names a ``LOGIT_POSITIONS`` entry, else a ValueError listing the valid names."""
+    if position not in LOGIT_POSITIONS:
+        raise ValueError(f"unknown logit_position {position!r}; valid: {sorted(LOGIT_POSITIONS)}")
+    return position
+
+
 def logit_mask(token_mask: Tensor, position: str = "next") -> Tensor:
     """The mask over logit positions that pools the tokens of ``token_mask`` (``LOGIT_POSITIONS[position]``)."""
-    try:
-        return LOGIT_POSITIONS[position](token_mask)
-    except KeyError:
-        raise ValueError(f"unknown logit_position {position!r}; valid: {sorted(LOGIT_POSITIONS)}") from None
+    return LOGIT_POSITIONS[check_logit_position(position)](token_mask)
 
 
 def get_pooling(name: str) -> Callable[..., Tensor]:

@@ -69,10 +69,9 @@ def cluster_vocab(
     check_text_normalization(text_normalization)
     if term_floor is not None and not 0.0 <= term_floor <= 1.0:
         raise ValueError(f"term_floor must be within [0, 1] (a share of the heaviest weight), got {term_floor!r}")
-    from lens.pooling import LOGIT_POSITIONS
+    from lens.pooling import check_logit_position
 
-    if logit_position not in LOGIT_POSITIONS:
-        raise ValueError(f"unknown logit_position {logit_position!r}; valid: {sorted(LOGIT_POSITIONS)}")
+    check_logit_position(logit_position)
     start = time.perf_counter()
     ref = resolve_backbone(model)
     matrix = load_lm_head(ref)
