@@ -55,6 +55,7 @@ BASE = {
     "mntp_steps": 0,  # an MNTP warm-up of the starting model first (bidirectional only; lens.train.mntp)
     "bias_init": "fitted",  # the BCE bias's start (TrainConfig.bias_init)
     "logit_position": "next",  # which position's logits stand for a token (LensConfig.logit_position; starting model)
+    "term_channel": False,  # the explicit term channel (LensConfig.term_channel; starting model)
 }
 MNTP_DATA = "mixture/squad"  # its documents (Wikipedia paragraphs of the training part) are the masked texts
 
@@ -127,6 +128,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                           "position has seen its token and can keep it; issue 39's exact terms)",
                                           {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
                                            "logit_position": "own"}),
+    "retrieval-only-k8000-term-channel": ("retrieval-only-k8000 with the explicit term channel: each of a text's own "
+                                          "tokens' clusters gets a learned weight log1p(relu(w . h + b)) from the "
+                                          "token's own position, merged by max with the expansion (uniCOIL-style; "
+                                          "issue 39's exact terms)",
+                                          {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000, "term_channel": True}),
     "retrieval-only-k8000-bidirectional-mntp": ("retrieval-only-k8000 with bidirectional attention after an MNTP "
                                                 "warm-up (LLM2Vec; `lens mntp`: 100 steps of 8 SQuAD paragraphs, "
                                                 "20% of tokens masked, LoRA on every layer, merged)",
@@ -173,21 +179,22 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, data: Path | None = None,
-                threads: int | None = None, logit_position: str = "next") -> Path:
+                threads: int | None = None, logit_position: str = "next", term_channel: bool = False) -> Path:
     """The clustering directory a variant starts from (made once), MNTP-warmed when ``mntp_steps``, pooling the
-    logits at ``logit_position``."""
+    logits at ``logit_position``, with the term channel when ``term_channel``."""
     start = _start_model(work, clusters, attention, mntp_steps, data, threads)
-    if logit_position == "next":
+    if logit_position == "next" and not term_channel:
         return start
     from lens.config import LensConfig
 
-    other = start.with_name(f"{start.name}-{logit_position}")
+    suffix = "".join(["" if logit_position == "next" else f"-{logit_position}", "-terms" if term_channel else ""])
+    other = start.with_name(f"{start.name}{suffix}")
     if not (other / "config.json").is_file():
         import shutil
 
         shutil.copytree(start, other, dirs_exist_ok=True)
         config = LensConfig.load(other)
-        config.logit_position = logit_position
+        config.logit_position, config.term_channel = logit_position, term_channel
         config.save(other)
     return other
 
@@ -315,7 +322,7 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
 
     t0 = time.perf_counter()
     model = start_model(args.work, settings["clusters"], settings["attention"], settings["mntp_steps"], args.data,
-                        args.threads, settings["logit_position"])
+                        args.threads, settings["logit_position"], settings["term_channel"])
     start_s = time.perf_counter() - t0
     config = train_config(settings, model, args.data, val_file, max(steps, 1), args.seed, args.per_task, args.threads)
     split = "all" if settings["lora_layers"] is None else settings["lora_layers"]

@@ -66,6 +66,10 @@ class LensConfig:
     # Which position's logits stand for a token (lens.pooling.LOGIT_POSITIONS): "next" (the paper's: the position
     # that predicts it) or "own" (its own position). Not written when "next", so such configs read as before.
     logit_position: str = "next"
+    # The explicit term channel (lens.pooling.merge_terms): each of a text's own tokens' clusters gets a learned
+    # weight from the token's own position (``term_weight`` / ``term_bias`` in clusters.safetensors; absent: their
+    # starting values), merged by max with the pooled weights. Not written when False.
+    term_channel: bool = False
     format_version: int = FORMAT_VERSION
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. training provenance)
     convention: str = "lens"  # CONVENTIONS: "lens" or "paper" (the released checkpoints); not written when "lens"
@@ -78,8 +82,9 @@ class LensConfig:
         data = dataclasses.asdict(self)
         if data.get("convention") == "lens":  # the default is not written: such a config reads as it did before
             del data["convention"]
-        if data.get("logit_position") == "next":  # likewise
-            del data["logit_position"]
+        for name, default in (("logit_position", "next"), ("term_channel", False)):  # likewise
+            if data.get(name) == default:
+                del data[name]
         return data
 
     @classmethod

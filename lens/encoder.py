@@ -315,9 +315,16 @@ class LensEncoder:
         # the released pass pools in float32; so does a half-precision decoder (bf16 on CUDA): log1p(relu(logit))
         # in float32, the pooled weights never rounded to 8 bits of mantissa
         low_precision = next(decoder.parameters()).dtype in (torch.bfloat16, torch.float16)
+        term_clusters = None
+        if config.term_channel:
+            if config.convention != "lens":
+                raise ValueError(f"term_channel needs the LENS convention; this model uses {config.convention!r}")
+            term_clusters = torch.from_numpy(term_clusters_of(files.assignment, tokenizer))
         model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention,
                           upcast_logits=config.convention == "paper" or low_precision,
-                          logit_position=config.logit_position)
+                          logit_position=config.logit_position, term_clusters=term_clusters)
+        if files.term is not None:
+            model.load_term_vector(files.term)
         encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
                       adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter,
                       backbone_sha256=backbone_sha)
@@ -362,7 +369,7 @@ class LensEncoder:
 
         write_model_dir(path, config, self.assignment, self.model.head.weight.detach().float().cpu().numpy(),
                         self.tokenizer, adapter=adapter, backbone=write_backbone if self.adapter_merged else None,
-                        keep_existing=keep_existing)
+                        keep_existing=keep_existing, term=self.model.term_vector())
 
     # ---------------------------------------------------------------- encoding
     @property
@@ -500,6 +507,9 @@ class LensEncoder:
         """
         h = hashlib.sha256(self.assignment.astype(np.int32).tobytes())
         h.update(self.model.head.weight.detach().float().cpu().numpy().tobytes())
+        term = self.model.term_vector()
+        if term is not None:  # only then: other models' fingerprints stay as they were
+            h.update(term.tobytes())
         fp = {
             "lens_clusters": h.hexdigest(),
             "lens_backbone_lm_head": self.config.clustering.lm_head_sha256,
@@ -515,6 +525,8 @@ class LensEncoder:
             fp["lens_term_floor"] = float(self.config.term_floor)
         if self.config.logit_position != "next":  # likewise
             fp["lens_logit_position"] = self.config.logit_position
+        if self.config.term_channel:  # likewise
+            fp["lens_term_channel"] = True
         if self.config.convention != "lens":  # likewise: the released checkpoints' tokenisation and pooling
             fp["lens_convention"] = self.config.convention
         return fp
@@ -536,6 +548,15 @@ class LensEncoder:
         vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]
         top = np.argsort(-vec, kind="stable")[:top_k]
         return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens)) for c in top if vec[c] > 0]
+
+
+def term_clusters_of(assignment: np.ndarray, tokenizer) -> np.ndarray:
+    """The term channel's cluster of each token id: ``assignment`` with the tokenizer's special tokens (BOS, EOS,
+    padding: the same in every text) left out (-1)."""
+    out = np.array(assignment, dtype=np.int64, copy=True)
+    special = [i for i in getattr(tokenizer, "all_special_ids", []) if i is not None and 0 <= i < out.size]
+    out[special] = -1
+    return out
 
 
 def _load_adapter(decoder, adapter_dir: Path, merge: bool) -> str:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 import torch
 from torch import Tensor, nn
 
 from lens.attention import set_attention_mode
 from lens.inputs import position_ids
 from lens.layers import upper
-from lens.pooling import DEFAULT_CHUNK_ELEMENTS, check_logit_position, get_pooling, logit_mask, mean_pool
+from lens.pooling import (DEFAULT_CHUNK_ELEMENTS, TERM_BIAS_INIT, check_logit_position, get_pooling, logit_mask,
+                          mean_pool, merge_terms, term_weights)
 from lens.quantize import is_quantized
 
 
@@ -40,7 +43,11 @@ class LensModel(nn.Module):
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         upcast_logits: bool = False,
         logit_position: str = "next",
+        term_clusters: Tensor | None = None,
     ):
+        """``term_clusters`` (vocab,) turns on the explicit term channel: each pooled token's cluster (negative: none,
+        e.g. special tokens) gets a learned weight from its own position, merged by max (``lens.pooling.merge_terms``);
+        its weights start at ``TERM_BIAS_INIT`` for every token (``self.term``, trained with the head)."""
         super().__init__()
         check_logit_position(logit_position)
         hidden = decoder.config.hidden_size
@@ -56,6 +63,32 @@ class LensModel(nn.Module):
         self.chunk_elements = chunk_elements
         self.upcast_logits = upcast_logits  # log1p(relu) of the logits in float32 (the released checkpoints')
         self.logit_position = logit_position  # lens.pooling.LOGIT_POSITIONS: "next" (the paper's shift) or "own"
+        self.term: nn.Linear | None = None
+        if term_clusters is not None:
+            self.register_buffer("term_clusters", term_clusters.to(device=param.device, dtype=torch.long),
+                                 persistent=False)
+            self.term = nn.Linear(hidden, 1, device=param.device, dtype=torch.float32)
+            with torch.no_grad():
+                self.term.weight.zero_()
+                self.term.bias.fill_(TERM_BIAS_INIT)
+
+    def term_vector(self) -> "np.ndarray | None":
+        """The term channel's weight then bias, (hidden + 1,) float32 (what a model directory stores); None without
+        one."""
+        if self.term is None:
+            return None
+        return torch.cat([self.term.weight.detach()[0], self.term.bias.detach()]).float().cpu().numpy()
+
+    def load_term_vector(self, vector: "np.ndarray") -> None:
+        """Set the term channel's weight and bias from ``term_vector``'s layout."""
+        if self.term is None:
+            raise ValueError("this model has no term channel to load weights into")
+        v = torch.as_tensor(vector, dtype=torch.float32).reshape(-1)
+        if v.numel() != self.term.weight.shape[1] + 1:
+            raise ValueError(f"term vector of {v.numel()} values for hidden size {self.term.weight.shape[1]}")
+        with torch.no_grad():
+            self.term.weight.copy_(v[:-1].reshape(1, -1))
+            self.term.bias.copy_(v[-1:])
 
     @property
     def num_clusters(self) -> int:
@@ -78,24 +111,31 @@ class LensModel(nn.Module):
         )
         return out.last_hidden_state
 
-    def pool(self, hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor) -> LensOutput:
+    def pool(self, hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor,
+             input_ids: Tensor | None = None) -> LensOutput:
         """Lexicon and dense vectors from last hidden states (B, L, H); ``pool_mask`` marks the pooled tokens.
 
         A token's feature sits at its left neighbour (the logits predicting it), hence the shift; with
-        ``logit_position="own"`` at its own position.
+        ``logit_position="own"`` at its own position. The term channel (when on) needs ``input_ids``.
         """
-        mask = logit_mask(pool_mask * attention_mask, self.logit_position)
+        tokens = pool_mask * attention_mask
+        mask = logit_mask(tokens, self.logit_position)
         extra = {"upcast": True} if self.upcast_logits else {}
         lexicon = self._pool(hidden, self.head.weight, mask, self.chunk_elements, **extra)
+        if self.term is not None:
+            if input_ids is None:
+                raise ValueError("this model has a term channel, which needs the input_ids to pool")
+            weights = term_weights(hidden.float(), self.term.weight[0].float(), self.term.bias[0].float())
+            lexicon = merge_terms(lexicon.float(), self.term_clusters[input_ids], weights, tokens)
         return LensOutput(lexicon, mean_pool(hidden, mask))
 
     def forward_from_layer(self, hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor, layer: int,
-                           checkpoint: bool = False) -> LensOutput:
+                           checkpoint: bool = False, input_ids: Tensor | None = None) -> LensOutput:
         """``forward`` given the hidden states entering decoder layer ``layer`` (e.g. from a cache of the frozen
         layers below it); ``checkpoint`` recomputes each layer's activations in the backward pass."""
         last = upper(self.decoder, hidden, attention_mask, layer, checkpoint=checkpoint)
-        return self.pool(last, attention_mask, pool_mask)
+        return self.pool(last, attention_mask, pool_mask, input_ids)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, pool_mask: Tensor) -> LensOutput:
         """Lexicon and dense vectors from one forward pass; ``pool_mask`` marks the tokens that are pooled."""
-        return self.pool(self.hidden_states(input_ids, attention_mask), attention_mask, pool_mask)
+        return self.pool(self.hidden_states(input_ids, attention_mask), attention_mask, pool_mask, input_ids)

@@ -8,7 +8,8 @@ fails at once, a full disk is a one-line ``StorageError``); ``LensEncoder.from_p
 =========================== =====================================================================================
 ``config.json``             ``LensConfig`` (versioned)
 ``clusters.safetensors``    ``assignment`` (int32, one cluster per token, -1 if excluded) and, unless compact,
-                            ``centroids`` (k x hidden: the cluster head)
+                            ``centroids`` (k x hidden: the cluster head); with ``config.term_channel``, the
+                            term channel's ``term_weight`` (hidden) and ``term_bias`` (1) once trained
 ``clusters.tsv``            cluster, size, member tokens: for people to read
 ``adapter/``                a trained model's PEFT LoRA adapter (``config.adapter`` names it)
 ``backbone/``               a standalone (merged) model's backbone in transformers' format (``config.backbone``)
@@ -79,6 +80,7 @@ class ModelFiles:
     config: LensConfig
     assignment: np.ndarray  # (vocab,) int64, -1 for tokens in no cluster
     centroids: np.ndarray | None  # (k, hidden) float32, None in the compact form (recomputed from the backbone)
+    term: np.ndarray | None = None  # (hidden + 1,) float32: the term channel's weight, then its bias; None: untrained
 
     @property
     def adapter_dir(self) -> Path | None:
@@ -116,10 +118,22 @@ def read_model_dir(path: str | os.PathLike) -> ModelFiles:
         if centroids.shape != (k, c.hidden_size):
             raise ValueError(f"{directory / CLUSTERS_NAME}: centroids are {centroids.shape}, config.json says "
                              f"({k}, {c.hidden_size}); re-create the directory")
+    term = None
+    if ("term_weight" in tensors) != ("term_bias" in tensors):
+        raise ValueError(f"{directory / CLUSTERS_NAME} holds one of term_weight / term_bias without the other; "
+                         "re-save the model")
+    if "term_weight" in tensors:
+        if not config.term_channel:
+            raise ValueError(f"{directory / CLUSTERS_NAME} holds term-channel weights but config.json has no "
+                             "term_channel; set \"term_channel\": true in config.json or re-save the model")
+        term = np.concatenate([tensors["term_weight"].reshape(-1), tensors["term_bias"].reshape(-1)]).astype(np.float32)
+        if term.shape != (c.hidden_size + 1,):
+            raise ValueError(f"{directory / CLUSTERS_NAME}: term_weight / term_bias hold {term.size} values, the "
+                             f"backbone's hidden size is {c.hidden_size}; re-save the model")
     if config.adapter is not None and not (directory / config.adapter).is_dir():
         raise FileNotFoundError(f"{directory} names the adapter {config.adapter!r} but {directory / config.adapter} "
                                 "is missing; re-run `lens train` or copy the adapter back")
-    return ModelFiles(directory, config, assignment, centroids)
+    return ModelFiles(directory, config, assignment, centroids, term)
 
 
 def check_model_target(path: str | os.PathLike) -> Path:
@@ -146,13 +160,15 @@ def write_model_dir(
     backbone: Callable[[Path], None] | None = None,
     files: Mapping[str, bytes] | None = None,
     keep_existing: bool = False,
+    term: np.ndarray | None = None,
 ) -> Path:
     """Write a model directory atomically (all of it, or nothing; ``config.json`` last).
 
     ``centroids=None`` writes the compact form. ``adapter`` is a PEFT adapter directory to copy or a function
     that writes one into the path it is given (``config.adapter`` names it). ``backbone`` writes a merged
     backbone into ``config.backbone``. ``files`` adds files (e.g. a model card). ``keep_existing`` keeps what
-    else an existing directory holds (a training run's checkpoint and logs).
+    else an existing directory holds (a training run's checkpoint and logs). ``term`` (hidden + 1: weight, then
+    bias) is the term channel's, written only with ``config.term_channel``.
     """
     from safetensors.numpy import save
 
@@ -163,6 +179,11 @@ def write_model_dir(
     tensors = {"assignment": np.ascontiguousarray(assignment, dtype=np.int32)}
     if centroids is not None:
         tensors["centroids"] = np.ascontiguousarray(np.asarray(centroids, dtype=np.float32).astype(centroids_dtype))
+    if term is not None:
+        if not config.term_channel:
+            raise ValueError("term-channel weights are written only for a config with term_channel on")
+        term = np.asarray(term, dtype=np.float32).reshape(-1)
+        tensors["term_weight"], tensors["term_bias"] = np.ascontiguousarray(term[:-1]), np.ascontiguousarray(term[-1:])
     with atomic_dir(path, keep_existing=keep_existing, what="model directory") as tmp:
         if backbone is not None:
             backbone(tmp / config.backbone)

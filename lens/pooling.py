@@ -121,6 +121,30 @@ def term_floor(weights: np.ndarray, clusters: Sequence[np.ndarray], floor: float
     return out
 
 
+# The term channel's starting bias: every own token weighs log1p(1) = 0.69 before training (w starts at zero, so
+# all of a text's tokens start equal; a bias of 0 would sit on relu's kink, where no gradient flows).
+TERM_BIAS_INIT = 1.0
+
+
+def term_weights(hidden: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """Each position's own-term weight ``log1p(relu(h_t . w + b))`` -> (B, L), from hidden states (B, L, H), a
+    weight vector (H,) and a scalar bias: the explicit term channel (uniCOIL-style), one saturated weight per token,
+    read at the token's own position (which has seen the token under causal attention too)."""
+    return torch.log1p(torch.relu(hidden @ weight + bias))
+
+
+def merge_terms(lexicon: Tensor, clusters: Tensor, weights: Tensor, mask: Tensor) -> Tensor:
+    """``lexicon`` (B, K) with the cluster of each masked position raised to at least that position's weight.
+
+    ``clusters`` (B, L) is each position's token's cluster (negative: a token in no cluster, left out), ``weights``
+    (B, L) the term weights (``term_weights``), ``mask`` (B, L) the positions whose tokens count. Merged by max, so
+    the expansion is kept and a cluster hit twice keeps its heaviest term; gradients reach whichever weight wins.
+    """
+    keep = mask.bool() & (clusters >= 0)
+    w = torch.where(keep, weights.to(lexicon.dtype), torch.zeros((), dtype=lexicon.dtype, device=lexicon.device))
+    return lexicon.scatter_reduce(1, clusters.clamp(min=0), w, reduce="amax", include_self=True)
+
+
 POOLING: dict[str, Callable[..., Tensor]] = {"max": max_pool, "sum": sum_pool, "last": last_pool}
 
 # Which position's logits stand for a token (``LensConfig.logit_position``): "next", the paper's, is the position

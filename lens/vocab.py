@@ -49,6 +49,7 @@ def cluster_vocab(
     text_normalization: str | None = None,
     term_floor: float | None = None,
     logit_position: str = "next",
+    term_channel: bool = False,
     show_progress_bar: bool = False,
 ) -> VocabClustering:
     """KMeans on ``model``'s LM-head rows into ``clusters`` groups (``"vocab"``: one per token), written to ``out``.
@@ -57,7 +58,8 @@ def cluster_vocab(
     recomputed from the (hash-checked) backbone on loading. ``attention`` is what the decoder will use, saved in
     the config (the paper: ``"bidirectional"``; ``"causal"`` keeps the backbone's pretrained mask), and so are the
     text rule (``text_normalization``: ``lens.inputs.TEXT_NORMALIZATIONS``), the own-token floor (``term_floor``)
-    and which position's logits stand for a token (``logit_position``: ``lens.pooling.LOGIT_POSITIONS``).
+    and which position's logits stand for a token (``logit_position``: ``lens.pooling.LOGIT_POSITIONS``), and
+    whether the model gets the explicit term channel (``term_channel``, trained by ``lens train``).
     """
     from lens.attention import MODES
     from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone
@@ -93,6 +95,7 @@ def cluster_vocab(
         text_normalization=text_normalization,
         term_floor=term_floor,
         logit_position=logit_position,
+        term_channel=term_channel,
         clustering=ClusteringConfig(
             num_clusters=k, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
             lm_head_sha256=matrix_sha256(matrix), seed=seed, iterations=iterations, backend=backend,

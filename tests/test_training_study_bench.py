@@ -99,3 +99,18 @@ def test_the_mntp_variant_warms_a_bidirectional_start_and_refuses_a_causal_one(s
     (tmp_path / "smollm2-k16" / "config.json").write_text("{}")  # the clustering exists: nothing to cluster
     with pytest.raises(SystemExit, match="MNTP warm-up is for bidirectional attention"):
         study.start_model(tmp_path, 16, "causal", mntp_steps=10, data=tmp_path)
+
+
+def test_the_term_channel_variant_starts_from_a_copy_that_names_the_channel(study, tiny_lens_dir, tmp_path):
+    import shutil
+
+    from lens.config import LensConfig
+
+    settings = {**study.BASE, **study.VARIANTS["retrieval-only-k8000-term-channel"][1]}
+    assert settings["term_channel"] is True and study.BASE["term_channel"] is False
+    shutil.copytree(tiny_lens_dir, tmp_path / "smollm2-k16")  # the clustering exists: nothing to cluster
+    start = study.start_model(tmp_path, 16, "bidirectional", term_channel=True)
+    assert start.name == "smollm2-k16-terms" and LensConfig.load(start).term_channel
+    assert not LensConfig.load(tmp_path / "smollm2-k16").term_channel  # the shared start is left as it was
+    both = study.start_model(tmp_path, 16, "bidirectional", logit_position="own", term_channel=True)
+    assert both.name == "smollm2-k16-own-terms" and LensConfig.load(both).logit_position == "own"

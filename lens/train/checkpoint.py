@@ -14,6 +14,7 @@ step of a plan every rank derives from the seed, so a run written by N ranks res
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import torch
 from torch import Tensor, nn
@@ -28,9 +29,10 @@ STATE_JSON = "state.json"
 
 def save_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
                     plan_length: int, head: Tensor | None = None, bias: Tensor | None = None,
-                    world_size: int = 1) -> None:
+                    world_size: int = 1, extra: Mapping[str, Tensor] | None = None) -> None:
     """Write the state after ``step`` optimiser steps of a plan of ``plan_length`` steps to ``path``
-    (``world_size``, the number of processes that ran them, is recorded for people; resuming ignores it)."""
+    (``world_size``, the number of processes that ran them, is recorded for people; resuming ignores it);
+    ``extra`` names more trained tensors (the term channel's), restored by ``load_checkpoint``'s ``extra``."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save
 
@@ -39,6 +41,8 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch
         tensors["head"] = head.detach().cpu().contiguous()
     if bias is not None:
         tensors["bias"] = bias.detach().cpu().reshape(1)
+    for name, value in (extra or {}).items():
+        tensors[f"extra.{name}"] = value.detach().cpu().contiguous()
     tensors["rng"] = torch.get_rng_state()
     state = optimizer.state_dict()
     for idx, st in state["state"].items():
@@ -52,7 +56,8 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch
 
 
 def load_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch.optim.Optimizer, plan_length: int,
-                    device: torch.device, head: Tensor | None = None, bias: Tensor | None = None) -> int:
+                    device: torch.device, head: Tensor | None = None, bias: Tensor | None = None,
+                    extra: Mapping[str, Tensor] | None = None) -> int:
     """Restore the state saved in ``path`` in place; returns the step to continue from."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -68,7 +73,8 @@ def load_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch
         raise ValueError(f"{path / STATE_TENSORS} cannot be read ({e}); delete {path} to start over") from e
     set_peft_model_state_dict(peft_model, {k[len("adapter."):]: v for k, v in tensors.items()
                                            if k.startswith("adapter.")})
-    for name, target in (("head", head), ("bias", bias)):
+    targets = [("head", head), ("bias", bias)] + [(f"extra.{k}", v) for k, v in (extra or {}).items()]
+    for name, target in targets:
         if target is None:
             continue
         if name not in tensors:

@@ -146,6 +146,10 @@ class Trainer:
         if cfg.train_head:
             groups.append({"params": [self.model.head.weight], "lr": cfg.head_lr or cfg.lr,
                            "weight_decay": cfg.weight_decay, "name": "head"})
+        if self.model.term is not None:  # the term channel (LensConfig.term_channel) trains with the head's rate
+            self.model.term.requires_grad_(True)
+            groups.append({"params": list(self.model.term.parameters()), "lr": cfg.head_lr or cfg.lr,
+                           "weight_decay": 0.0, "name": "term"})
         if any(o.uses_bias for o in self.objectives):
             groups.append({"params": [self.bias], "lr": cfg.bias_lr, "weight_decay": 0.0, "name": "bias"})
         for g in groups:
@@ -242,14 +246,16 @@ class Trainer:
         With a prefix cache the frozen layers' output is read from it; otherwise the decoder runs from its
         embeddings. Either way the model's own ``forward_from_layer`` does the rest.
         """
+        b = pad_batch(items, self.tokenizer.pad_token_id)  # right-padded, as the cache's batches
+        ids = b["input_ids"].to(self.device)
         if self.cache is not None:
             hidden, att, pool = self.cache.batch(items, torch.float32, self.device)
         else:
-            b = pad_batch(items, self.tokenizer.pad_token_id)
             att, pool = b["attention_mask"].to(self.device), b["pool_mask"].to(self.device)
-            hidden = embed(self.decoder, b["input_ids"].to(self.device))
+            hidden = embed(self.decoder, ids)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            return self.model.forward_from_layer(hidden, att, pool, self.split, checkpoint=self.checkpointing)
+            return self.model.forward_from_layer(hidden, att, pool, self.split, checkpoint=self.checkpointing,
+                                                 input_ids=ids)
 
     def _lexicon(self, items: list[Encoded]) -> Tensor:
         """(n, K) float32 lexicon vectors of ``items``; (0, K) for none (a rank whose slice is empty)."""
@@ -517,12 +523,18 @@ class Trainer:
         if self.dist.is_main:
             save_checkpoint(path, peft_model=self.peft_model, head=self.model.head.weight, bias=self.bias,
                             optimizer=self.optimizer, step=self.step, plan_length=len(self.plan),
-                            world_size=self.dist.world_size)
+                            world_size=self.dist.world_size, extra=self._extra_state())
         self.dist.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         self.step = load_checkpoint(path, peft_model=self.peft_model, head=self.model.head.weight, bias=self.bias,
-                                    optimizer=self.optimizer, plan_length=len(self.plan), device=self.device)
+                                    optimizer=self.optimizer, plan_length=len(self.plan), device=self.device,
+                                    extra=self._extra_state())
+
+    def _extra_state(self) -> dict[str, Tensor]:
+        """Trained tensors beyond the adapter, head and bias: the term channel's, when the model has one."""
+        term = self.model.term
+        return {} if term is None else {"term.weight": term.weight, "term.bias": term.bias}
 
     def save_model(self, path: Path, rows: list[dict]) -> None:
         """The trained LENS directory (config naming the adapter, trained head, clusters.tsv, PEFT adapter, card),
@@ -559,4 +571,4 @@ class Trainer:
         write_model_dir(path, config, self.encoder.assignment, self.model.head.weight.detach().float().cpu().numpy(),
                         self.tokenizer, centroids_dtype=np.float16 if self.config.train_head else np.float32,
                         adapter=self._save_adapter,
-                        files={CARD_NAME: card.encode("utf-8")}, keep_existing=True)
+                        files={CARD_NAME: card.encode("utf-8")}, keep_existing=True, term=self.model.term_vector())

@@ -1,0 +1,144 @@
+"""The explicit term channel (issue 39): each pooled token's own cluster gets a learned weight from the token's own
+position, merged by max with the expansion; pure maths against a loop, then the model directory, encoder and
+trainer that carry it."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from lens.pooling import TERM_BIAS_INIT, merge_terms, term_weights
+
+from conftest import assert_close
+from test_train import _config, data_file  # noqa: F401  (the toy training file fixture)
+
+
+def test_merge_terms_against_a_loop():
+    g = torch.Generator().manual_seed(0)
+    B, L, K = 3, 7, 5
+    lexicon = torch.rand(B, K, generator=g)
+    clusters = torch.randint(-1, K, (B, L), generator=g)
+    weights = 2 * torch.rand(B, L, generator=g)
+    mask = torch.rand(B, L, generator=g) > 0.3
+    want = lexicon.clone()
+    for b in range(B):
+        for t in range(L):
+            c = int(clusters[b, t])
+            if mask[b, t] and c >= 0:
+                want[b, c] = max(float(want[b, c]), float(weights[b, t]))
+    assert_close(merge_terms(lexicon, clusters, weights, mask).numpy(), want.numpy(), atol=0)
+    # nothing masked in: the expansion as it was
+    assert_close(merge_terms(lexicon, clusters, weights, torch.zeros_like(mask)).numpy(), lexicon.numpy(), atol=0)
+
+
+def test_term_weights_are_saturated_and_differentiable():
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(2, 4, 6, generator=g)
+    w = torch.randn(6, generator=g, requires_grad=True)
+    b = torch.tensor(0.5, requires_grad=True)
+    got = term_weights(hidden, w, b)
+    want = torch.log1p(torch.relu(torch.einsum("blh,h->bl", hidden, w) + b))
+    assert_close(got.detach().numpy(), want.detach().numpy(), atol=1e-6)
+    assert (got >= 0).all()
+    # the gradient reaches the weights through the winning entries of the max merge
+    merged = merge_terms(torch.zeros(2, 3), torch.zeros(2, 4, dtype=torch.long), got, torch.ones(2, 4))
+    merged.sum().backward()
+    assert w.grad is not None and float(w.grad.abs().sum()) > 0
+
+
+@pytest.fixture
+def term_dir(tiny_lens_dir, tmp_path):
+    from lens.config import LensConfig
+
+    out = tmp_path / "term"
+    shutil.copytree(tiny_lens_dir, out)
+    config = LensConfig.load(out)
+    config.term_channel = True
+    config.save(out)
+    return out
+
+
+def test_untrained_channel_raises_each_own_tokens_cluster_to_its_start(tiny_lens_dir, term_dir):
+    """A directory naming the channel without its weights starts every text token at log1p(TERM_BIAS_INIT); the
+    special tokens (EOS) are left out; everything else is the plain model's vector."""
+    from lens.encoder import LensEncoder
+    from lens.inputs import encode_texts
+
+    plain, enc = LensEncoder.from_pretrained(tiny_lens_dir), LensEncoder.from_pretrained(term_dir)
+    assert "term_channel" not in json.loads((tiny_lens_dir / "config.json").read_text())
+    assert enc.fingerprint()["lens_term_channel"] is True and "lens_term_channel" not in plain.fingerprint()
+    assert enc.fingerprint()["lens_clusters"] != plain.fingerprint()["lens_clusters"]
+    text = "cell protein gene"
+    base = plain.encode(text, normalize=False)
+    item = encode_texts(enc.tokenizer, [text], 32)[0]
+    want = base.copy()
+    start = float(np.log1p(TERM_BIAS_INIT))
+    for tok, pooled in zip(item.ids, item.pool):
+        c = int(enc.assignment[tok])
+        if pooled and c >= 0 and tok not in enc.tokenizer.all_special_ids:
+            want[c] = max(want[c], start)
+    eos_cluster = int(enc.assignment[enc.tokenizer.eos_token_id])
+    assert not np.allclose(want, base)  # the channel raises something here, so the comparison tests it
+    assert_close(enc.encode(text, normalize=False), want, atol=1e-5)
+    if base[eos_cluster] < start and eos_cluster not in {int(enc.assignment[t]) for t in item.ids[1:-1]}:
+        assert enc.encode(text, normalize=False)[eos_cluster] == pytest.approx(base[eos_cluster], abs=1e-6)
+
+
+def test_query_instruction_gets_no_term_weight(tiny_lens_dir, term_dir):
+    """Only the query text's own clusters may move: the instruction's tokens are never pooled, so never raised."""
+    from lens.encoder import LensEncoder
+
+    plain, enc = LensEncoder.from_pretrained(tiny_lens_dir), LensEncoder.from_pretrained(term_dir)
+    kw = dict(instruction="protein gene brain mouse blood drug", normalize=False)
+    a, b = plain.encode_queries("cell", **kw), enc.encode_queries("cell", **kw)
+    own = {int(enc.assignment[t]) for t in enc.tokenizer("cell", add_special_tokens=False)["input_ids"]}
+    moved = set(np.flatnonzero(~np.isclose(a, b, atol=1e-6)).tolist())
+    assert moved and moved <= own
+    assert all(b[c] >= float(np.log1p(TERM_BIAS_INIT)) - 1e-6 for c in own)
+
+
+def test_trained_channel_is_saved_loaded_and_resumed(term_dir, data_file, tmp_path):  # noqa: F811
+    from lens.encoder import LensEncoder
+    from lens.model_dir import read_model_dir
+    from lens.train.trainer import Trainer
+
+    cfg = _config(term_dir, data_file, lora_layers=1, train_head=True)
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    assert any(g["name"] == "term" for g in t.optimizer.param_groups)
+    out = t.train()
+    trained = t.model.term_vector()
+    assert not np.allclose(trained, np.r_[np.zeros(trained.size - 1), TERM_BIAS_INIT])  # it learnt
+    files = read_model_dir(out)
+    assert_close(files.term, trained, atol=0)
+    texts = ["cancer drug trial", "mouse gene expression levels"]
+    with torch.no_grad():
+        t.decoder.eval()
+        want = t.encode(texts)
+    got = LensEncoder.from_pretrained(out).encode_documents(texts)
+    assert_close(got, want, atol=1e-4)
+
+    # a checkpoint carries the channel: a resumed trainer starts from the saved weights
+    resumed = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    resumed.load_checkpoint(tmp_path / "out" / "checkpoint")
+    assert_close(resumed.model.term_vector(), trained, atol=0)
+
+    # a copy saved by the encoder keeps it; weights without the config flag are refused
+    enc = LensEncoder.from_pretrained(out, merge_adapter=False)
+    enc.save_pretrained(tmp_path / "copy")
+    assert_close(LensEncoder.from_pretrained(tmp_path / "copy").encode_documents(texts), got, atol=1e-5)
+    conf = json.loads((tmp_path / "copy" / "config.json").read_text())
+    conf["term_channel"] = False
+    (tmp_path / "copy" / "config.json").write_text(json.dumps(conf))
+    with pytest.raises(ValueError, match="term_channel"):
+        read_model_dir(tmp_path / "copy")
+
+
+def test_cluster_vocab_writes_the_flag(tiny_backbone_dir, tmp_path):
+    from lens.cli import main
+
+    out = tmp_path / "k8"
+    assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--clusters", "8", "--term-channel",
+                 "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["term_channel"] is True
