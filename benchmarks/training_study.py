@@ -133,6 +133,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                           "token's own position, merged by max with the expansion (uniCOIL-style; "
                                           "issue 39's exact terms)",
                                           {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000, "term_channel": True}),
+    "retrieval-only-k8000-term-channel-no-flops": ("retrieval-only-k8000-term-channel without the FLOPS term (InfoNCE "
+                                                   "alone), which priced the expansion away once the channel supplied "
+                                                   "the own clusters", {**SHIPPED, "mixture": RETRIEVAL,
+                                                                        "clusters": 8000, "term_channel": True,
+                                                                        "loss": "infonce"}),
     "retrieval-only-k8000-bidirectional-mntp": ("retrieval-only-k8000 with bidirectional attention after an MNTP "
                                                 "warm-up (LLM2Vec; `lens mntp`: 100 steps of 8 SQuAD paragraphs, "
                                                 "20% of tokens masked, LoRA on every layer, merged)",
