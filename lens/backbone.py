@@ -196,6 +196,16 @@ def load_tokenizer(ref: BackboneRef):
     return tok
 
 
+def special_token_ids(tokenizer, size: int) -> list[int]:
+    """The ids below ``size`` of the tokenizer's special tokens (BOS, EOS, padding, chat and file markers): the
+    same in every text, so no text's own term. Both ``cluster_vocab(exclude_special=True)`` and the term channel
+    leave these out."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    special = {i for i, t in added.items() if getattr(t, "special", False)}
+    special |= {i for i in getattr(tokenizer, "all_special_ids", []) if i is not None}
+    return sorted(i for i in special if 0 <= i < size)
+
+
 def load_backbone(
     reference: str | os.PathLike | BackboneRef = DEFAULT,
     *,

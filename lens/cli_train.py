@@ -41,12 +41,15 @@ def _run_loop(loop, run, start: float, done, command: str) -> int:
 
     try:
         out = run()
-    except TrainingStopped as e:
+    except TrainingStopped as e:  # every rank stopped at the same step
+        loop.close()
         if loop.dist.is_main:
             print(f"lens {command}: {e} (after {time.perf_counter() - start:.0f} s)", file=sys.stderr)
         return EXIT_RESUMABLE
-    finally:
-        loop.close()
+    except BaseException:
+        loop.close(wait=False)  # the other ranks may be inside a collective: leave without waiting for them
+        raise
+    loop.close()
     if loop.dist.is_main:
         print(done(out, time.perf_counter() - start))
     return 0

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from index.vectors import l2_normalize
-from lens.backbone import BackboneRef, load_backbone, load_lm_head, matrix_sha256, quiet_loading, resolve_backbone
+from lens.backbone import (BackboneRef, load_backbone, load_lm_head, matrix_sha256, quiet_loading, resolve_backbone,
+                           special_token_ids)
 from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
@@ -551,11 +552,10 @@ class LensEncoder:
 
 
 def term_clusters_of(assignment: np.ndarray, tokenizer) -> np.ndarray:
-    """The term channel's cluster of each token id: ``assignment`` with the tokenizer's special tokens (BOS, EOS,
-    padding: the same in every text) left out (-1)."""
+    """The term channel's cluster of each token id: ``assignment`` with the tokenizer's special tokens
+    (``special_token_ids``: the same in every text) left out (-1)."""
     out = np.array(assignment, dtype=np.int64, copy=True)
-    special = [i for i in getattr(tokenizer, "all_special_ids", []) if i is not None and 0 <= i < out.size]
-    out[special] = -1
+    out[special_token_ids(tokenizer, out.size)] = -1
     return out
 
 

@@ -62,7 +62,7 @@ def cluster_vocab(
     whether the model gets the explicit term channel (``term_channel``, trained by ``lens train``).
     """
     from lens.attention import MODES
-    from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone
+    from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone, special_token_ids
 
     if attention not in MODES:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(MODES)}")
@@ -80,8 +80,7 @@ def cluster_vocab(
     tokenizer = load_tokenizer(ref)
     exclude: list[int] = []
     if exclude_special:
-        special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-        exclude = sorted((special | set(tokenizer.all_special_ids)) & set(range(len(matrix))))
+        exclude = special_token_ids(tokenizer, len(matrix))
     logger.info("LM head %d x %d from %s; excluding %d tokens", *matrix.shape, ref.reference, len(exclude))
     if clusters == "vocab":
         result = identity_clustering(matrix, exclude)

@@ -92,3 +92,31 @@ def test_training_stopped_says_how_to_continue(tmp_path):
     e = TrainingStopped(3, 10, "SIGTERM", tmp_path / "checkpoint")
     assert "stopped at step 3 of 10 (SIGTERM)" in str(e) and "--resume" in str(e) and str(tmp_path) in str(e)
     assert EXIT_RESUMABLE == 75
+
+
+@pytest.mark.parametrize("outcome, waits, code", [("done", [True], 0), ("stopped", [True], 75),
+                                                  ("failed", [False], None)])
+def test_the_command_leaves_the_group_waiting_for_the_ranks_only_when_they_all_got_there(outcome, waits, code):
+    """A finished or stopped run (every rank at the same step) waits for the others before leaving the process
+    group; a failed one leaves without waiting (a peer may be inside a collective) and the error goes on."""
+    from types import SimpleNamespace
+
+    from lens.cli_train import _run_loop
+    from lens.train.stopping import TrainingStopped
+
+    closed = []
+    loop = SimpleNamespace(dist=SimpleNamespace(is_main=True), close=lambda wait=True: closed.append(wait))
+
+    def run():
+        if outcome == "stopped":
+            raise TrainingStopped(1, 3, "time limit", "ckpt")
+        if outcome == "failed":
+            raise RuntimeError("boom")
+        return "out"
+
+    if code is None:
+        with pytest.raises(RuntimeError, match="boom"):
+            _run_loop(loop, run, 0.0, lambda out, s: f"done {out}", "train")
+    else:
+        assert _run_loop(loop, run, 0.0, lambda out, s: f"done {out}", "train") == code
+    assert closed == waits

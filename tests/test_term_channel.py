@@ -142,3 +142,20 @@ def test_cluster_vocab_writes_the_flag(tiny_backbone_dir, tmp_path):
     assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--clusters", "8", "--term-channel",
                  "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["term_channel"] is True
+
+
+def test_special_token_ids_join_the_added_special_tokens_and_the_named_ones():
+    """Both the clustering's exclusion and the term channel leave out every special token: the named ones (BOS,
+    EOS, padding) and the added ones marked special (chat and file markers), within the matrix's rows."""
+    from types import SimpleNamespace
+
+    from lens.backbone import special_token_ids
+    from lens.encoder import term_clusters_of
+
+    tok = SimpleNamespace(all_special_ids=[0, 2, None],
+                          added_tokens_decoder={0: SimpleNamespace(special=True), 5: SimpleNamespace(special=True),
+                                                6: SimpleNamespace(special=False), 40: SimpleNamespace(special=True)})
+    assert special_token_ids(tok, 10) == [0, 2, 5]
+    assignment = np.arange(10) % 3
+    got = term_clusters_of(assignment, tok)
+    assert got.tolist() == [-1, 1, -1, 0, 1, -1, 0, 1, 2, 0] and assignment[0] == 0  # the input is not changed

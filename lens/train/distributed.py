@@ -65,9 +65,16 @@ class DistributedContext:
     def barrier(self) -> None:
         barrier(self)
 
-    def close(self) -> None:
-        """Leave the process group if this context created it (at the end of ``lens train``)."""
+    def close(self, wait: bool = True) -> None:
+        """Leave the process group if this context created it (at the end of ``lens train``).
+
+        With ``wait`` every rank first waits for the others, so none tears its connections down while a peer is
+        still inside the last collective (one CI run saw rank 1 abort at exit, "terminate called without an
+        active exception", after rank 0 had destroyed the gloo group and finished). After a failure pass
+        ``wait=False``: the other ranks may be inside another collective, and a barrier would hang."""
         if self.owns_group and dist.is_initialized():
+            if wait:
+                barrier(self)
             dist.destroy_process_group()
 
 

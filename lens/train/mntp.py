@@ -338,6 +338,7 @@ class MNTPWarmup:
         self.dist.barrier()
         return self.out
 
-    def close(self) -> None:
-        """Leave the process group this run joined (``lens mntp`` calls it at the end)."""
-        self.dist.close()
+    def close(self, wait: bool = True) -> None:
+        """Leave the process group this run joined (``lens mntp`` calls it at the end; ``wait=False`` after a
+        failure, see ``DistributedContext.close``)."""
+        self.dist.close(wait)

@@ -113,16 +113,12 @@ class PrefixCache:
         name = hashlib.sha1("\n".join(sorted(fresh)).encode()).hexdigest()[:20]
         atomic_write_bytes(self.directory / f"shard-{name}.safetensors", save(fresh))
 
-    def batch(self, items: list[Encoded], dtype: torch.dtype, device) -> tuple[Tensor, Tensor, Tensor]:
-        """Right-padded (hidden (B, L, H), attention_mask (B, L), pool_mask (B, L)) for cached sequences."""
+    def hidden(self, items: list[Encoded], dtype: torch.dtype, device) -> Tensor:
+        """Right-padded (B, L, H) cached hidden states of ``items``, zeros past each one's length: the rows of
+        ``lens.inputs.pad_batch(items, ...)``, whose masks go with them."""
         L = max(len(it.ids) for it in items)
         states = [self.get(it.ids) for it in items]
         hidden = torch.zeros(len(items), L, states[0].shape[-1], dtype=dtype)
-        att = torch.zeros(len(items), L, dtype=torch.long)
-        pool = torch.zeros(len(items), L, dtype=torch.long)
         for i, (it, state) in enumerate(zip(items, states)):
-            n = len(it.ids)
-            hidden[i, :n] = state.to(dtype)
-            att[i, :n] = 1
-            pool[i, :n] = torch.tensor(it.pool)
-        return hidden.to(device), att.to(device), pool.to(device)
+            hidden[i, :len(it.ids)] = state.to(dtype)
+        return hidden.to(device)

@@ -246,12 +246,11 @@ class Trainer:
         With a prefix cache the frozen layers' output is read from it; otherwise the decoder runs from its
         embeddings. Either way the model's own ``forward_from_layer`` does the rest.
         """
-        b = pad_batch(items, self.tokenizer.pad_token_id)  # right-padded, as the cache's batches
-        ids = b["input_ids"].to(self.device)
+        b = pad_batch(items, self.tokenizer.pad_token_id)  # right-padded, as the cache's hidden states
+        ids, att, pool = (b[k].to(self.device) for k in ("input_ids", "attention_mask", "pool_mask"))
         if self.cache is not None:
-            hidden, att, pool = self.cache.batch(items, torch.float32, self.device)
+            hidden = self.cache.hidden(items, torch.float32, self.device)
         else:
-            att, pool = b["attention_mask"].to(self.device), b["pool_mask"].to(self.device)
             hidden = embed(self.decoder, ids)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             return self.model.forward_from_layer(hidden, att, pool, self.split, checkpoint=self.checkpointing,
@@ -513,9 +512,10 @@ class Trainer:
         self.save_model(self.output_dir, rows)
         return self.output_dir
 
-    def close(self) -> None:
-        """Leave the process group this trainer joined (``lens train`` calls it at the end)."""
-        self.dist.close()
+    def close(self, wait: bool = True) -> None:
+        """Leave the process group this trainer joined (``lens train`` calls it at the end; ``wait=False`` after a
+        failure, see ``DistributedContext.close``)."""
+        self.dist.close(wait)
 
     # ------------------------------------------------------------------------------------------------ state
     def save_checkpoint(self, path: Path) -> None:
