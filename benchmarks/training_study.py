@@ -56,6 +56,8 @@ BASE = {
     "bias_init": "fitted",  # the BCE bias's start (TrainConfig.bias_init)
     "logit_position": "next",  # which position's logits stand for a token (LensConfig.logit_position; starting model)
     "term_channel": False,  # the explicit term channel (LensConfig.term_channel; starting model)
+    "start": "clusters",  # "clusters": a fresh `lens cluster-vocab` of the backbone; "default": the shipped model, merged
+    "train_head": True,
 }
 MNTP_DATA = "mixture/squad"  # its documents (Wikipedia paragraphs of the training part) are the masked texts
 
@@ -138,6 +140,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                                    "the own clusters", {**SHIPPED, "mixture": RETRIEVAL,
                                                                         "clusters": 8000, "term_channel": True,
                                                                         "loss": "infonce"}),
+    "default-term-channel-only": ("the shipped default (merged) with the term channel added and trained alone: "
+                                  "decoder and head frozen (lora_layers 0), InfoNCE on the retrieval sets; the "
+                                  "expansion is the default's, only each own token's weight is learnt",
+                                  {**SHIPPED, "mixture": RETRIEVAL, "start": "default", "term_channel": True,
+                                   "lora_layers": 0, "train_head": False, "loss": "infonce"}),
     "retrieval-only-k8000-bidirectional-mntp": ("retrieval-only-k8000 with bidirectional attention after an MNTP "
                                                 "warm-up (LLM2Vec; `lens mntp`: 100 steps of 8 SQuAD paragraphs, "
                                                 "20% of tokens masked, LoRA on every layer, merged)",
@@ -204,6 +211,28 @@ def start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, 
     return other
 
 
+def shipped_start(work: Path, term_channel: bool = False) -> Path:
+    """The shipped default with its adapter merged (made once), with the term channel when ``term_channel``: a
+    starting model for training on top of it."""
+    from lens.config import LensConfig
+    from lens.encoder import LensEncoder
+
+    merged = work / "default-merged"
+    if not (merged / "config.json").is_file():
+        LensEncoder.from_pretrained("default").save_pretrained(merged)
+    if not term_channel:
+        return merged
+    other = work / "default-merged-terms"
+    if not (other / "config.json").is_file():
+        import shutil
+
+        shutil.copytree(merged, other, dirs_exist_ok=True)
+        config = LensConfig.load(other)
+        config.term_channel = True
+        config.save(other)
+    return other
+
+
 def _start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, data: Path | None = None,
                  threads: int | None = None) -> Path:
     from lens.vocab import cluster_vocab
@@ -245,7 +274,7 @@ def train_config(settings: dict, model: Path, data: Path, val_file: Path, steps:
              "loss": settings["loss"], "steps": steps, "max_negatives": settings["max_negatives"],
              "max_per_task": per_task}
     keys = ("lora_layers", "lr", "head_lr", "warmup_steps", "batch_size", "temperature", "query_max_length",
-            "doc_max_length", "max_length", "bias_init")
+            "doc_max_length", "max_length", "bias_init", "train_head")
     return TrainConfig.from_dict({
         "model": str(model), "stages": [stage], "seed": seed, "threads": threads, "val_data": [str(val_file)],
         "val_examples": 10**6, "checkpoint_every": min(steps, 50), "eval_every": steps,
@@ -326,15 +355,18 @@ def run_variant(name: str, settings: dict, args, rerank, sts, dense, val_file: P
     from lens.train.trainer import Trainer
 
     t0 = time.perf_counter()
-    model = start_model(args.work, settings["clusters"], settings["attention"], settings["mntp_steps"], args.data,
-                        args.threads, settings["logit_position"], settings["term_channel"])
+    if settings["start"] == "default":
+        model = shipped_start(args.work, settings["term_channel"])
+    else:
+        model = start_model(args.work, settings["clusters"], settings["attention"], settings["mntp_steps"], args.data,
+                            args.threads, settings["logit_position"], settings["term_channel"])
     start_s = time.perf_counter() - t0
     config = train_config(settings, model, args.data, val_file, max(steps, 1), args.seed, args.per_task, args.threads)
     split = "all" if settings["lora_layers"] is None else settings["lora_layers"]
-    cache = args.work / f"prefix-{settings['attention']}-{split}"
+    cache = args.work / f"prefix-{settings['attention']}-{split}"  # the states are keyed by the model too
     out = args.work / "runs" / row_name(name, args.seed)
     t0 = time.perf_counter()
-    trainer = Trainer(config, out, prefix_cache_dir=cache if settings["lora_layers"] else None)
+    trainer = Trainer(config, out, prefix_cache_dir=cache if settings["lora_layers"] is not None else None)
     setup_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     if steps:

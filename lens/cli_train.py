@@ -150,7 +150,9 @@ def register(subparsers) -> None:
     loss.names = LazyChoices("lens.train.objectives:OBJECTIVES")
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--epochs", type=float, default=None)
-    t.add_argument("--lora-layers", type=int, default=None, help="train the top N layers only (cache the rest)")
+    t.add_argument("--lora-layers", type=int, default=None,
+                   help="train the top N layers only (cache the rest); 0: no LoRA, the decoder frozen (only the head, "
+                        "or the term channel with train_head false in --config, trains)")
     t.add_argument("--batch-size", type=int, default=None)
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--seed", type=int, default=None)

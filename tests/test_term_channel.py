@@ -159,3 +159,49 @@ def test_special_token_ids_join_the_added_special_tokens_and_the_named_ones():
     assignment = np.arange(10) % 3
     got = term_clusters_of(assignment, tok)
     assert got.tolist() == [-1, 1, -1, 0, 1, -1, 0, 1, 2, 0] and assignment[0] == 0  # the input is not changed
+
+
+def test_the_channel_alone_trains_on_a_frozen_model(term_dir, data_file, tmp_path):  # noqa: F811
+    """lora_layers=0 with the head frozen trains the term channel alone: the decoder and the head keep every weight
+    (the cache holds every layer's output), the model is written without an adapter, and a run stopped at a
+    checkpoint resumes to the uninterrupted run's channel."""
+    from lens.encoder import LensEncoder
+    from lens.train.trainer import Trainer
+
+    cfg = _config(term_dir, data_file, lora_layers=0, train_head=False, lr=5e-2, head_lr=5e-2)
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    assert t.peft_model is None and t.cache is not None
+    assert [g["name"] for g in t.optimizer.param_groups] == ["term"]
+    decoder = {k: v.clone() for k, v in t.decoder.state_dict().items()}
+    head = t.model.head.weight.detach().clone()
+    out = t.train()
+    assert all(torch.equal(v, decoder[k]) for k, v in t.decoder.state_dict().items())
+    assert torch.equal(t.model.head.weight, head)
+    trained = t.model.term_vector()
+    assert not np.allclose(trained, np.r_[np.zeros(trained.size - 1), TERM_BIAS_INIT])
+    conf = json.loads((out / "config.json").read_text())
+    assert conf.get("adapter") is None and not (out / "adapter").exists()
+    assert "No LoRA" in (out / "README.md").read_text()
+    texts = ["cancer drug trial", "mouse gene expression levels"]
+    with torch.no_grad():
+        want = t.encode(texts)
+    assert_close(LensEncoder.from_pretrained(out).encode_documents(texts), want, atol=1e-4)
+
+    # stopped after step 2 (a checkpoint every 2 steps), then resumed: the same channel as the whole run
+    half = Trainer(cfg, tmp_path / "half", show_progress_bar=False)
+    for _ in range(2):
+        half.train_step()
+    half.save_checkpoint(tmp_path / "half" / "checkpoint")
+    again = Trainer(cfg, tmp_path / "half", show_progress_bar=False)
+    again.train(resume=True)
+    assert_close(again.model.term_vector(), trained, atol=1e-6)
+
+
+def test_a_frozen_run_needs_something_to_train(tiny_lens_dir, data_file, tmp_path):  # noqa: F811
+    from lens.train.trainer import Trainer
+
+    with pytest.raises(ValueError, match="nothing to train"):
+        Trainer(_config(tiny_lens_dir, data_file, lora_layers=0, train_head=False), tmp_path / "out",
+                show_progress_bar=False)
+    with pytest.raises(ValueError, match="lora_layers must be >= 0"):
+        _config(tiny_lens_dir, data_file, lora_layers=-1)

@@ -27,7 +27,7 @@ STATE_TENSORS = "state.safetensors"
 STATE_JSON = "state.json"
 
 
-def save_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch.optim.Optimizer, step: int,
+def save_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer: torch.optim.Optimizer, step: int,
                     plan_length: int, head: Tensor | None = None, bias: Tensor | None = None,
                     world_size: int = 1, extra: Mapping[str, Tensor] | None = None) -> None:
     """Write the state after ``step`` optimiser steps of a plan of ``plan_length`` steps to ``path``
@@ -36,7 +36,8 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch
     from peft import get_peft_model_state_dict
     from safetensors.torch import save
 
-    tensors = {f"adapter.{k}": v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
+    tensors = {} if peft_model is None else {
+        f"adapter.{k}": v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(peft_model).items()}
     if head is not None:
         tensors["head"] = head.detach().cpu().contiguous()
     if bias is not None:
@@ -55,7 +56,8 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch
                                       "world_size": world_size})
 
 
-def load_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch.optim.Optimizer, plan_length: int,
+def load_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer: torch.optim.Optimizer,
+                    plan_length: int,
                     device: torch.device, head: Tensor | None = None, bias: Tensor | None = None,
                     extra: Mapping[str, Tensor] | None = None) -> int:
     """Restore the state saved in ``path`` in place; returns the step to continue from."""
@@ -71,8 +73,12 @@ def load_checkpoint(path: str | Path, *, peft_model: nn.Module, optimizer: torch
         tensors = load_file(path / STATE_TENSORS)
     except Exception as e:  # safetensors' own error types for a damaged file
         raise ValueError(f"{path / STATE_TENSORS} cannot be read ({e}); delete {path} to start over") from e
-    set_peft_model_state_dict(peft_model, {k[len("adapter."):]: v for k, v in tensors.items()
-                                           if k.startswith("adapter.")})
+    adapter = {k[len("adapter."):]: v for k, v in tensors.items() if k.startswith("adapter.")}
+    if (peft_model is None) != (not adapter):
+        raise ValueError(f"{path} was written by a run {'with' if adapter else 'without'} LoRA layers, this config "
+                         f"has {'none' if peft_model is None else 'some'}; resume with the same config")
+    if peft_model is not None:
+        set_peft_model_state_dict(peft_model, adapter)
     targets = [("head", head), ("bias", bias)] + [(f"extra.{k}", v) for k, v in (extra or {}).items()]
     for name, target in targets:
         if target is None:

@@ -48,7 +48,7 @@ class TrainConfig:
     lora_alpha: int = 64
     lora_dropout: float = 0.0
     lora_targets: list[str] = field(default_factory=lambda: list(ALL_PROJECTIONS))
-    lora_layers: int | None = None  # train the top N layers only (None: every layer)
+    lora_layers: int | None = None  # train the top N layers only (None: every layer; 0: none, the decoder frozen)
     train_head: bool = True  # the cluster head (k x hidden) is trained too
     # optimisation
     lr: float = 1e-4
@@ -110,8 +110,9 @@ class TrainConfig:
         if w_lex == 0:
             raise ValueError("hybrid_weights: the lexicon weight must be > 0 (the hybrid loss trains the lexicon)")
         self.hybrid_weights = [w_lex, w_dense]
-        if self.lora_layers is not None and self.lora_layers < 1:
-            raise ValueError(f"lora_layers must be >= 1 (or null for every layer), got {self.lora_layers}")
+        if self.lora_layers is not None and self.lora_layers < 0:
+            raise ValueError(f"lora_layers must be >= 0 (0: the decoder frozen; null: every layer), got "
+                             f"{self.lora_layers}")
         for name in ("batch_size", "grad_accum", "lora_r", "query_max_length", "doc_max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -51,9 +51,11 @@ def model_card(cfg, *, backbone: str, num_clusters: int, max_length: int, steps:
         f"(backbone `{backbone}`, k = {num_clusters} clusters).", "",
         "## How it was made", "", "```bash", command, "```", "",
         f"- Training config: `train_config.json` (beside this card); curves: `{LOG_NAME}`, `{CURVES_NAME}`.",
-        f"- LoRA r={cfg.lora_r}, alpha={cfg.lora_alpha}, dropout {cfg.lora_dropout}, on "
-        f"{'every layer' if cfg.lora_layers is None else f'the top {cfg.lora_layers} layers'} "
-        f"({', '.join(cfg.lora_targets)}); cluster head {'trained' if cfg.train_head else 'frozen'}.",
+        (f"- No LoRA: the decoder frozen (lora_layers 0); cluster head {'trained' if cfg.train_head else 'frozen'}."
+         if cfg.lora_layers == 0 else
+         f"- LoRA r={cfg.lora_r}, alpha={cfg.lora_alpha}, dropout {cfg.lora_dropout}, on "
+         f"{'every layer' if cfg.lora_layers is None else f'the top {cfg.lora_layers} layers'} "
+         f"({', '.join(cfg.lora_targets)}); cluster head {'trained' if cfg.train_head else 'frozen'}."),
         f"- Optimiser: AdamW, lr {cfg.lr}, warm-up {cfg.warmup_steps} steps then linear decay; temperature "
         f"{cfg.temperature}; query/document lengths {cfg.query_max_length}/{cfg.doc_max_length} tokens in training; "
         f"the model encodes up to {max_length} tokens.",

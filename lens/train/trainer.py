@@ -121,15 +121,20 @@ class Trainer:
         self.tokenizer = self.encoder.tokenizer
         decoder = self.model.decoder
         n = num_layers(decoder)
-        k = cfg.lora_layers or n
+        k = n if cfg.lora_layers is None else cfg.lora_layers
         if k > n:
             raise ValueError(f"lora_layers={k} but the backbone has {n} layers")
+        if k == 0 and not cfg.train_head and self.model.term is None:
+            raise ValueError("lora_layers=0 with train_head false leaves nothing to train: train the head, give "
+                             "LoRA layers, or start from a model with the term channel (term_channel in config.json)")
         self.split = n - k
         for p in self.model.parameters():
             p.requires_grad_(False)
-        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, bias="none",
-                          target_modules=lora_target_names(decoder, cfg.lora_targets, self.split))
-        self.peft_model = get_peft_model(decoder, lora)  # injects LoRA into `decoder` in place
+        self.peft_model = None  # lora_layers=0: the decoder stays frozen, only the head / term channel train
+        if k:
+            lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, bias="none",
+                              target_modules=lora_target_names(decoder, cfg.lora_targets, self.split))
+            self.peft_model = get_peft_model(decoder, lora)  # injects LoRA into `decoder` in place
         self.decoder = decoder
         self.model.head.weight.requires_grad_(cfg.train_head)
         self.bias = nn.Parameter(torch.zeros((), device=self.device))
@@ -141,8 +146,10 @@ class Trainer:
         self.validation_objective = Objective("infonce", temperature=cfg.temperature, bce_scale=cfg.bce_scale,
                                               graded_floor=cfg.graded_floor)
         self._load_data()
-        groups = [{"params": [p for p in self.decoder.parameters() if p.requires_grad], "lr": cfg.lr,
-                   "weight_decay": cfg.weight_decay, "name": "lora"}]
+        groups = []
+        if self.peft_model is not None:
+            groups.append({"params": [p for p in self.decoder.parameters() if p.requires_grad], "lr": cfg.lr,
+                           "weight_decay": cfg.weight_decay, "name": "lora"})
         if cfg.train_head:
             groups.append({"params": [self.model.head.weight], "lr": cfg.head_lr or cfg.lr,
                            "weight_decay": cfg.weight_decay, "name": "head"})
@@ -157,8 +164,10 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(groups)
         self.gradcache = GradCache(self._lexicon, cfg.cache_chunk) if cfg.cache_chunk else None
         trainable = sum(p.numel() for g in groups for p in g["params"])
-        logger.info("training %d parameters: LoRA r=%d on layers %d-%d of %d, head %s; %d steps%s%s",
-                    trainable, cfg.lora_r, self.split, n - 1, n, "trained" if cfg.train_head else "frozen",
+        where = f"LoRA r={cfg.lora_r} on layers {self.split}-{n - 1} of {n}" if k else f"no LoRA ({n} layers frozen)"
+        logger.info("training %d parameters: %s, head %s%s; %d steps%s%s",
+                    trainable, where, "trained" if cfg.train_head else "frozen",
+                    ", term channel" if self.model.term is not None else "",
                     len(self.plan), f"; {self.dist.world_size} processes" if self.dist.enabled else "",
                     f"; cached loss, chunks of {cfg.cache_chunk}" if cfg.cache_chunk else "")
 
@@ -556,7 +565,7 @@ class Trainer:
         from lens.model_dir import write_model_dir
 
         config = LensConfig.from_dict(self.encoder.config.to_dict())
-        config.adapter = ADAPTER_DIR
+        config.adapter = ADAPTER_DIR if self.peft_model is not None else None
         if self.config.max_length is not None:
             config.max_length = self.config.max_length
         config.extra = dict(config.extra, training={
@@ -570,5 +579,5 @@ class Trainer:
                           stage_examples=self.data, rows=rows, world_size=self.dist.world_size)
         write_model_dir(path, config, self.encoder.assignment, self.model.head.weight.detach().float().cpu().numpy(),
                         self.tokenizer, centroids_dtype=np.float16 if self.config.train_head else np.float32,
-                        adapter=self._save_adapter,
+                        adapter=self._save_adapter if self.peft_model is not None else None,
                         files={CARD_NAME: card.encode("utf-8")}, keep_existing=True, term=self.model.term_vector())
