@@ -390,6 +390,10 @@ class LensEncoder:
         output: Literal["lexicon", "dense", "both"] = "lexicon",
         convert_to: Literal["numpy", "torch", "sparse"] = "numpy",
         prompt: str | None = None,
+        *,
+        normalize_embeddings: bool | None = None,
+        convert_to_tensor: bool | None = None,
+        convert_to_numpy: bool | None = None,
     ):
         """Encode texts; a single string gives a single vector, a list gives a (N, dim) matrix.
 
@@ -398,7 +402,11 @@ class LensEncoder:
         matrix for the lexicon part. Texts longer than ``max_seq_length`` are truncated (one warning per call; inside
         ``count_truncations`` they are counted instead, and ``reported_truncations`` warns once for all its calls).
         ``batch_size=None``: 32 on a CPU, and on a GPU as many as the free memory holds (``auto_batch_size``).
+        sentence-transformers' ``normalize_embeddings``, ``convert_to_tensor`` and ``convert_to_numpy`` are accepted
+        for ``normalize`` and ``convert_to``.
         """
+        normalize, convert_to = _st_keywords(normalize, convert_to, normalize_embeddings, convert_to_tensor,
+                                             convert_to_numpy)
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
         if convert_to not in CONVERSIONS:
@@ -549,6 +557,21 @@ class LensEncoder:
         vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]
         top = np.argsort(-vec, kind="stable")[:top_k]
         return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens)) for c in top if vec[c] > 0]
+
+
+def _st_keywords(normalize: bool, convert_to: str, normalize_embeddings: bool | None,
+                 convert_to_tensor: bool | None, convert_to_numpy: bool | None) -> tuple[bool, str]:
+    """``encode``'s ``normalize`` and ``convert_to`` with sentence-transformers' names for them applied (a
+    tensor wins over numpy, as there); a name that contradicts the LENS one given beside it is an error."""
+    if normalize_embeddings is not None:
+        normalize = bool(normalize_embeddings)
+    wanted = "torch" if convert_to_tensor else "numpy" if convert_to_numpy else None
+    if wanted is not None:
+        if convert_to not in ("numpy", wanted):
+            name = "convert_to_tensor" if wanted == "torch" else "convert_to_numpy"
+            raise ValueError(f"convert_to={convert_to!r} contradicts {name}=True; give one of them")
+        convert_to = wanted
+    return normalize, convert_to
 
 
 def term_clusters_of(assignment: np.ndarray, tokenizer) -> np.ndarray:

@@ -333,3 +333,18 @@ def test_own_logit_position_pools_each_tokens_own_logits(tiny_lens_dir, tmp_path
     shifted = torch.log1p(torch.relu(logits[[i - 1 for i in positions]].amax(0))).numpy()
     assert_close(LensEncoder.from_pretrained(tiny_lens_dir).encode("cell protein gene", normalize=False), shifted,
                  atol=1e-5)
+
+
+def test_sentence_transformers_keyword_names(tiny_encoder):
+    """``normalize_embeddings``, ``convert_to_tensor`` and ``convert_to_numpy`` (sentence-transformers' names) do
+    what ``normalize`` and ``convert_to`` do; a contradiction between the two names is refused."""
+    texts = ["cancer drug trial", "mouse gene expression levels"]
+    raw = tiny_encoder.encode(texts, normalize=False)
+    assert np.allclose(tiny_encoder.encode(texts, normalize_embeddings=False), raw)
+    assert np.allclose(np.linalg.norm(tiny_encoder.encode(texts, normalize=False, normalize_embeddings=True), axis=1),
+                       1.0, atol=1e-5)
+    as_tensor = tiny_encoder.encode(texts, convert_to_tensor=True, normalize_embeddings=False)
+    assert isinstance(as_tensor, torch.Tensor) and np.allclose(as_tensor.numpy(), raw)
+    assert isinstance(tiny_encoder.encode(texts, convert_to_numpy=True), np.ndarray)
+    with pytest.raises(ValueError, match="contradicts convert_to_tensor"):
+        tiny_encoder.encode(texts, convert_to="sparse", convert_to_tensor=True)
