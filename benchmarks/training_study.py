@@ -197,40 +197,35 @@ def start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, 
     start = _start_model(work, clusters, attention, mntp_steps, data, threads)
     if logit_position == "next" and not term_channel:
         return start
-    from lens.config import LensConfig
-
     suffix = "".join(["" if logit_position == "next" else f"-{logit_position}", "-terms" if term_channel else ""])
-    other = start.with_name(f"{start.name}{suffix}")
-    if not (other / "config.json").is_file():
+    return config_copy(start, start.with_name(f"{start.name}{suffix}"), logit_position=logit_position,
+                       term_channel=term_channel)
+
+
+def config_copy(source: Path, target: Path, **settings) -> Path:
+    """``target``: a copy of the model directory ``source`` (made once) whose config.json has ``settings``."""
+    if not (target / "config.json").is_file():
         import shutil
 
-        shutil.copytree(start, other, dirs_exist_ok=True)
-        config = LensConfig.load(other)
-        config.logit_position, config.term_channel = logit_position, term_channel
-        config.save(other)
-    return other
+        from lens.config import LensConfig
+
+        shutil.copytree(source, target, dirs_exist_ok=True)
+        config = LensConfig.load(target)
+        for name, value in settings.items():
+            setattr(config, name, value)
+        config.save(target)
+    return target
 
 
 def shipped_start(work: Path, term_channel: bool = False) -> Path:
     """The shipped default with its adapter merged (made once), with the term channel when ``term_channel``: a
     starting model for training on top of it."""
-    from lens.config import LensConfig
     from lens.encoder import LensEncoder
 
     merged = work / "default-merged"
     if not (merged / "config.json").is_file():
         LensEncoder.from_pretrained("default").save_pretrained(merged)
-    if not term_channel:
-        return merged
-    other = work / "default-merged-terms"
-    if not (other / "config.json").is_file():
-        import shutil
-
-        shutil.copytree(merged, other, dirs_exist_ok=True)
-        config = LensConfig.load(other)
-        config.term_channel = True
-        config.save(other)
-    return other
+    return config_copy(merged, work / "default-merged-terms", term_channel=True) if term_channel else merged
 
 
 def _start_model(work: Path, clusters: int, attention: str, mntp_steps: int = 0, data: Path | None = None,
