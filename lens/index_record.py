@@ -7,7 +7,7 @@ search``, ``lens serve`` and ``lens index add``) reads it back. The keys in ``in
 =========================== ====================================================================================
 ``lens_model``              ``"default"``, the absolute path of the LENS model directory, or null when the encoder
                             was built in memory and cannot be loaded again (then pass the encoder to open the index)
-``dense``                   the dense kind (``lens.hybrid.DENSE_KINDS``): ``minilm``, ``lens`` or ``none``
+``dense``                   the dense kind (``lens.hybrid.DENSE_KINDS``): ``minilm``, ``mpnet``, ``lens`` or ``none``
 ``lens_quantize``           the quantisation the documents were encoded in: ``"int8"``, or null (float32)
 ``text_normalization``      the model's text rule (its config's ``text_normalization``), null for none
 =========================== ====================================================================================

@@ -59,6 +59,10 @@ class EncoderSpec:
             from lens.dense import DenseEncoder
 
             dense = DenseEncoder.from_pretrained("minilm", device=device)
+        elif self.dense == "mpnet":
+            from lens.peers import load_mpnet
+
+            dense = load_mpnet(device=device)
         return HybridEncoder(LensEncoder.from_pretrained(self.model, device=device), self.dense, dense)
 
 

@@ -187,3 +187,37 @@ def test_an_index_is_queried_under_the_text_rule_its_documents_were_encoded_with
     searcher = Searcher.open(ix)
     assert searcher.encoder.lens.config.text_normalization == built_with
     _same([[(i, float(x)) for i, x in zip(r.ids, r.scores)] for r in searcher.search(queries, k=4)], want)
+
+
+def test_an_mpnet_dense_part_is_recorded_and_reopened(tiny_lens_dir, tmp_path, capsys, monkeypatch):
+    """--dense mpnet loads the peer through lens.peers.load_mpnet (here a stand-in: the packaged MiniLM under
+    another name), records the kind, and every reader loads the same dense model again."""
+    from lens.dense import DenseEncoder
+
+    loads = []
+
+    def fake_mpnet(cache_root=None, device=None):
+        loads.append(device)
+        encoder = DenseEncoder.from_pretrained("minilm")
+        encoder.name = "stand-in-mpnet"
+        return encoder
+
+    monkeypatch.setattr("lens.peers.load_mpnet", fake_mpnet)
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 12)
+    ix = tmp_path / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "mpnet"]) == 0
+    manifest = json.loads((ix / "manifest.json").read_text())
+    assert manifest["info"]["dense"] == "mpnet" and manifest["fingerprint"]["dense_model"] == "stand-in-mpnet"
+    assert len(loads) == 1
+    searched = _searched(ix, QUERIES)
+    assert len(loads) == 2  # the searcher loaded the recorded kind again
+    encoder = HybridEncoder(LensEncoder.from_pretrained(tiny_lens_dir), "mpnet")
+    lex, dense = encoder.encode_documents([d.full_text for d in load_corpus(corpus)])
+    q_lex, q_dense = encoder.encode_queries(QUERIES[:1])
+    scores = 0.5 * (lex @ q_lex[0]) + 0.5 * (dense @ q_dense[0])  # the index's default weights
+    ids = [d.id for d in load_corpus(corpus)]
+    assert [i for i, _ in searched[0]] == [ids[j] for j in np.argsort(-scores, kind="stable")[:5]]
+    _same(_cli_search(ix, capsys), searched)
+    assert EncoderSpec.of(encoder).dense == "mpnet" and EncoderSpec(str(tiny_lens_dir), "mpnet").load().dense.name \
+        == "stand-in-mpnet"

@@ -330,7 +330,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--model", default="default", help="LENS model directory or 'default'")
     parser.add_argument("--systems", type=_systems, default=None,
                         help=f"comma-separated, of: {','.join(ALL_SYSTEMS)}; default: every one whose packages are "
-                             "installed (the peers splade-tiny, mpnet, bm25+mpnet need `make peers`)")
+                             "installed (the peers splade-tiny, mpnet, bm25+mpnet, lens-hybrid-mpnet need "
+                             "`make peers`)")
     parser.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
                         help="LENS max_seq_length (documents and queries), overriding the model's "
                              "(benchmarks/doc_length.py)")

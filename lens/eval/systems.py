@@ -22,6 +22,8 @@ returning ``{doc id: score}`` for one query, including the query's encoding, so 
 ``mpnet``           peer (``make peers``): all-mpnet-base-v2 (max 384 tokens, mean pooling), cosine on a flat FAISS
                     index, like ``minilm``
 ``bm25+mpnet``      peer: min-max normalised convex fusion (0.5/0.5) of the bm25 and mpnet runs, like ``bm25+minilm``
+``lens-hybrid-mpnet`` peer: ``lens-hybrid`` with all-mpnet-base-v2 as the dense part (``lens index build --dense
+                    mpnet``): what the lexicon adds to a stronger dense model
 =================== ===============================================================================================
 
 The peers need packages outside the project's dependencies (``make peers``). Asked for by name without them,
@@ -60,7 +62,7 @@ __all__ = [
 
 BASE_SYSTEMS = ("bm25", "minilm", "bm25+minilm", "bm25+minilm-rrf", "lens-lexicon", "lens-dense", "lens-hybrid",
                 "lens-hybrid+bm25", "lens-hybrid+bm25-rrf")
-PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet")  # optional packages: ``make peers``
+PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet")  # optional packages: ``make peers``
 # The LENS systems again with int8 linear layers (``lens.quantize``), for float32-vs-int8 quality in one run; only
 # when named in --systems (a default run would encode every corpus twice)
 INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8", "lens-hybrid-int8+bm25", "lens-hybrid-int8+bm25-rrf")
@@ -543,7 +545,8 @@ class LensHybrid(_VectorSystem):
     def describe(self):
         w = "unresolved" if self.weights is None else f"({self.weights[0]:.3f}, {self.weights[1]:.3f})"
         how = " (balanced on this corpus: index.vectors.balanced_weights)" if self.spec == BALANCED else ""
-        return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + MiniLM dense, "
+        dense = "all-mpnet-base-v2" if isinstance(self.minilm, MPNetResource) else "MiniLM"
+        return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + {dense} dense, "
                 f"weights (lex, dense) = {w}{how}")
 
 
@@ -609,6 +612,7 @@ SYSTEMS = {
     "mpnet": lambda get, r, instr, w, depth: DenseSystem(r.mpnet, "mpnet"),
     "bm25+mpnet": lambda get, r, instr, w, depth: FusionSystem(
         "bm25+mpnet", [get("bm25"), get("mpnet")], "minmax", [0.5, 0.5], depth),
+    "lens-hybrid-mpnet": lambda get, r, instr, w, depth: LensHybrid(r.lens, r.mpnet, instr, w, "lens-hybrid-mpnet"),
     "lens-lexicon-int8": lambda get, r, instr, w, depth: LensLexicon(r.lens_int8, instr, "lens-lexicon-int8"),
     "lens-hybrid-int8": lambda get, r, instr, w, depth: LensHybrid(r.lens_int8, r.minilm, instr, w, "lens-hybrid-int8"),
     "lens-hybrid-int8+bm25": lambda get, r, instr, w, depth: FusionSystem(
@@ -620,7 +624,7 @@ assert tuple(SYSTEMS) == ALL_SYSTEMS
 
 # The peer model each peer system needs (lens.peers: ``<model>_available``, and a locator that raises
 # MissingPackageError naming ``make peers`` when the model is not installed)
-PEER_NEEDS = {"splade-tiny": "splade", "mpnet": "mpnet", "bm25+mpnet": "mpnet"}
+PEER_NEEDS = {"splade-tiny": "splade", "mpnet": "mpnet", "bm25+mpnet": "mpnet", "lens-hybrid-mpnet": "mpnet"}
 
 
 def _peer_checks() -> dict[str, tuple]:
