@@ -264,7 +264,7 @@ def test_pydoc_corpus_is_always_there():
 def test_fingerprint_names_the_dense_model(tiny_encoder):
     fp = HybridEncoder(tiny_encoder, "none").fingerprint()
     assert fp["dense_model"] == "none" and len(fp["lens_clusters"]) == 64
-    with pytest.raises(ValueError, match="unknown dense kind 'bm25'; valid: minilm, lens, none"):
+    with pytest.raises(ValueError, match="unknown dense kind 'bm25'; valid: minilm, mpnet, lens, none"):
         HybridEncoder(tiny_encoder, "bm25")
 
 
