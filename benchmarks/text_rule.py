@@ -1,6 +1,9 @@
 """Which texts a model's text rule changes (issue 39): for each set and variant, the documents and queries that
 each rule of ``lens.inputs.TEXT_NORMALIZATIONS`` rewrites, so a rule's effect on a collection is known exactly
 before anything is encoded (a rule that changes no text of a set leaves its vectors, and its nDCG, as they were).
+It also measures how well each rule brings a text in capitals back to its original: the sentences of an STS split
+(STS-B's train split by default: a training split, never judged), upper-cased, then put through each rule; the share
+of words and of whole sentences that come back exactly as written.
 
     python benchmarks/text_rule.py --sets scifact,adi,cranfield,medline
     python benchmarks/text_rule.py --sets adi --variants original,upper-queries --rules lowercase-shouted
@@ -31,7 +34,30 @@ def render(results: dict) -> list[str]:
             c = row["changed"][r]
             cells += [f"{c['docs']} / {row['docs']}", f"{c['queries']} / {row['queries']}"]
         lines.append(f"| {row['set']} | {row['variant']} | " + " | ".join(cells) + " |")
+    restore = results.get("restore")
+    if restore:
+        lines += ["", f"## Texts in capitals brought back ({restore['set']}, {restore['split']} split, "
+                  f"{restore['sentences']} sentences, {restore['words']} words)", "",
+                  "Each sentence upper-cased, then put through the rule: the share of its words (letters, as "
+                  "`lens.casing.WORD` finds them) and of whole sentences equal to the original.", "",
+                  "| rule | words restored | sentences restored |", "|---|---:|---:|"]
+        lines += [f"| {r['rule']} | {r['words']:.3f} | {r['sentences']:.3f} |" for r in restore["rules"]]
     return lines
+
+
+def restoration(sentences: list[str], rules: list[str]) -> list[dict]:
+    """For each rule: the shares of words and of sentences that ``rule(upper(sentence))`` gives back as written."""
+    from lens.casing import WORD
+    from lens.inputs import normalize_texts
+
+    shouted = [t.upper() for t in sentences]
+    out = []
+    for rule in ["none", *rules]:
+        back = shouted if rule == "none" else normalize_texts(shouted, rule)
+        words = [(a == b) for x, y in zip(sentences, back) for a, b in zip(WORD.findall(x), WORD.findall(y))]
+        out.append({"rule": rule, "words": sum(words) / max(len(words), 1),
+                    "sentences": sum(x == y for x, y in zip(sentences, back)) / max(len(sentences), 1)})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=VARIANTS, help="lens data variant names ('original': the set as it is)")
     p.add_argument("--rules", default=None, help="comma-separated rules (default: every rule)")
     p.add_argument("--work-dir", default=".cache/ood-variants", help="where variants are written (as benchmarks/ood.py)")
+    p.add_argument("--restore", default="stsbenchmark:train",
+                   help="SET:SPLIT of STS sentences for the restoration table ('' to skip; default stsbenchmark:train)")
     add_data_dir_argument(p)
     args = start(p, argv, "ood/text_rule", render)
     if args is None:
@@ -64,7 +92,20 @@ def main(argv: list[str] | None = None) -> int:
                        for r in rules}
             rows.append({"set": d.name, "variant": variant, "docs": len(docs), "queries": len(queries),
                          "changed": changed})
-    return finish(args, {"rules": rules, "rows": rows}, render)
+    results = {"rules": rules, "rows": rows}
+    if args.restore:
+        from lens.eval.sts import load_sts
+        from lens.eval.sts_bench import resolve_sts_file
+
+        name, _, split = args.restore.partition(":")
+        s1, s2, _ = load_sts(resolve_sts_file(name, args.data_dir), split or "train")
+        sentences = s1 + s2
+        from lens.casing import WORD
+
+        results["restore"] = {"set": name, "split": split or "train", "sentences": len(sentences),
+                              "words": sum(len(WORD.findall(t)) for t in sentences),
+                              "rules": restoration(sentences, rules)}
+    return finish(args, results, render)
 
 
 if __name__ == "__main__":

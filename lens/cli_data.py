@@ -147,6 +147,22 @@ def cmd_variant(args: argparse.Namespace) -> None:
           f"{rec['queries_changed']} of {rec['queries']} queries changed")
 
 
+def cmd_casing(args: argparse.Namespace) -> None:
+    from itertools import chain
+
+    from lens.casing import MIN_COUNT, MIN_SHARE, build_casing_table
+    from lens.train.data import shared_texts
+
+    sources = sorted(str(p) for p in args.sets)
+    texts = chain.from_iterable(shared_texts(p) for p in sources)
+    table = build_casing_table(texts, min_count=MIN_COUNT if args.min_count is None else args.min_count,
+                               min_share=MIN_SHARE if args.min_share is None else args.min_share,
+                               sources=[Path(p).resolve().name for p in sources])
+    table.save(args.out)
+    print(f"{args.out}: {len(table.forms)} words with a usual form other than lower case, from {table.texts} "
+          f"distinct mixed-case texts of {len(sources)} set(s)")
+
+
 def cmd_stats(args: argparse.Namespace) -> None:
     from lens.train.data import read_examples
 
@@ -257,6 +273,16 @@ def register(subparsers) -> argparse.ArgumentParser:
     va.add_argument("--seed", type=int, default=0, help="the typos' seed (default 0)")
     va.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     va.set_defaults(func=cmd_variant, command="data variant")
+
+    ca = sub.add_parser("casing", help="the casing table of the truecase-shouted text rule (lens.casing): each "
+                                       "word's usual written form, counted over training sets' texts")
+    ca.add_argument("sets", nargs="+", type=Path,
+                    help="shared training sets (a directory with pairs.jsonl[.gz], or the file itself)")
+    ca.add_argument("--out", type=Path, required=True, help="the table to write (gzipped JSON)")
+    ca.add_argument("--min-count", type=int, default=None, help="fewest sightings of a word's usual form (default 2)")
+    ca.add_argument("--min-share", type=float, default=None,
+                    help="least share of a word's sightings its usual form must have (default 0.6)")
+    ca.set_defaults(func=cmd_casing, command="data casing")
 
     st = sub.add_parser("stats", help="examples per task, mean negatives, share with score/teacher/instruction")
     st.add_argument("files", nargs="+", type=Path)

@@ -13,11 +13,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-# The text rules a model config may name (``LensConfig.text_normalization``), applied to a text before tokenising.
-# None (no entry) keeps the text as it is. Case matters to a cased vocabulary: "HEART" and "heart" are different
-# tokens in different clusters, so a corpus or query in capitals gets other vectors unless the model folds case.
-SHOUTED_SHARE = 0.7  # a text is shouted when at least this share of its cased letters are capitals ...
-SHOUTED_MIN_CAPITALS = 6  # ... and it has at least this many: "DNA" or "HIV-1" alone stay as they are
+from lens.casing import is_shouted, truecase_shouted, truecase_uncased
 
 
 def lowercase_shouted(text: str) -> str:
@@ -25,19 +21,22 @@ def lowercase_shouted(text: str) -> str:
 
     Mixed-case text keeps its case, so a model trained on ordinary text sees exactly what it was trained on (the
     rule leaves every text of a normal corpus alone), while a text in capitals, whose tokens a cased vocabulary
-    scatters into other clusters, is brought to the lower-case form the model reads best.
+    scatters into other clusters, is brought to the lower-case form.
     """
-    upper = sum(c.isupper() for c in text)
-    if upper < SHOUTED_MIN_CAPITALS:
-        return text
-    lower = sum(c.islower() for c in text)
-    return text.lower() if upper >= SHOUTED_SHARE * (upper + lower) else text
+    return text.lower() if is_shouted(text) else text
 
 
+# The text rules a model config may name (``LensConfig.text_normalization``), applied to a text before tokenising.
+# None (no entry) keeps the text as it is. Case matters to a cased vocabulary: "HEART" and "heart" are different
+# tokens in different clusters, so a corpus or query in capitals gets other vectors unless the model folds case.
 TEXT_NORMALIZATIONS: dict[str, Callable[[str], str]] = {
     "lowercase": str.lower,
     "casefold": str.casefold,  # lowercase plus Unicode folds ("Straße" -> "strasse")
     "lowercase-shouted": lowercase_shouted,  # only texts written in capitals (lowercase_shouted)
+    # only texts written in capitals, each word back in its usual form (lens.casing.truecase_shouted)
+    "truecase-shouted": truecase_shouted,
+    # likewise, and texts without a capital ("dna repair in yeast" -> "DNA repair in yeast")
+    "truecase-uncased": truecase_uncased,
 }
 
 

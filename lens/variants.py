@@ -94,6 +94,18 @@ def get_variant(name: str) -> Variant:
     return VARIANTS[name]
 
 
+def rewrite_texts(texts: list[str], name: str, *, seed: int = 0, key: str = "") -> list[str]:
+    """``texts`` (sentences of an STS set, say) under variant ``name``'s query rewrite; "original" keeps them. The
+    i-th text's typos are keyed by ``key`` and i, so both sides of a pair get their own."""
+    if name == "original":
+        return list(texts)
+    variant = get_variant(name)
+    if variant.query is None:
+        usable = ", ".join(n for n, v in VARIANTS.items() if v.query is not None)
+        raise ValueError(f"variant {name!r} rewrites only documents; texts take original, {usable}")
+    return [variant.query(t, seed, f"{key}{i}") for i, t in enumerate(texts)]
+
+
 def _write_jsonl_gz(path: Path, records) -> None:
     with gzip.open(path, "wt", encoding="utf-8") as f:
         for r in records:

@@ -7,7 +7,7 @@ too. Lazy imports inside functions count like any other: they are dependencies a
     0 base        lens.atomic (atomic writes, JSON), lens.extras (optional dependencies)
     1 maths       lens.pooling, lens.train.losses, lens.metrics, lens.clustering, index.vectors, index.fusion
     2 formats     lens.config, lens.corpus (the one reader per file format, the document-text rule), lens.trec,
-                  lens.instructions, lens.inputs (tokenisation, masks)
+                  lens.instructions, lens.casing (truecasing, its table's reader), lens.inputs (tokenisation, masks)
     3 models and  lens.attention, lens.layers, lens.backbone, lens.model, lens.model_dir, lens.encoder,
       stores      lens.paper_models, lens.vocab, lens.dense, lens.bm25, index (factory, metadata, manifest, store)
     4 training,   lens.hybrid, lens.indexing, lens.search, lens.serve, lens.updating, lens.train.*, lens.eval.*
@@ -39,7 +39,7 @@ LAYERS: dict[str, int] = {
     "lens.pooling": 1, "lens.train.losses": 1, "lens.metrics": 1, "lens.clustering": 1,
     "index.vectors": 1, "index.fusion": 1, "index.bm25_fusion": 1,
     "lens.config": 2, "lens.corpus": 2, "lens.instructions": 2, "lens.inputs": 2, "lens.ateb": 2, "lens.export": 2,
-    "lens.chunks": 2, "lens.trec": 2, "lens.variants": 2,
+    "lens.chunks": 2, "lens.trec": 2, "lens.variants": 2, "lens.casing": 2,
     "lens.attention": 3, "lens.layers": 3, "lens.backbone": 3, "lens.model": 3, "lens.model_dir": 3,
     "lens.encoder": 3, "lens.fixed_shape": 3, "lens.paper_models": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,

@@ -160,3 +160,52 @@ def test_breakdown_script_runs_by_stratum_and_rerenders(fakes, sts_file, tmp_pat
     assert {r["split"] for r in results["rows"]} == {"dev", "test"} and results["strata"]
     assert bd.main(["--markdown-only", "--output", str(out), "--note", "read once"]) == 0
     assert "- read once" in out.with_suffix(".md").read_text()
+
+
+def test_variants_and_text_rules_are_judged_apart(monkeypatch, sts_file, tmp_path, capsys):
+    """--variant rewrites both sentences (upper-all: capitals); --text-rule loads the model under each rule. A
+    case-sensitive fake shows both: capitals change its vectors unless the rule folds them back."""
+    from lens.inputs import normalize_texts
+
+    loaded = []
+
+    class CasedLens(FakeLens):
+        def __init__(self, rule):
+            super().__init__()
+            self.config = type("Config", (), {"text_normalization": rule})()
+
+        def _vectors(self, texts, instruction=None):
+            texts = normalize_texts(list(texts), self.config.text_normalization)
+            lex = np.zeros((len(texts), 64), dtype=np.float32)
+            for i, t in enumerate(texts):
+                for w in t.split():
+                    lex[i, sum(map(ord, w)) % 64] += 1.0
+            return lex, lex[:, :4].copy()
+
+    def load(cls, path, text_normalization=None, **kw):
+        loaded.append(text_normalization)
+        return CasedLens(None if text_normalization == "none" else text_normalization)
+
+    monkeypatch.setattr("lens.encoder.LensEncoder.from_pretrained", classmethod(load))
+    monkeypatch.setattr("lens.dense.DenseEncoder.from_pretrained", classmethod(lambda cls, *a, **k: FakeMiniLM()))
+    out = tmp_path / "res"
+    assert main(["bench", "sts", str(sts_file), "--variant", "original,upper-all",
+                 "--text-rule", "none,lowercase-shouted", "--output", str(out)]) == 0
+    assert loaded == ["none", "lowercase-shouted"]
+    rows = {(r["variant"], r["rule"], r["system"]): r["spearman"]
+            for r in json.loads(out.with_suffix(".json").read_text())["rows"]}
+    assert {k for k in rows if k[2] == "minilm"} == {("original", None, "minilm"), ("upper-all", None, "minilm")}
+    lex = {k[:2]: v for k, v in rows.items() if k[2] == "lens-lexicon"}
+    assert set(lex) == {(v, r) for v in ("original", "upper-all") for r in ("none", "lowercase-shouted")}
+    assert lex[("original", "none")] == lex[("original", "lowercase-shouted")]  # no test sentence is shouted
+    assert lex[("upper-all", "none")] != lex[("original", "none")]  # capitals are other words to a cased model
+    test = [p for i, p in enumerate(PAIRS) if i % 2 == 0] + PAIRS[1::2]
+    gold = np.array([p[2] for p in test])
+    folded = CasedLens("lowercase-shouted")
+    a = folded.encode_queries([p[0].upper() for p in test]).lexicon
+    b = folded.encode_queries([p[1].upper() for p in test]).lexicon
+    assert lex[("upper-all", "lowercase-shouted")] == pytest.approx(sts_score(a, b, gold))
+    assert "| upper-all | lowercase-shouted | lens-lexicon |" in out.with_suffix(".md").read_text()
+    assert main(["bench", "sts", str(sts_file), "--variant", "title-only", "--output", str(tmp_path / "x")]) == 2
+    assert "variant 'title-only' rewrites only documents" in capsys.readouterr().err
+    assert loaded == ["none", "lowercase-shouted"]  # refused before any model was loaded

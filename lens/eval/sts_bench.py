@@ -75,6 +75,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f'the LENS query instruction (default "{STS_INSTRUCTION}", MTEB\'s)')
     parser.add_argument("--by-stratum", action="store_true",
                         help="also Spearman per stratum of pairs (caption-like, headline-like, question, other)")
+    parser.add_argument("--variant", "--variants", dest="variants", type=lambda v: _names(v, "--variant"),
+                        default=["original"],
+                        help="comma-separated rewrites of both sentences, each judged apart: original, or a variant "
+                             "of `lens data variant` that rewrites queries (upper-all, lower-all, typos); default "
+                             "original")
+    parser.add_argument("--text-rule", "--text-rules", dest="text_rules", type=lambda v: _names(v, "--text-rule"),
+                        default=None,
+                        help="comma-separated text rules to load the LENS model under, each judged apart "
+                             "(lens.inputs.TEXT_NORMALIZATIONS, or none); default: the model's own")
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads")
     parser.add_argument("--data-dir", "--data", dest="data_dir", type=Path, default=None,
                         help="where set names are looked up: DIR/sts or DIR itself (default: $LENS_DATA_DIR, else "
@@ -94,9 +103,10 @@ def render(results: dict) -> list[str]:
              f"LENS model: `{meta['model']}`. Pairing `symmetric` encodes both sentences as queries behind "
              f"\"{instruction}\"{protocol}; `asymmetric` encodes sentence2 as a document. MiniLM encodes both plainly. "
              "Seconds include encoding (a pairing's lexicon row encodes, its dense row reuses).", "",
-             "| set | split | system | pairing | Spearman | pairs | seconds |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['set']} | {r['split']} | {r['system']} | {r['pairing']} | {r['spearman']:.1f} | {r['pairs']} | "
-              f"{r['seconds']:.0f} |" for r in results["rows"]]
+             "| set | split | variant | text rule | system | pairing | Spearman | pairs | seconds |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['set']} | {r['split']} | {r.get('variant', 'original')} | {r.get('rule') or '-'} | {r['system']} "
+              f"| {r['pairing']} | {r['spearman']:.1f} | {r['pairs']} | {r['seconds']:.0f} |" for r in results["rows"]]
     if results.get("strata"):
         lines += ["", "## By stratum", "",
                   f"LENS lexicon ({results['strata'][0]['pairing']} pairing), MiniLM and word overlap (the Jaccard "
@@ -129,27 +139,31 @@ def _number(v: float) -> float | None:
 
 
 def _judge_split(name: str, split: str, s1: list[str], s2: list[str], gold, lens, minilm, pairings: list[str],
-                 instruction: str, by_stratum: bool) -> tuple[list[dict], list[dict]]:
-    """One set's split: the whole-split rows (MiniLM, then each pairing's lexicon and dense rows) and, with
-    ``by_stratum``, the stratum rows. Each row's pair cosines are computed once and serve the strata too."""
+                 instruction: str, by_stratum: bool, variant: str = "original") -> tuple[list[dict], list[dict]]:
+    """One set's split: the whole-split rows (MiniLM unless ``minilm`` is None, then each pairing's lexicon and dense
+    rows) and, with ``by_stratum``, the stratum rows. Each row's pair cosines are computed once and serve the strata
+    too. Rows name the ``variant`` of the sentences and the LENS model's text rule."""
     import numpy as np
 
     from lens.eval.sts import lens_pair_encoder, pair_cosines, pair_stratum, spearman, spearman_by_stratum
     from lens.eval.sts import word_overlap
 
     rows = []
+    rule = getattr(getattr(lens, "config", None), "text_normalization", None) or "none"
 
     def add(system: str, pairing: str, a, b, started: float) -> np.ndarray:
         cosines = pair_cosines(a, b)
-        rows.append({"set": name, "split": split, "system": system, "pairing": pairing,
+        rows.append({"set": name, "split": split, "variant": variant,
+                     "rule": None if system == "minilm" else rule,
+                     "system": system, "pairing": pairing,
                      "spearman": 100 * spearman(cosines, gold), "pairs": len(gold),
                      "seconds": time.perf_counter() - started})
         logger.info("%s", rows[-1])
         return cosines
 
     t = time.perf_counter()
-    scores = {"minilm": add("minilm", "-", minilm.encode(s1, show_progress_bar=False),
-                            minilm.encode(s2, show_progress_bar=False), t)}
+    scores = {} if minilm is None else {"minilm": add("minilm", "-", minilm.encode(s1, show_progress_bar=False),
+                                                      minilm.encode(s2, show_progress_bar=False), t)}
     for pairing in pairings:  # each pairing encoded once: its lexicon and dense rows share it
         t = time.perf_counter()
         a, b = lens_pair_encoder(lens, output="both", pairing=pairing, instruction=instruction)(s1, s2)
@@ -177,19 +191,31 @@ def run(args: argparse.Namespace) -> int:
     names = list(args.sets) + list(args.set_list) or ["stsbenchmark"]
     files = {name: resolve_sts_file(name, args.data_dir) for name in names}  # every set found before encoding
     instruction = STS_INSTRUCTION if args.instruction is None else args.instruction
-    lens = LensEncoder.from_pretrained(args.model)
+    from lens.variants import rewrite_texts
+
+    for variant in args.variants:  # a bad name is refused before any encoding
+        rewrite_texts([], variant)
+    # one encoder per text rule asked for (None: the model's own); the weights are read once per rule
+    lenses = [LensEncoder.from_pretrained(args.model, **({} if rule is None else {"text_normalization": rule}))
+              for rule in (args.text_rules or [None])]
     minilm = DenseEncoder.from_pretrained()
     rows, strata_rows = [], []
     with torch_threads(args.threads):
         for name, path in files.items():
             for split in args.splits:
                 s1, s2, gold = load_sts(path, split)  # read once per set and split
-                whole, strata = _judge_split(name, split, s1, s2, gold, lens, minilm, args.pairing, instruction,
-                                             args.by_stratum)
-                rows += whole
-                strata_rows += strata
+                for variant in args.variants:
+                    a = rewrite_texts(s1, variant, key=f"{name}:{split}:1:")
+                    b = rewrite_texts(s2, variant, key=f"{name}:{split}:2:")
+                    for i, lens in enumerate(lenses):  # MiniLM once per variant; strata of the first variant/rule
+                        first = variant == args.variants[0] and i == 0
+                        whole, strata = _judge_split(name, split, a, b, gold, lens, minilm if i == 0 else None,
+                                                     args.pairing, instruction, args.by_stratum and first,
+                                                     variant=variant)
+                        rows += whole
+                        strata_rows += strata
     command = getattr(args, "bench_command_line", None) or command_line()
-    meta = {"command": command, "model": args.model, "instruction": instruction,
+    meta = {"command": command, "model": args.model, "instruction": instruction, "variants": args.variants,
             "files": {name: str(path) for name, path in files.items()},
             "load_avg_1min_after": os.getloadavg()[0], "notes": list(args.note)}
     results = {"_meta": meta, "rows": rows, "strata": strata_rows}

@@ -375,6 +375,12 @@ def shared_pairs_split(path: str | os.PathLike, *, instruction: str | None = Non
     return seeded_subset(kept, max_pairs, seed), held
 
 
+def shared_texts(path: str | os.PathLike) -> Iterator[str]:
+    """Every text (query, positive, negative) of a shared set's file (``pairs_file``; never a test split)."""
+    for row in _pair_rows(pairs_file(path)):
+        yield from (t for t in row if t is not None)
+
+
 def _pair_rows(p: Path) -> Iterator[tuple[str, str, str | None]]:
     """(query, positive, negative or None) of each row of a shared set's file, as written; checked: non-empty
     ``query`` and ``positive`` strings, an optional string ``negative``. Other fields are ignored."""
