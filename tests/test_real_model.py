@@ -150,14 +150,14 @@ def test_shipped_default_vectors_are_unchanged():
         np.testing.assert_allclose(value, want[name], atol=1e-5, rtol=0, err_msg=name)
 
 
-def test_shipped_default_folds_shouted_text_only():
-    """The shipped default's text rule (lowercase-shouted): a query in capitals gets the lower-cased query's vector;
-    a query in ordinary case keeps its own."""
+def test_shipped_default_truecases_shouted_text_only():
+    """The shipped default's text rule (truecase-shouted): a query in capitals gets the vector of the query as
+    written (each word back in its usual case), not the lower-cased query's; a query in ordinary case keeps its own."""
     from lens.encoder import LensEncoder
 
     enc = LensEncoder.from_pretrained("default")
-    assert enc.config.text_normalization == "lowercase-shouted"
+    assert enc.config.text_normalization == "truecase-shouted"
     q = "What causes heart failure in older adults?"
     shouted, lower, plain = enc.encode_queries([q.upper(), q.lower(), q])
-    np.testing.assert_allclose(shouted, lower, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(shouted, plain, atol=1e-6, rtol=0)
     assert not np.allclose(plain, lower, atol=1e-3)
