@@ -51,10 +51,11 @@ def restoration(sentences: list[str], rules: list[str]) -> list[dict]:
     from lens.inputs import normalize_texts
 
     shouted = [t.upper() for t in sentences]
+    written = [WORD.findall(t) for t in sentences]  # the originals' words, found once for every rule
     out = []
     for rule in ["none", *rules]:
         back = shouted if rule == "none" else normalize_texts(shouted, rule)
-        words = [(a == b) for x, y in zip(sentences, back) for a, b in zip(WORD.findall(x), WORD.findall(y))]
+        words = [(a == b) for x, y in zip(written, back) for a, b in zip(x, WORD.findall(y))]
         out.append({"rule": rule, "words": sum(words) / max(len(words), 1),
                     "sentences": sum(x == y for x, y in zip(sentences, back)) / max(len(sentences), 1)})
     return out
@@ -97,11 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         from lens.eval.sts import load_sts
         from lens.eval.sts_bench import resolve_sts_file
 
+        from lens.casing import WORD
+
         name, _, split = args.restore.partition(":")
         s1, s2, _ = load_sts(resolve_sts_file(name, args.data_dir), split or "train")
         sentences = s1 + s2
-        from lens.casing import WORD
-
         results["restore"] = {"set": name, "split": split or "train", "sentences": len(sentences),
                               "words": sum(len(WORD.findall(t)) for t in sentences),
                               "rules": restoration(sentences, rules)}

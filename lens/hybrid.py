@@ -27,6 +27,20 @@ SEPARATE_DENSE = ("minilm", "mpnet")  # the kinds whose dense part is a model of
 DENSE_BATCH_SIZE = 64  # the dense model's batch when the caller leaves LENS's to the device (batch_size=None)
 
 
+def load_dense(kind: str, device: str | None = None):
+    """The dense model of a kind in ``SEPARATE_DENSE`` (a ``lens.dense.DenseEncoder``) on ``device``; the one place
+    that maps a recorded kind to the model to load (``HybridEncoder``, shard workers)."""
+    if kind == "minilm":
+        from lens.dense import DenseEncoder
+
+        return DenseEncoder.from_pretrained("minilm", device=device)
+    if kind == "mpnet":
+        from lens.peers import load_mpnet  # raises MissingPackageError naming `make peers` when absent
+
+        return load_mpnet(device=device)
+    raise ValueError(f"dense kind {kind!r} has no model of its own; those that do: {', '.join(SEPARATE_DENSE)}")
+
+
 def _check_kind(kind: str) -> None:
     if kind not in DENSE_KINDS:
         raise ValueError(f"unknown dense kind {kind!r}; valid: {', '.join(DENSE_KINDS)}")
@@ -44,14 +58,8 @@ class HybridEncoder:
 
     def __init__(self, lens_encoder, dense_kind: str = "minilm", dense_encoder=None):
         _check_kind(dense_kind)
-        if dense_kind == "minilm" and dense_encoder is None:
-            from lens.dense import DenseEncoder
-
-            dense_encoder = DenseEncoder.from_pretrained("minilm")
-        elif dense_kind == "mpnet" and dense_encoder is None:
-            from lens.peers import load_mpnet  # raises MissingPackageError naming `make peers` when absent
-
-            dense_encoder = load_mpnet()
+        if dense_kind in SEPARATE_DENSE and dense_encoder is None:
+            dense_encoder = load_dense(dense_kind)
         self.lens = lens_encoder
         self.dense_kind = dense_kind
         self.dense = dense_encoder if dense_kind in SEPARATE_DENSE else None

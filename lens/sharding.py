@@ -52,17 +52,9 @@ class EncoderSpec:
     def load(self, device: str | None = None):
         """A ``HybridEncoder`` with both models on ``device`` (None: each model's default)."""
         from lens.encoder import LensEncoder
-        from lens.hybrid import HybridEncoder
+        from lens.hybrid import SEPARATE_DENSE, HybridEncoder, load_dense
 
-        dense = None
-        if self.dense == "minilm":
-            from lens.dense import DenseEncoder
-
-            dense = DenseEncoder.from_pretrained("minilm", device=device)
-        elif self.dense == "mpnet":
-            from lens.peers import load_mpnet
-
-            dense = load_mpnet(device=device)
+        dense = load_dense(self.dense, device) if self.dense in SEPARATE_DENSE else None
         return HybridEncoder(LensEncoder.from_pretrained(self.model, device=device), self.dense, dense)
 
 

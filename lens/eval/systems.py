@@ -545,8 +545,8 @@ class LensHybrid(_VectorSystem):
     def describe(self):
         w = "unresolved" if self.weights is None else f"({self.weights[0]:.3f}, {self.weights[1]:.3f})"
         how = " (balanced on this corpus: index.vectors.balanced_weights)" if self.spec == BALANCED else ""
-        dense = "all-mpnet-base-v2" if isinstance(self.minilm, MPNetResource) else "MiniLM"
-        return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + {dense} dense, "
+        return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + {self.minilm.label} "
+                f"dense, "
                 f"weights (lex, dense) = {w}{how}")
 
 
