@@ -251,20 +251,21 @@ def test_a_missing_peer_names_the_make_target_and_the_pip_command(no_peers):
 
 def test_registry_holds_the_peers():
     assert ALL_SYSTEMS == BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS and tuple(SYSTEMS) == ALL_SYSTEMS
-    assert set(PEER_SYSTEMS) == {"splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet"}
+    assert set(PEER_SYSTEMS) == {"splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet", "lens-hybrid-mpnet+bm25"}
 
 
 def test_named_missing_peer_fails_before_running_default_skips_it(tmp_path, no_peers, caplog, monkeypatch):
     monkeypatch.setattr(systems, "_warned", set())  # the warning is given once per process
     resources = Resources(cache_root=tmp_path)
-    for names in (["bm25", "splade-tiny"], ["mpnet"], ["bm25+mpnet"], ["lens-hybrid-mpnet"]):
+    for names in (["bm25", "splade-tiny"], *([p] for p in PEER_SYSTEMS[1:])):
         with pytest.raises(MissingPackageError, match="make peers"):
             make_systems(names, resources, "")
     with caplog.at_level(logging.WARNING, logger="lens.eval.systems"):
         made = make_systems(default_systems(), resources, "")  # the runner's default
     assert [s.name for s in made] == list(BASE_SYSTEMS)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "splade-tiny, mpnet, bm25+mpnet, lens-hybrid-mpnet" in warnings[0]
+    assert len(warnings) == 1
+    assert "splade-tiny, mpnet, bm25+mpnet, lens-hybrid-mpnet, lens-hybrid-mpnet+bm25" in warnings[0]
     assert "make peers" in warnings[0]
     make_systems(default_systems(), resources, "")  # the next dataset of the run: no second warning
     assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
@@ -280,6 +281,8 @@ def test_installed_peers_join_the_default_and_the_fusion_shares_bm25(tmp_path, m
     assert fusion.components == [made["bm25"], made["mpnet"]]
     hybrid = made["lens-hybrid-mpnet"]  # the LENS lexicon beside mpnet, sharing the run's LENS and mpnet vectors
     assert hybrid.lens is made["lens-hybrid"].lens and hybrid.minilm is made["mpnet"].minilm
+    three = made["lens-hybrid-mpnet+bm25"]  # fuses the run's own lens-hybrid-mpnet and bm25 instances
+    assert three.method == "minmax" and three.components == [hybrid, made["bm25"]]
 
 
 def test_an_explicit_list_of_every_system_keeps_the_int8_ones(tmp_path, monkeypatch):

@@ -320,7 +320,7 @@ def _systems(value: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the runner's options to ``parser`` (e.g. the ``lens bench beir`` subparser)."""
-    from lens.eval.systems import ALL_SYSTEMS, DEFAULT_DEPTH
+    from lens.eval.systems import ALL_SYSTEMS, DEFAULT_DEPTH, PEER_SYSTEMS
 
     parser.add_argument("datasets", nargs="+",
                         help="BEIR-layout directories, or names under DATA_DIR/beir or DATA_DIR/classic "
@@ -330,8 +330,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--model", default="default", help="LENS model directory or 'default'")
     parser.add_argument("--systems", type=_systems, default=None,
                         help=f"comma-separated, of: {','.join(ALL_SYSTEMS)}; default: every one whose packages are "
-                             "installed (the peers splade-tiny, mpnet, bm25+mpnet, lens-hybrid-mpnet need "
-                             "`make peers`)")
+                             f"installed (the peers {', '.join(PEER_SYSTEMS)} need `make peers`)")
     parser.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
                         help="LENS max_seq_length (documents and queries), overriding the model's "
                              "(benchmarks/doc_length.py)")
