@@ -140,6 +140,11 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                                    "the own clusters", {**SHIPPED, "mixture": RETRIEVAL,
                                                                         "clusters": 8000, "term_channel": True,
                                                                         "loss": "infonce"}),
+    "retrieval-only-k8000-bm25": ("retrieval-only-k8000 + 1 x BM25 distillation (the bm25 loss: KL from BM25's "
+                                  "softmax over each query's in-batch candidates, scores over the row's highest at "
+                                  "temperature 0.05, to the lexicon's; issue 39's exact terms)",
+                                  {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
+                                   "loss": "infonce+0.2*flops+bm25"}),
     "default-term-channel-only": ("the shipped default (merged) with the term channel added and trained alone: "
                                   "decoder and head frozen (lora_layers 0), InfoNCE on the retrieval sets; the "
                                   "expansion is the default's, only each own token's weight is learnt",

@@ -92,6 +92,7 @@ GRAD_JOBS = {
     "grads-flops": dict(loss="infonce+0.2*flops", lora_layers=1),
     "grads-hybrid": dict(loss="infonce+hybrid", batch_size=5, hybrid_weights=[0.7, 0.3]),  # peer: the tiny BERT
     "grads-exact": dict(loss="infonce+exact", batch_size=5, cache_chunk=1),  # global masks, uneven split, GradCache
+    "grads-bm25": dict(loss="infonce+bm25", batch_size=5),  # every rank scores the global batch with BM25
     "grads-infonce-full": dict(loss="infonce"),  # every layer trained, no prefix cache
     "grads-cached": dict(loss="infonce+0.5*bce", cache_chunk=1, gradient_checkpointing=True),
     "grads-tiny-batch": dict(loss="infonce", batch_size=2, max_examples=3),  # 1 query and 2 documents per rank

@@ -435,6 +435,66 @@ def test_hybrid_stage_trains_against_the_dense_peer(tiny_lens_dir, data_file, tm
     assert set(peer.encoded) <= set(Q) | set(P) and set(Q) & set(peer.encoded)  # bare queries, no instruction
 
 
+def test_bm25_scores_are_the_baseline_index_scores_of_the_batch_documents():
+    """BM25Scores gives, for each (query, document) cell, the score BM25Index over the corpus gives that document;
+    a document outside the corpus is a clear error."""
+    pytest.importorskip("bm25s")
+    from lens.bm25 import BM25Index, tokenize
+    from lens.train.teacher import BM25Scores
+
+    corpus = ["the cat sat on the mat", "dogs chase cats", "a mat of straw", "the stock market fell", "cats"]
+    scorer = BM25Scores(corpus + corpus[:2])  # repeats are one document
+    queries, docs = ["cat on a mat", "market dogs", "the of"], [corpus[2], corpus[0], corpus[4], corpus[2]]
+    got = scorer(queries, docs)
+    index = BM25Index(corpus)
+    for i, q in enumerate(queries):
+        want = index.scores(tokenize([q])[0])[[2, 0, 4, 2]]
+        np.testing.assert_allclose(got[i], want, rtol=1e-6)
+    assert got[0, 1] > got[0, 0] > 0 and got[1, 0] == 0 and not got[2].any()  # stopwords only: no score
+    with pytest.raises(ValueError, match="not in the BM25 corpus"):
+        scorer(queries, ["an unseen text"])
+
+
+def test_bm25_loss_is_kl_from_bm25_softmax_over_row_max():
+    """KL(teacher || student) with the teacher softmax(bm25 / row max / T) over the valid cells, against the
+    hand-written formula; a query sharing no term with its candidates is left out; no scorer -> a clear error."""
+    from lens.train.losses import cosine_scores
+    from lens.train.objectives import BM25_TEACHER_TEMPERATURE, Objective, batch_layout
+
+    ex = [TrainExample("q0", "p0", negatives=["n0"]), TrainExample("q1", "p1", negatives=["p0"]),
+          TrainExample("q2", "p2", negatives=[])]
+    layout = batch_layout(ex, lambda e: e.negatives)
+    g = torch.Generator().manual_seed(2)
+    q, d = torch.randn(3, 6, generator=g), torch.randn(len(layout.doc_texts), 6, generator=g)
+    bm = np.array([[4.0, 1.0, 0.0, 9.0, 2.0], [0.5, 0.0, 2.0, 0.5, 0.0], [0.0] * 5], dtype=np.float32)
+    loss, terms = Objective("bm25", temperature=0.05, bce_scale=20.0, graded_floor=0.7,
+                            bm25=lambda queries, docs: bm)(q, d, layout, ex, torch.tensor(0.0))
+    lex = cosine_scores(q, d).numpy()
+    want = 0.0
+    for i in (0, 1):  # row 2 has no BM25 score anywhere
+        cols = [j for j in range(5) if layout.valid[i][j]]
+        top = max(bm[i, j] for j in cols)  # row 0's 9.0 sits in a masked cell (a copy of its positive)
+        t = np.array([bm[i, j] / top / BM25_TEACHER_TEMPERATURE for j in cols])
+        s = np.array([lex[i, j] / 0.05 for j in cols])
+        p, logq = np.exp(t - t.max()) / np.exp(t - t.max()).sum(), s - s.max() - np.log(np.exp(s - s.max()).sum())
+        want += float(np.sum(p * (np.log(p + 1e-30) - logq))) / 2
+    assert not layout.valid[0][3]
+    assert float(loss) == pytest.approx(want, rel=1e-4)
+    assert terms == {"bm25": pytest.approx(want, rel=1e-4)}
+    with pytest.raises(ValueError, match="BM25 scores"):
+        Objective("infonce+bm25", temperature=0.05, bce_scale=20.0, graded_floor=0.7)
+
+
+def test_bm25_stage_trains_against_the_training_documents_bm25(tiny_lens_dir, data_file, tmp_path):
+    pytest.importorskip("bm25s")
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1,
+                  stages=[StageConfig("b", [str(data_file)], loss="infonce+bm25", steps=2)])
+    t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+    assert set(t.objectives[0].bm25.rows) == set(P)  # the positives and negatives of the toy set
+    rows = [t.train_step(), t.train_step()]
+    assert all(np.isfinite(r["loss"]) and r["loss_bm25"] >= 0 for r in rows)
+
+
 def test_hybrid_weights_are_checked(tiny_lens_dir, data_file):
     for bad, match in (([0.0, 1.0], "lexicon weight"), ([0.5], "LEX,DENSE"), ([-1.0, 0.5], "negative")):
         with pytest.raises(ValueError, match=match):

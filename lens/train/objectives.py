@@ -6,7 +6,9 @@ loss names: ``TrainConfig`` validates against it and the CLI's help reads it.
 
 A loss expression is a sum of weighted names: ``"infonce"``, ``"infonce+0.5*bce"``. ``"hybrid"`` trains the
 lexicon for the hybrid index it will serve in: InfoNCE over ``w_lex cos_lex + w_dense cos_dense``, the dense cosines
-from a frozen peer (MiniLM), so the lexicon learns what the dense side misses (as CLEAR trains a residual to BM25).
+from a frozen peer (MiniLM), so the lexicon learns what the dense side misses (as CLEAR trains a residual to BM25). ``"bm25"`` distils BM25: the KL divergence from BM25's softmax over each query's
+candidates (its scores divided by the row's highest, at temperature ``BM25_TEACHER_TEMPERATURE``) to the lexicon's,
+so the lexicon learns the exact match BM25 ranks by (issue 39: out of domain the lexicon lost to BM25).
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from torch import Tensor
 
 from lens.train import losses as L
 
-__all__ = ["BatchLayout", "OBJECTIVES", "Objective", "batch_layout", "parse_loss"]
+__all__ = ["BM25_TEACHER_TEMPERATURE", "BatchLayout", "OBJECTIVES", "Objective", "batch_layout", "needs_bm25",
+           "needs_dense", "parse_loss"]
+
+# The bm25 loss's teacher: softmax(score / row max / this). 0.05 spreads a row's best and a document with a third of
+# its score by ~13 logits, about what the student's cosines / 0.02 spread a positive and a hard negative.
+BM25_TEACHER_TEMPERATURE = 0.05
 
 
 @dataclass
@@ -69,6 +76,7 @@ class LossInputs:
     hybrid_weights: tuple[float, float] = (0.5, 0.5)  # (w_lex, w_dense) of the hybrid score
     own_q: Tensor | None = None  # (B, K) bool: the clusters of each query's pooled tokens (the ``exact`` loss)
     own_d: Tensor | None = None  # (D, K) bool: the same for each document
+    bm25_scores: Tensor | None = None  # (B, D) BM25's scores of the bare queries (the ``bm25`` loss)
 
 
 def _infonce(x: LossInputs) -> Tensor:
@@ -122,6 +130,17 @@ def _kl(x: LossInputs) -> Tensor:
     return L.kl_distillation(x.scores, teacher, x.temperature, valid=own)
 
 
+def _bm25(x: LossInputs) -> Tensor:
+    # bm25_scores is set: Objective refuses a bm25 loss without a scorer
+    teacher = x.bm25_scores.to(torch.float32)
+    top = teacher.masked_fill(~x.valid, 0.0).amax(dim=1, keepdim=True)
+    rows = top[:, 0] > 0  # a query sharing no term with any candidate has no BM25 ranking to teach
+    if not bool(rows.any()):
+        return x.scores.sum() * 0.0
+    return L.kl_distillation(x.scores[rows], (teacher / top.clamp_min(1e-12))[rows], x.temperature,
+                             BM25_TEACHER_TEMPERATURE, valid=x.valid[rows])
+
+
 def _flops(x: LossInputs) -> Tensor:
     return L.flops(x.q) + L.flops(x.d)
 
@@ -140,13 +159,16 @@ OBJECTIVES: dict[str, Callable[[LossInputs], Tensor]] = {
     "bce-graded": lambda x: _bce(x, graded=True),  # BiXSE: targets from graded labels
     "bce-teacher": _bce_teacher,  # BiXSE with a teacher's grades: positive and hard negatives get soft targets
     "kl": _kl,  # distillation from teacher scores
+    "bm25": _bm25,  # distillation from BM25's in-batch ranking (exact match)
     "flops": _flops,  # sparsity: SPLADE's FLOPS regulariser on the unit query and document vectors (add it: infonce+0.5*flops)
     "exact": _exact,  # lexicality: each vector's share of weight off its own tokens' clusters (infonce+exact)
 }
 USES_BIAS = ("bce", "bce-graded", "bce-teacher")
 USES_DENSE = ("hybrid",)
+USES_BM25 = ("bm25",)
 USES_OWN = ("exact",)  # losses that read the clusters of each text's own tokens
-DenseCosines = Callable[[list[str], list[str]], np.ndarray]  # (query texts, document texts) -> (B, D) cosines
+PairScores = Callable[[list[str], list[str]], np.ndarray]  # (query texts, document texts) -> (B, D) scores
+DenseCosines = PairScores
 
 
 def parse_loss(expression: str, where: str = "loss") -> dict[str, float]:
@@ -169,19 +191,27 @@ def needs_dense(weights: dict[str, float]) -> bool:
     return any(n in USES_DENSE for n in weights)
 
 
+def needs_bm25(weights: dict[str, float]) -> bool:
+    """Whether a loss scores with BM25, so the trainer must index its documents."""
+    return any(n in USES_BM25 for n in weights)
+
+
 class Objective:
     """A weighted sum of registered losses, evaluated on a batch's embeddings."""
 
     def __init__(self, expression: str | dict[str, float], *, temperature: float, bce_scale: float,
                  graded_floor: float, teacher_center: float = L.TEACHER_CENTER,
                  teacher_width: float = L.TEACHER_WIDTH, dense: DenseCosines | None = None,
-                 hybrid_weights: tuple[float, float] = (0.5, 0.5)):
+                 hybrid_weights: tuple[float, float] = (0.5, 0.5), bm25: PairScores | None = None):
         self.weights = parse_loss(expression) if isinstance(expression, str) else dict(expression)
         self.temperature, self.bce_scale, self.graded_floor = temperature, bce_scale, graded_floor
         self.teacher_center, self.teacher_width = teacher_center, teacher_width
         self.dense, self.hybrid_weights = dense, tuple(hybrid_weights)
         if self.uses_dense and dense is None:
             raise ValueError(f"loss {expression!r} needs a dense peer (the trainer builds it from hybrid_peer)")
+        self.bm25 = bm25
+        if self.uses_bm25 and bm25 is None:
+            raise ValueError(f"loss {expression!r} needs BM25 scores (the trainer indexes its documents)")
 
     @property
     def uses_bias(self) -> bool:
@@ -190,6 +220,10 @@ class Objective:
     @property
     def uses_dense(self) -> bool:
         return needs_dense(self.weights)
+
+    @property
+    def uses_bm25(self) -> bool:
+        return needs_bm25(self.weights)
 
     @property
     def uses_own(self) -> bool:
@@ -201,17 +235,21 @@ class Objective:
         the hybrid index. ``own``: (queries', documents') bool masks of their own tokens' clusters, for ``exact``."""
         if self.uses_own and own is None:
             raise ValueError("the exact loss needs each text's own token clusters (the trainer passes them)")
-        dense = None
-        if self.uses_dense:
-            cos = self.dense([e.query for e in examples], layout.doc_texts)
-            dense = torch.as_tensor(np.asarray(cos, dtype=np.float32), device=q.device)
-            if dense.shape != (len(examples), len(layout.doc_texts)):
-                raise ValueError(f"the dense peer gave cosines of shape {tuple(dense.shape)}; expected "
-                                 f"{(len(examples), len(layout.doc_texts))}")
+        dense = self._pair_scores(self.dense, "the dense peer", examples, layout, q.device) if self.uses_dense else None
+        bm25 = self._pair_scores(self.bm25, "BM25", examples, layout, q.device) if self.uses_bm25 else None
         x = LossInputs(q, d, L.cosine_scores(q, d), torch.tensor(layout.positive_index, device=q.device),
                        torch.tensor(layout.valid, device=q.device), layout, examples, self.temperature,
                        self.bce_scale, self.graded_floor, bias, self.teacher_center, self.teacher_width,
-                       dense, self.hybrid_weights, *(own or (None, None)))
+                       dense, self.hybrid_weights, *(own or (None, None)), bm25)
         terms = {name: OBJECTIVES[name](x) for name in self.weights}
         loss = sum(self.weights[n] * t for n, t in terms.items())
         return loss, {n: float(t.detach()) for n, t in terms.items()}
+
+    @staticmethod
+    def _pair_scores(scorer: PairScores, what: str, examples: Sequence, layout: BatchLayout, device) -> Tensor:
+        scores = torch.as_tensor(np.asarray(scorer([e.query for e in examples], layout.doc_texts), dtype=np.float32),
+                                 device=device)
+        if scores.shape != (len(examples), len(layout.doc_texts)):
+            raise ValueError(f"{what} gave scores of shape {tuple(scores.shape)}; expected "
+                             f"{(len(examples), len(layout.doc_texts))}")
+        return scores

@@ -4,7 +4,9 @@ BiXSE trains its pointwise loss on graded relevance; where no human grade exists
 scores land in ``TrainExample.teacher`` (``[positive] + negatives``), which ``bce-teacher`` turns into soft
 targets and ``kl`` distils. The query is scored without its instruction: the default teacher (all-MiniLM-L6-v2)
 was trained without instructions. ``PeerCosines`` gives the same cosines for a whole batch while training, for the
-``hybrid`` loss (each distinct text encoded once).
+``hybrid`` loss (each distinct text encoded once). ``BM25Scores`` gives a batch's BM25 scores, for the ``bm25``
+loss (the lexicon distils BM25's in-batch ranking, to learn exact match), with the statistics of the documents the
+run trains on.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from lens.train.data import TrainExample
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PeerCosines", "TextEncoder", "add_teacher_scores"]
+__all__ = ["BM25Scores", "PeerCosines", "TextEncoder", "add_teacher_scores"]
 
 
 class TextEncoder(Protocol):
@@ -50,6 +52,37 @@ class PeerCosines:
 
     def __call__(self, queries: Sequence[str], docs: Sequence[str]) -> np.ndarray:
         return self.vectors(queries) @ self.vectors(docs).T
+
+
+class BM25Scores:
+    """BM25's scores of queries against documents, ``(query texts, doc texts) -> (B, D)``, from an index of
+    ``corpus`` (``lens.bm25.BM25Index``: the baseline's own scoring, so its document frequencies and lengths are
+    the corpus's); every document scored must be one of ``corpus``'s texts."""
+
+    def __init__(self, corpus: Sequence[str]):
+        from lens.bm25 import BM25Index  # the eval extra (bm25s), needed only by the bm25 loss
+
+        self.rows = {t: i for i, t in enumerate(dict.fromkeys(corpus))}
+        if not self.rows:
+            raise ValueError("BM25Scores needs at least one document")
+        self.index = BM25Index(list(self.rows))
+        self._terms: dict[str, list[str]] = {}
+
+    def __call__(self, queries: Sequence[str], docs: Sequence[str]) -> np.ndarray:
+        from lens.bm25 import tokenize
+
+        missing = [d for d in docs if d not in self.rows]
+        if missing:
+            raise ValueError(f"{len(missing)} document(s) are not in the BM25 corpus (first: {missing[0][:60]!r}); "
+                             "build BM25Scores over every document the batches hold")
+        new = [q for q in dict.fromkeys(queries) if q not in self._terms]
+        if new:
+            self._terms.update(zip(new, tokenize(new)))
+        columns = np.fromiter((self.rows[d] for d in docs), dtype=np.int64, count=len(docs))
+        out = np.zeros((len(queries), len(docs)), dtype=np.float32)
+        for i, q in enumerate(queries):
+            out[i] = self.index.scores(self._terms[q])[columns]
+        return out
 
 
 def add_teacher_scores(examples: Sequence[TrainExample], encoder: TextEncoder,

@@ -42,7 +42,7 @@ from lens.train.distributed import (
     shard_slice,
 )
 from lens.train.gradcache import GradCache
-from lens.train.objectives import BatchLayout, Objective, batch_layout, needs_dense
+from lens.train.objectives import BatchLayout, Objective, batch_layout, needs_bm25, needs_dense
 from lens.train.prefix import PrefixCache
 from lens.train.stopping import StopRule
 from lens.train.report import CARD_NAME, CURVES_NAME, LOG_NAME, model_card, plot_curves, read_log, write_log
@@ -138,14 +138,15 @@ class Trainer:
         self.decoder = decoder
         self.model.head.weight.requires_grad_(cfg.train_head)
         self.bias = nn.Parameter(torch.zeros((), device=self.device))
+        self._load_data()
         dense = self._dense_peer() if any(needs_dense(s.loss_weights()) for s in cfg.stages) else None
+        bm25 = self._bm25_scores() if any(needs_bm25(s.loss_weights()) for s in cfg.stages) else None
         self.objectives = [Objective(s.loss, temperature=cfg.temperature, bce_scale=cfg.bce_scale,
                                      graded_floor=cfg.graded_floor, teacher_center=cfg.teacher_center,
                                      teacher_width=cfg.teacher_width, dense=dense,
-                                     hybrid_weights=tuple(cfg.hybrid_weights)) for s in cfg.stages]
+                                     hybrid_weights=tuple(cfg.hybrid_weights), bm25=bm25) for s in cfg.stages]
         self.validation_objective = Objective("infonce", temperature=cfg.temperature, bce_scale=cfg.bce_scale,
                                               graded_floor=cfg.graded_floor)
-        self._load_data()
         groups = []
         if self.peft_model is not None:
             groups.append({"params": [p for p in self.decoder.parameters() if p.requires_grad], "lr": cfg.lr,
@@ -178,6 +179,15 @@ class Trainer:
 
         logger.info("hybrid loss: dense peer %s, weights %s", self.config.hybrid_peer, self.config.hybrid_weights)
         return PeerCosines(DenseEncoder.from_pretrained(self.config.hybrid_peer, device=str(self.device)))
+
+    def _bm25_scores(self):
+        """BM25 over every document the run's stages hold (their sampled examples' positives and negatives), the
+        statistics the ``bm25`` loss's teacher scores with (every rank builds the same index)."""
+        from lens.train.teacher import BM25Scores
+
+        docs = [t for stage in self.data for e in stage for t in (e.positive, *e.negatives)]
+        logger.info("bm25 loss: indexing %d documents of the training data", len(set(docs)))
+        return BM25Scores(docs)
 
     def _instruction(self, ex: TrainExample) -> str:
         return ex.instruction or self.config.instructions.get(ex.task) or self.encoder.config.default_instruction
