@@ -10,7 +10,7 @@ DEMO_CORPUS ?= demo-out/pydoc-topics-first.jsonl
 DEMO_ITERATIONS ?= 6
 
 .PHONY: setup demo test clean train-data train-data-mixture train-data-labels train-data-teacher train-data-remined \
-	train-default train-default-gpu train-bidirectional-gpu peers
+	train-default train-default-gpu train-default-gpu-bm25 train-bidirectional-gpu peers
 
 setup: $(VENV)/.installed
 
@@ -159,6 +159,12 @@ $(TRAIN_DATA)/smollm2-k%-causal/config.json: | setup
 # with up to 7 hard negatives (lens/train/configs/default-gpu.json); about 20 minutes on one H100. Needs CUDA.
 train-default-gpu: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.json
 	$(LENS) -v train --config lens/train/configs/default-gpu.json --out train-out/default-gpu --resume $(TRAIN_FLAGS)
+
+# The same recipe with BM25 distillation in its labelled stage (lens/train/configs/default-gpu-bm25.json; issue 39's
+# candidate from the CPU studies, docs/studies.md). Needs CUDA; resumable.
+train-default-gpu-bm25: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.json
+	$(LENS) -v train --config lens/train/configs/default-gpu-bm25.json --out train-out/default-gpu-bm25 --resume \
+		$(TRAIN_FLAGS)
 
 # The shipped GPU recipe with attention both ways, after LLM2Vec's MNTP warm-up at its own length (1000 steps of 32
 # texts; lens/train/configs/mntp-gpu.json): the test issue 10's CPU studies could not make. Needs CUDA; resumable.

@@ -333,6 +333,10 @@ def test_shipped_configs_load():
             assert MNTPConfig.load(config).steps >= 1
         else:
             TrainConfig.load(config)
+    gpu, bm25 = TrainConfig.load(configs / "default-gpu.json"), TrainConfig.load(configs / "default-gpu-bm25.json")
+    assert bm25.stages[-1].loss == gpu.stages[-1].loss + "+bm25"  # the shipped recipe, BM25 distillation added
+    bm25.stages[-1].loss, bm25.notes = gpu.stages[-1].loss, gpu.notes
+    assert bm25 == gpu
     with pytest.raises(ValueError, match="cache_chunk"):
         TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)
 
