@@ -117,12 +117,12 @@ def packaged_casing_table() -> CasingTable:
 
 def truecase_shouted(text: str) -> str:
     """``text`` truecased with the packaged table when it is written in capitals, else unchanged."""
-    return packaged_casing_table().truecase(text) if is_shouted(text) else text
+    return packaged_casing_table().truecase_shouted(text)
 
 
 def truecase_uncased(text: str) -> str:
     """``text`` truecased with the packaged table when it is in capitals or all lower case, else unchanged."""
-    return packaged_casing_table().truecase(text) if is_uncased(text) else text
+    return packaged_casing_table().truecase_uncased(text)
 
 
 def count_forms(texts: Iterable[str]) -> tuple[dict[str, Counter], int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -59,7 +59,7 @@ class BM25Scores:
     ``corpus`` (``lens.bm25.BM25Index``: the baseline's own scoring, so its document frequencies and lengths are
     the corpus's); every document scored must be one of ``corpus``'s texts."""
 
-    def __init__(self, corpus: Sequence[str]):
+    def __init__(self, corpus: Iterable[str]):
         from lens.bm25 import BM25Index  # the eval extra (bm25s), needed only by the bm25 loss
 
         self.rows = {t: i for i, t in enumerate(dict.fromkeys(corpus))}

@@ -185,9 +185,9 @@ class Trainer:
         statistics the ``bm25`` loss's teacher scores with (every rank builds the same index)."""
         from lens.train.teacher import BM25Scores
 
-        docs = [t for stage in self.data for e in stage for t in (e.positive, *e.negatives)]
-        logger.info("bm25 loss: indexing %d documents of the training data", len(set(docs)))
-        return BM25Scores(docs)
+        scorer = BM25Scores(t for stage in self.data for e in stage for t in (e.positive, *e.negatives))
+        logger.info("bm25 loss: indexed %d documents of the training data", len(scorer.rows))
+        return scorer
 
     def _instruction(self, ex: TrainExample) -> str:
         return ex.instruction or self.config.instructions.get(ex.task) or self.encoder.config.default_instruction
