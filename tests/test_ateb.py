@@ -451,3 +451,28 @@ def test_bench_ateb_balanced_hybrid_weights_come_from_each_tasks_documents(ateb_
     assert "(0.200, 0.800) (balanced on this task's documents" in task["systems"]["lens-hybrid"]["description"]
     assert seen == [((task["documents"], 16), (task["documents"], 384))]  # the tiny model's k, MiniLM's width
     assert read(out / "hh_rlhf_harmless" / "run_info.json")["weights_lens_hybrid"] == "balanced"
+
+
+def test_lens_query_cache_keys_on_the_texts_the_model_encodes(tiny_lens_dir, tmp_path):
+    """A model with a text rule and the same model without one share the cache root; a text the rule changes must
+    not come back with the other model's vector (the cache fingerprint leaves the rule out)."""
+    import shutil
+
+    import numpy as np
+
+    from lens.eval.ateb import LensQueries
+    from lens.eval.systems import LensResource
+
+    ruled = tmp_path / "ruled"
+    shutil.copytree(tiny_lens_dir, ruled)
+    config = json.loads((ruled / "config.json").read_text())
+    (ruled / "config.json").write_text(json.dumps({**config, "text_normalization": "lowercase"}))
+    cache = tmp_path / "cache"
+    plain = LensQueries(LensResource(str(tiny_lens_dir), cache_root=cache, show_progress_bar=False))
+    folded = LensQueries(LensResource(str(ruled), cache_root=cache, show_progress_bar=False))
+    texts = ["HEART FAILURE IN ADULTS", "heart failure in adults"]
+    first = plain.get(texts, "Retrieve").arrays["lexicon"]
+    assert not np.array_equal(first[0], first[1])  # the plain model tells the two apart
+    lowered = folded.get(texts, "Retrieve").arrays["lexicon"]
+    np.testing.assert_array_equal(lowered[0], lowered[1])  # the rule's model sees one text twice
+    np.testing.assert_array_equal(lowered[1], first[1])  # and it is the plain model's lower-case vector

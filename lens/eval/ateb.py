@@ -190,7 +190,11 @@ class LensQueries:
 
     def get(self, texts: list[str], instruction: str):
         from lens.eval.cache import EmbeddingCache
+        from lens.inputs import normalize_texts
 
+        # keyed by the texts the model encodes, as the documents are (LensResource.documents): the cache
+        # fingerprint leaves the text rule out, so raw texts would share vectors across rules
+        texts = normalize_texts(texts, self.lens.encoder.config.text_normalization)
         key = (instruction, len(texts), hash(tuple(texts)))
         if self._memo is None or self._memo[0] != key:
             enc = self.lens.encoder
