@@ -58,6 +58,8 @@ def run_suite(args) -> None:
             argv += ["--cache-dir", str(args.cache_dir)]
         if args.device:
             argv += ["--device", args.device]
+        if args.corpus_casing:
+            argv += ["--corpus-casing"]
         if args.dtype:
             argv += ["--dtype", args.dtype]
         parser = beir.add_arguments(argparse.ArgumentParser())
@@ -118,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default=None, help="the LENS weights' precision (lens bench beir --dtype)")
     p.add_argument("--results-dir", type=Path, default=RESULTS,
                    help=f"where runs and the table are written (default {RESULTS})")
+    p.add_argument("--corpus-casing", action="store_true",
+                   help="queries truecased to each corpus's own word forms (lens bench beir --corpus-casing)")
     p.add_argument("--table-only", action="store_true", help="only rebuild the table from saved runs")
     args = p.parse_args(argv)
     args.argv = argv

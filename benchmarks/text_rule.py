@@ -1,11 +1,13 @@
 """Which texts a model's text rule changes (issue 39): for each set and variant, the documents and queries that
 each rule of ``lens.inputs.TEXT_NORMALIZATIONS`` rewrites, so a rule's effect on a collection is known exactly
 before anything is encoded (a rule that changes no text of a set leaves its vectors, and its nDCG, as they were).
-It also measures how well each rule brings a text in capitals back to its original: the sentences of an STS split
-(STS-B's train split by default: a training split, never judged), upper-cased, then put through each rule; the share
-of words and of whole sentences that come back exactly as written.
+It also measures how well each rule brings a text in capitals back to its original: the sentences of STS splits or a
+retrieval set's queries (``--restore``; none of them counted into the packaged casing table), upper-cased, then put
+through each rule; the share of words and of whole sentences that come back exactly as written. The packaged table's
+parts are measured apart too (its forms alone, with the pairs, with the acronym rule: ``lens.casing``).
 
     python benchmarks/text_rule.py --sets scifact,adi,cranfield,medline
+    python benchmarks/text_rule.py --sets adi --variants original --restore stsbenchmark:test,scifact:queries
     python benchmarks/text_rule.py --sets adi --variants original,upper-queries --rules lowercase-shouted
 """
 
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from _common import add_data_dir_argument, finish, start
 
 VARIANTS = "original,upper-queries,upper-corpus,upper-all,lower-all,title-only,typos"
+RESTORE = "stsbenchmark:train,stsbenchmark:test,sick-r:test,scifact:queries"
 
 
 def render(results: dict) -> list[str]:
@@ -36,25 +40,63 @@ def render(results: dict) -> list[str]:
         lines.append(f"| {row['set']} | {row['variant']} | " + " | ".join(cells) + " |")
     restore = results.get("restore")
     if restore:
-        lines += ["", f"## Texts in capitals brought back ({restore['set']}, {restore['split']} split, "
-                  f"{restore['sentences']} sentences, {restore['words']} words)", "",
-                  "Each sentence upper-cased, then put through the rule: the share of its words (letters, as "
-                  "`lens.casing.WORD` finds them) and of whole sentences equal to the original.", "",
-                  "| rule | words restored | sentences restored |", "|---|---:|---:|"]
-        lines += [f"| {r['rule']} | {r['words']:.3f} | {r['sentences']:.3f} |" for r in restore["rules"]]
+        sources = restore if isinstance(restore, list) else [restore]  # one source before several were measured
+        lines += ["", "## Texts in capitals brought back", "",
+                  "Each text upper-cased, then put through the rule: the share of its words (letters, as "
+                  "`lens.casing.WORD` finds them) and of whole texts equal to the original. The `table: ...` rows "
+                  "truecase every text with parts of the packaged table (`lens.casing`): its forms alone, with the "
+                  "forms after and before a given word (pairs), with the acronym rule (a short word in capitals the "
+                  "table never saw stays in capitals, as does one right before a digit), and whole; for a retrieval "
+                  "set's queries, also the table of its own corpus over the packaged one "
+                  "(`lens.casing.corpus_casing_table`, `lens bench beir --corpus-casing`). Cells: words / texts.", "",
+                  "| rule | " + " | ".join(f"{s['set']} {s['split']} ({s['sentences']} texts, {s['words']} words)"
+                                          for s in sources) + " |",
+                  "|---|" + "---:|" * len(sources)]
+        names = list(dict.fromkeys(r["rule"] for s in sources for r in s["rules"]))
+        for name in names:
+            cells = []
+            for s in sources:
+                r = next((r for r in s["rules"] if r["rule"] == name), None)
+                cells.append("-" if r is None else f"{r['words']:.3f} / {r['sentences']:.3f}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
-def restoration(sentences: list[str], rules: list[str]) -> list[dict]:
-    """For each rule: the shares of words and of sentences that ``rule(upper(sentence))`` gives back as written."""
+def table_parts(others: list[str] = ()) -> dict[str, object]:
+    """The packaged casing table's parts, each a function of a text: forms alone, + pairs, + acronyms, whole; and
+    each table file of ``others`` whole (an earlier table, to compare)."""
+    from dataclasses import replace
+
+    from lens.casing import packaged_casing_table
+
+    table = packaged_casing_table()
+    parts = {"forms": replace(table, after={}, before={}, known=None),
+             "forms + pairs": replace(table, known=None),
+             "forms + acronyms": replace(table, after={}, before={}),
+             "whole": table}
+    out = {f"table: {name}": part.truecase for name, part in parts.items()}
+    for path in others:
+        from lens.casing import load_casing_table
+
+        out[f"table file: {path}"] = load_casing_table(path).truecase
+    return out
+
+
+def restoration(sentences: list[str], rules: list[str], functions: dict | None = None) -> list[dict]:
+    """For each rule (and each of ``functions``, name -> text function): the shares of words and of sentences that
+    ``rule(upper(sentence))`` gives back as written."""
     from lens.casing import WORD
     from lens.inputs import normalize_texts
 
     shouted = [t.upper() for t in sentences]
     written = [WORD.findall(t) for t in sentences]  # the originals' words, found once for every rule
     out = []
-    for rule in ["none", *rules]:
-        back = shouted if rule == "none" else normalize_texts(shouted, rule)
+    todo = [(rule, None) for rule in ["none", *rules]] + list((functions or {}).items())
+    for rule, fn in todo:
+        if fn is not None:
+            back = [fn(t) for t in shouted]
+        else:
+            back = shouted if rule == "none" else normalize_texts(shouted, rule)
         words = [(a == b) for x, y in zip(written, back) for a, b in zip(x, WORD.findall(y))]
         out.append({"rule": rule, "words": sum(words) / max(len(words), 1),
                     "sentences": sum(x == y for x, y in zip(sentences, back)) / max(len(sentences), 1)})
@@ -67,14 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default=VARIANTS, help="lens data variant names ('original': the set as it is)")
     p.add_argument("--rules", default=None, help="comma-separated rules (default: every rule)")
     p.add_argument("--work-dir", default=".cache/ood-variants", help="where variants are written (as benchmarks/ood.py)")
-    p.add_argument("--restore", default="stsbenchmark:train",
-                   help="SET:SPLIT of STS sentences for the restoration table ('' to skip; default stsbenchmark:train)")
+    p.add_argument("--restore", default=RESTORE,
+                   help="comma-separated sources of the restoration table: STS SET:SPLIT (both sentences of each "
+                        f"pair) or a retrieval set's NAME:queries ('' to skip; default {RESTORE})")
+    p.add_argument("--tables", default="", help="comma-separated casing table files (lens data casing) to measure "
+                                                "beside the packaged one in the restoration table, e.g. an earlier one")
     add_data_dir_argument(p)
     args = start(p, argv, "ood/text_rule", render)
     if args is None:
         return 0
-    from pathlib import Path
-
     from ood import make_variants
 
     from lens.eval.beir import load_dataset, resolve_dataset
@@ -95,18 +138,41 @@ def main(argv: list[str] | None = None) -> int:
                          "changed": changed})
     results = {"rules": rules, "rows": rows}
     if args.restore:
+        tables = args.tables.split(",") if args.tables else []
+        results["restore"] = [restore_source(source, rules, args.data_dir, tables)
+                              for source in args.restore.split(",")]
+    return finish(args, results, render)
+
+
+def restore_source(source: str, rules: list[str], data_dir, tables: list[str] = ()) -> dict:
+    """The restoration rows of one source: ``STS:SPLIT`` (every sentence of the split's pairs, each once) or
+    ``RETRIEVAL-SET:queries`` (every query of the set's queries file)."""
+    from lens.casing import WORD
+
+    name, _, split = source.partition(":")
+    split = split or "train"
+    if split == "queries":
+        from lens.corpus import load_queries
+        from lens.eval.beir import resolve_dataset
+
+        from lens.casing import corpus_casing_table
+        from lens.corpus import load_corpus
+
+        d = resolve_dataset(name, data_dir)
+        sentences = list(load_queries(d).values())
+        # a set's queries can also be brought back to its own documents' forms (lens.casing.corpus_casing_table)
+        extra = {"table: the set's corpus over the packaged": corpus_casing_table(doc.full_text for doc in
+                                                                               load_corpus(d)).truecase}
+    else:
         from lens.eval.sts import load_sts
         from lens.eval.sts_bench import resolve_sts_file
 
-        from lens.casing import WORD
-
-        name, _, split = args.restore.partition(":")
-        s1, s2, _ = load_sts(resolve_sts_file(name, args.data_dir), split or "train")
-        sentences = s1 + s2
-        results["restore"] = {"set": name, "split": split or "train", "sentences": len(sentences),
-                              "words": sum(len(WORD.findall(t)) for t in sentences),
-                              "rules": restoration(sentences, rules)}
-    return finish(args, results, render)
+        s1, s2, _ = load_sts(resolve_sts_file(name, data_dir), split)
+        sentences = list(dict.fromkeys(s1 + s2))
+        extra = {}
+    return {"set": Path(name).name, "split": split, "sentences": len(sentences),
+            "words": sum(len(WORD.findall(t)) for t in sentences),
+            "rules": restoration(sentences, rules, {**table_parts(tables), **extra})}
 
 
 if __name__ == "__main__":

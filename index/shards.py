@@ -125,6 +125,11 @@ class ShardedIndex:
         return dict(self._info) if self._info is not None else None
 
     @property
+    def casing_table(self):
+        """Shard 0's corpus casing table (every shard of a build keeps the same one), or None."""
+        return self._shards[0].casing_table
+
+    @property
     def is_trained(self) -> bool:
         return all(s.is_trained for s in self._shards)
 

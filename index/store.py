@@ -43,6 +43,11 @@ takes ``texts=``, and removals drop them), and ``search`` takes a third weight, 
 candidates from the FAISS and BM25 top ``depth``, each scored exactly (:mod:`index.bm25_fusion`,
 :mod:`index.rescore`). A BM25 weight of 0 is the two-part search.
 
+Corpus casing (``set_casing_table``). An index built by a LENS model whose text rule truecases (``lens.casing``) keeps
+its corpus's own casing table (``casing.json.gz``, counted over the documents at the build, checksummed like the
+other files), so a query in capitals is brought back to the corpus's forms of its words (``lens.search``); adding
+or removing documents keeps the table as it was built.
+
 Sharded directories (:mod:`index.shards`) hold several of these, searched together by
 :class:`index.shards.ShardedIndex`; ``index.load_index`` (:mod:`index.loading`) loads a directory of either layout,
 :meth:`HybridIndex.load` one of a single index.
@@ -67,6 +72,7 @@ import faiss
 import numpy as np
 
 from lens.atomic import atomic_dir, write_json
+from lens.casing import CasingTable, read_casing_table
 
 from .factory import INDEX_TYPES, IndexType, TrainingPlan, exact_index, get_index_type
 from .manifest import (
@@ -179,7 +185,9 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
     return scores, labels
 
 
-_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, BM25_FILE, ".DS_Store"))  # .DS_Store: macOS junk
+CASING_FILE = "casing.json.gz"  # the corpus's own casing table (lens.casing), when the index keeps one
+_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, BM25_FILE, CASING_FILE,
+                            ".DS_Store"))  # .DS_Store: macOS junk
 
 
 def check_save_target(directory: str | os.PathLike) -> Path:
@@ -292,6 +300,7 @@ class HybridIndex:
         self._docs = DocTable()
         self._next_id = 0
         self._bm25: BM25Part | None = BM25Part.build([], []) if bm25 else None
+        self._casing: CasingTable | None = None
         self._main: faiss.Index | None = None
         self._staging: faiss.Index | None = None
         if self._type.needs_training:
@@ -345,6 +354,17 @@ class HybridIndex:
     def top_m(self) -> int | None:
         """Lexicon weights kept per document (``prune_top_m``), or None when documents are not pruned."""
         return self._top_m
+
+    @property
+    def casing_table(self) -> CasingTable | None:
+        """The corpus's own casing table (``lens.casing.own_casing_table``) this index keeps, or None."""
+        return self._casing
+
+    def set_casing_table(self, table: CasingTable | None) -> None:
+        """Keep ``table`` (a corpus's own casing table; None: none) with this index; saved as ``casing.json.gz``."""
+        if table is not None and not isinstance(table, CasingTable):
+            raise TypeError(f"a casing table must be a lens.casing.CasingTable, got {type(table).__name__}")
+        self._casing = table
 
     @property
     def has_bm25(self) -> bool:
@@ -798,6 +818,7 @@ class HybridIndex:
                           self._info, top_m=self._top_m, bm25=self.has_bm25, **self._options)
         if self._type.needs_training and self._main is not None:
             new._main, new._staging = faiss.clone_index(self._main), None
+        new._casing = self._casing
         return new
 
     def spill(self, path: str | os.PathLike) -> int:
@@ -857,6 +878,11 @@ class HybridIndex:
             self._bm25.write(bm25_path)
             _fsync(bm25_path)
             files[BM25_FILE] = file_record(bm25_path)
+        if self._casing is not None:
+            casing_path = directory / CASING_FILE
+            casing_path.write_bytes(self._casing.to_bytes())
+            _fsync(casing_path)
+            files[CASING_FILE] = file_record(casing_path)
         manifest = {
             "format_version": FORMAT_VERSION,
             "mode": self.mode,
@@ -929,6 +955,13 @@ class HybridIndex:
             if BM25_FILE not in m["files"]:
                 raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {BM25_FILE}")
             obj._bm25 = BM25Part.read(files[BM25_FILE], directory / BM25_FILE, m["bm25"])
+        if CASING_FILE in m["files"]:
+            f = files[CASING_FILE]
+            f.seek(0)
+            try:
+                obj._casing = read_casing_table(f.read(), directory / CASING_FILE)
+            except ValueError as e:
+                raise ValueError(f"saved index {directory}: {e}; rebuild the index") from None
         raw = _read_faiss(files[INDEX_FILE], index_path, faiss.IO_FLAG_SKIP_IVF_DATA if on_disk else 0)
         docs = DocTable.read(files[DOCS_FILE], docs_path)
         problems = []

@@ -8,8 +8,13 @@ each sentence (the classic frequency truecaser of statistical machine translatio
 
 The table (``CasingTable``) is built from ordinary mixed-case texts (``build_casing_table``; the packaged one from
 the training sets' texts, ``lens data casing``) and lists only the words whose usual form is not all lower-case;
-every other word is written in lower case. It is one gzipped JSON file with its format version, settings and
-sources; ``load_casing_table`` is its one reader.
+every other word is written in lower case. Two refinements (format 2) come from the same counts: a word's usual
+form after or before a given word where it differs from its own ("t" alone is lower case, "t" before "cells" is
+"T"), and the vocabulary of every word seen, so that a short word in capitals the table never saw ("KRAS", "YAP")
+is kept as an acronym instead of being lower-cased. It is one gzipped JSON file with its format version, settings
+and sources; ``read_casing_table`` is its one reader (format 1 files, without the refinements, still read). An
+index keeps its corpus's own table (``own_casing_table``) and truecases queries with it over the packaged one
+(``corpus_casing_table``).
 """
 
 from __future__ import annotations
@@ -19,14 +24,15 @@ import json
 import os
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
 from lens.atomic import atomic_write_bytes
 
-CASING_FORMAT = 1
+CASING_FORMAT = 2
+READABLE_FORMATS = (1, 2)  # format 1: forms only (no pairs, no vocabulary)
 PACKAGED_TABLE = Path(__file__).parent / "resources" / "casing-en.json.gz"
 
 SHOUTED_SHARE = 0.7  # a text is shouted when at least this share of its cased letters are capitals ...
@@ -34,6 +40,9 @@ SHOUTED_MIN_CAPITALS = 6  # ... and it has at least this many: "DNA" or "HIV-1" 
 
 MIN_COUNT = 2  # a word's usual form must be seen at least this often, away from a sentence's start ...
 MIN_SHARE = 0.6  # ... and be at least this share of the word's occurrences there
+PAIR_MIN_COUNT = 3  # a form next to a given word overrides the word's own only when seen this often there ...
+PAIR_MIN_SHARE = 0.8  # ... and in this share of the word's occurrences there (pairs are sparse: stricter)
+ACRONYM_MAX_LETTERS = 4  # a word in capitals the vocabulary never saw, this short or shorter, stays in capitals
 
 WORD = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")  # letters, with inner apostrophes ("don't", "O'Neill")
 # A sentence starts at the text's start or after . ! ? (and closing quotes or brackets) and white space; what
@@ -61,20 +70,60 @@ def is_uncased(text: str) -> bool:
 
 @dataclass
 class CasingTable:
-    """Each word's usual written form, keyed by its lower-case form; only the forms that are not all lower-case."""
+    """Each word's usual written form, keyed by its lower-case form; only the forms that are not all lower-case.
+
+    ``after`` (key ``"<previous word> <word>"``, both lower case) holds a word's usual form after a given word
+    where it differs from the word's own, ``before`` (key ``"<word> <next word>"``) its form before one.
+    ``known`` is every word (lower case) seen at least ``min_count`` times in any form, or None for a format-1
+    table that did not count them (then no word is kept in capitals).
+    """
 
     forms: dict[str, str]
+    after: dict[str, str] = field(default_factory=dict)
+    before: dict[str, str] = field(default_factory=dict)
+    known: frozenset[str] | None = None
     min_count: int = MIN_COUNT
     min_share: float = MIN_SHARE
+    pair_min_count: int = PAIR_MIN_COUNT
+    pair_min_share: float = PAIR_MIN_SHARE
     texts: int = 0  # how many distinct mixed-case texts were counted
     sources: list[str] = field(default_factory=list)
     format: int = CASING_FORMAT
 
+    def form(self, word: str, previous: str | None = None, next: str | None = None, code: bool = False) -> str:
+        """``word``'s usual form between the words ``previous`` and ``next`` (lower case; None at a text's ends):
+        its form after ``previous``, else before ``next``, else its own; else ``word`` itself if it is in capitals
+        and either a short word the table never saw (an acronym: "KRAS") or part of a code (``code``: a digit
+        right after it, "CX3CR1", "G6PD"); else lower case. Only a table that counted its vocabulary (format 2)
+        keeps words in capitals."""
+        lower = word.lower()
+        pair = None
+        if previous is not None and self.after:
+            pair = self.after.get(f"{previous} {lower}")
+        if pair is None and next is not None and self.before:
+            pair = self.before.get(f"{lower} {next}")
+        if pair is not None:
+            return pair
+        usual = self.forms.get(lower)
+        if usual is not None:
+            return usual
+        if (self.known is not None and word.isupper()
+                and (code or (len(word) <= ACRONYM_MAX_LETTERS and lower not in self.known))):
+            return word
+        return lower
+
     def truecase(self, text: str) -> str:
-        """``text`` with every word in its usual form (lower case unless the table says otherwise) and a capital
-        at the start of each sentence."""
-        forms = self.forms
-        out = WORD.sub(lambda m: forms.get(m.group().lower(), m.group().lower()), text)
+        """``text`` with every word in its usual form (``form``: lower case unless the table says otherwise) and a
+        capital at the start of each sentence."""
+        words = list(WORD.finditer(text))
+        lower = [m.group().lower() for m in words]
+        parts, last = [], 0
+        for i, m in enumerate(words):
+            parts += [text[last:m.start()], self.form(m.group(), lower[i - 1] if i else None,
+                                                      lower[i + 1] if i + 1 < len(words) else None,
+                                                      code=text[m.end():m.end() + 1].isdigit())]
+            last = m.end()
+        out = "".join(parts) + text[last:]
         return _SENTENCE_START.sub(lambda m: m.group(1) + m.group(2) + m.group(3).upper(), out)
 
     def truecase_shouted(self, text: str) -> str:
@@ -85,28 +134,67 @@ class CasingTable:
         """``text`` truecased when its case says nothing (``is_uncased``: in capitals or all lower case)."""
         return self.truecase(text) if is_uncased(text) else text
 
+    def overruled_by(self, other: CasingTable) -> CasingTable:
+        """This table with ``other``'s evidence first: its pairs, then its forms (lower-case ones included, as a
+        corpus's table keeps them), then this table's pairs and forms; the two vocabularies together. A word
+        ``other`` has a form for loses this table's pairs, so a corpus's "t" is not overruled by a general text's
+        "T cells"."""
+        if other.known is None or self.known is None:
+            known = other.known if self.known is None else self.known
+        else:
+            known = self.known | other.known
+        forms = {**self.forms, **other.forms}
+        after = {k: v for k, v in self.after.items() if k.split(" ", 1)[1] not in other.forms}
+        before = {k: v for k, v in self.before.items() if k.split(" ", 1)[0] not in other.forms}
+        return replace(self, forms=forms, after={**after, **other.after},
+                       before={**before, **other.before}, known=known, texts=self.texts + other.texts,
+                       sources=[*self.sources, *other.sources])
+
     def save(self, path: str | os.PathLike) -> None:
-        """Write the table atomically as gzipped JSON (sorted, so the same table gives the same bytes)."""
+        """Write the table atomically as gzipped JSON (``to_bytes``)."""
+        atomic_write_bytes(Path(path), self.to_bytes())
+
+    def to_bytes(self) -> bytes:
+        """The table as gzipped JSON, sorted, so the same table gives the same bytes (``read_casing_table``)."""
         payload = {"format": self.format, "min_count": self.min_count, "min_share": self.min_share,
-                   "texts": self.texts, "sources": self.sources, "forms": dict(sorted(self.forms.items()))}
+                   "pair_min_count": self.pair_min_count, "pair_min_share": self.pair_min_share,
+                   "texts": self.texts, "sources": self.sources, "forms": dict(sorted(self.forms.items())),
+                   "after": dict(sorted(self.after.items())), "before": dict(sorted(self.before.items())),
+                   "known": None if self.known is None else sorted(self.known)}
         raw = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-        atomic_write_bytes(Path(path), gzip.compress(raw, mtime=0))
+        return gzip.compress(raw, mtime=0)
 
 
 def load_casing_table(path: str | os.PathLike) -> CasingTable:
-    """Read a table written by ``CasingTable.save``; a file of another format or shape is refused by name."""
+    """Read a table written by ``CasingTable.save`` (format 1 or 2); a file of another format or shape is refused
+    by name."""
+    p = Path(path)
+    return read_casing_table(p.read_bytes(), p)
+
+
+def read_casing_table(data: bytes, path: str | os.PathLike) -> CasingTable:
+    """Parse the bytes of a table file (``CasingTable.to_bytes``; ``path`` names it in errors): the one reader,
+    for a table file and for an index's ``casing.json.gz`` alike."""
     p = Path(path)
     try:
-        obj = json.loads(gzip.decompress(p.read_bytes()))
+        obj = json.loads(gzip.decompress(data))
     except (OSError, EOFError, ValueError) as e:
         raise ValueError(f"{p}: not a casing table (gzipped JSON written by `lens data casing`): {e}") from None
-    if not isinstance(obj, dict) or obj.get("format") != CASING_FORMAT or not isinstance(obj.get("forms"), dict):
-        raise ValueError(f"{p}: not a casing table of format {CASING_FORMAT} (format {obj.get('format')!r} "
-                         "found); rebuild it with `lens data casing`" if isinstance(obj, dict) else
-                         f"{p}: not a casing table (expected a JSON object)")
-    return CasingTable(forms=obj["forms"], min_count=obj.get("min_count", MIN_COUNT),
-                       min_share=obj.get("min_share", MIN_SHARE), texts=obj.get("texts", 0),
-                       sources=list(obj.get("sources", [])))
+    if not isinstance(obj, dict):
+        raise ValueError(f"{p}: not a casing table (expected a JSON object)")
+    fmt = obj.get("format")
+    shapes = [isinstance(obj.get("forms"), dict), isinstance(obj.get("after", {}), dict),
+              isinstance(obj.get("before", {}), dict), isinstance(obj.get("known", []), (list, type(None)))]
+    if fmt not in READABLE_FORMATS or not all(shapes):
+        raise ValueError(f"{p}: not a casing table of format {' or '.join(map(str, READABLE_FORMATS))} (format "
+                         f"{fmt!r} found, or a malformed one); rebuild it with `lens data casing`")
+    known = obj.get("known")
+    return CasingTable(forms=obj["forms"], after=obj.get("after", {}), before=obj.get("before", {}),
+                       known=None if known is None else frozenset(known),
+                       min_count=obj.get("min_count", MIN_COUNT), min_share=obj.get("min_share", MIN_SHARE),
+                       pair_min_count=obj.get("pair_min_count", PAIR_MIN_COUNT),
+                       pair_min_share=obj.get("pair_min_share", PAIR_MIN_SHARE), texts=obj.get("texts", 0),
+                       sources=list(obj.get("sources", [])), format=fmt)
 
 
 @lru_cache(maxsize=1)
@@ -125,34 +213,88 @@ def truecase_uncased(text: str) -> str:
     return packaged_casing_table().truecase_uncased(text)
 
 
-def count_forms(texts: Iterable[str]) -> tuple[dict[str, Counter], int]:
-    """How often each written form of each word occurs away from a sentence's start, over the distinct
-    mixed-case texts of ``texts`` (texts without a capital, or in capitals, carry no evidence of case)."""
-    counts: dict[str, Counter] = defaultdict(Counter)
+def own_casing_table(texts: Iterable[str]) -> CasingTable:
+    """A corpus's own table: its texts' usual forms, lower-case ones too (so that it overrules a general table's
+    where the corpus writes a word in lower case); what an index keeps (``index.store``, ``casing.json.gz``)."""
+    return build_casing_table(texts, sources=["corpus"], lower_forms=True)
+
+
+def corpus_casing_table(texts: Iterable[str] | CasingTable, base: CasingTable | None = None) -> CasingTable:
+    """The casing table for a corpus's queries: the corpus's own usual forms (``texts``, or their
+    ``own_casing_table``) over ``base`` (the packaged table by default). A collection writes its own words its own
+    way ("YAP", "miRNA", "iPSC"), which a table counted over general training texts cannot know; a query in capitals
+    is best brought back to them."""
+    own = texts if isinstance(texts, CasingTable) else own_casing_table(texts)
+    return (packaged_casing_table() if base is None else base).overruled_by(own)
+
+
+@dataclass
+class FormCounts:
+    """What ``count_forms`` counted over the distinct mixed-case texts."""
+
+    forms: dict[str, Counter]  # lower-case word -> how often each written form occurs away from a sentence's start
+    after: dict[tuple[str, str], Counter]  # (previous word, word), lower case -> likewise, after that word
+    before: dict[tuple[str, str], Counter]  # (word, next word), lower case -> likewise, before that word
+    words: Counter  # lower-case word -> how often it occurs anywhere, in any form
+    texts: int  # how many distinct mixed-case texts were counted
+
+
+def count_forms(texts: Iterable[str]) -> FormCounts:
+    """How often each written form of each word occurs away from a sentence's start (alone, after the word before
+    it and before the word after it), and how often each word occurs at all, over the distinct mixed-case texts of
+    ``texts`` (texts without a capital, or in capitals, carry no evidence of case)."""
+    forms: dict[str, Counter] = defaultdict(Counter)
+    after: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    before: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    words: Counter = Counter()
     seen: set[str] = set()
     for text in texts:
         if text in seen or not any(c.isupper() for c in text) or is_shouted(text):
             continue
         seen.add(text)
-        end = None  # where the previous word ended; None before the first
-        for m in WORD.finditer(text):
+        found = list(WORD.finditer(text))
+        lower = [m.group().lower() for m in found]
+        words.update(lower)
+        for i, m in enumerate(found):
             # a sentence's first word says nothing about case: its capital is the sentence's
-            if end is not None and not _GAP_ENDS_SENTENCE.search(text, end, m.start()):
-                counts[m.group().lower()][m.group()] += 1
-            end = m.end()
-    return counts, len(seen)
+            if i and not _GAP_ENDS_SENTENCE.search(text, found[i - 1].end(), m.start()):
+                forms[lower[i]][m.group()] += 1
+                after[(lower[i - 1], lower[i])][m.group()] += 1
+                if i + 1 < len(found):
+                    before[(lower[i], lower[i + 1])][m.group()] += 1
+    return FormCounts(forms=forms, after=after, before=before, words=words, texts=len(seen))
+
+
+def _usual(seen: Counter, min_count: int, min_share: float) -> str | None:
+    """The most frequent form in ``seen`` if it has at least ``min_count`` sightings and ``min_share`` of all."""
+    form, k = seen.most_common(1)[0]
+    return form if k >= min_count and k >= min_share * sum(seen.values()) else None
 
 
 def build_casing_table(texts: Iterable[str], *, min_count: int = MIN_COUNT, min_share: float = MIN_SHARE,
-                       sources: Iterable[str] = ()) -> CasingTable:
+                       pair_min_count: int = PAIR_MIN_COUNT, pair_min_share: float = PAIR_MIN_SHARE,
+                       sources: Iterable[str] = (), lower_forms: bool = False) -> CasingTable:
     """The table of the words whose most frequent form in ``texts`` is not all lower-case, seen at least
-    ``min_count`` times and in at least ``min_share`` of the word's occurrences (away from a sentence's start)."""
-    if min_count < 1 or not 0 < min_share <= 1:
-        raise ValueError(f"min_count must be >= 1 and min_share in (0, 1]; got {min_count}, {min_share}")
-    counts, n = count_forms(texts)
+    ``min_count`` times and in at least ``min_share`` of the word's occurrences (away from a sentence's start;
+    ``lower_forms``: the lower-case ones too, so that the table can overrule another's, as a corpus's does);
+    the pairs whose word's usual form after the previous word, or before the next, differs from the word's own
+    (``pair_min_count``, ``pair_min_share``); and every word seen at least ``min_count`` times."""
+    for mc, ms in ((min_count, min_share), (pair_min_count, pair_min_share)):
+        if mc < 1 or not 0 < ms <= 1:
+            raise ValueError(f"min_count must be >= 1 and min_share in (0, 1]; got {mc}, {ms}")
+    counts = count_forms(texts)
     forms = {}
-    for lower, seen in counts.items():
-        form, k = seen.most_common(1)[0]
-        if form != lower and k >= min_count and k >= min_share * sum(seen.values()):
+    for lower, seen in counts.forms.items():
+        form = _usual(seen, min_count, min_share)
+        if form is not None and (lower_forms or form != lower):
             forms[lower] = form
-    return CasingTable(forms=forms, min_count=min_count, min_share=min_share, texts=n, sources=list(sources))
+    after, before = {}, {}
+    for pairs, counted, word_at in ((after, counts.after, 1), (before, counts.before, 0)):
+        for pair, seen in counted.items():
+            form = _usual(seen, pair_min_count, pair_min_share)
+            if form is not None and form != forms.get(pair[word_at], pair[word_at]):
+                pairs[" ".join(pair)] = form
+    known = frozenset(w for w, k in counts.words.items() if k >= min_count)
+    return CasingTable(forms=forms, after=after, before=before, known=known, min_count=min_count, min_share=min_share,
+                       pair_min_count=pair_min_count, pair_min_share=pair_min_share, texts=counts.texts,
+                       sources=list(sources))

@@ -159,8 +159,9 @@ def cmd_casing(args: argparse.Namespace) -> None:
                                min_share=MIN_SHARE if args.min_share is None else args.min_share,
                                sources=[Path(p).resolve().name for p in sources])
     table.save(args.out)
-    print(f"{args.out}: {len(table.forms)} words with a usual form other than lower case, from {table.texts} "
-          f"distinct mixed-case texts of {len(sources)} set(s)")
+    print(f"{args.out}: {len(table.forms)} words with a usual form other than lower case, {len(table.after)} "
+          f"forms after and {len(table.before)} before a given word, {len(table.known)} words known, from {table.texts} distinct mixed-case texts "
+          f"of {len(sources)} set(s)")
 
 
 def cmd_stats(args: argparse.Namespace) -> None:

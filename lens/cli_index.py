@@ -66,6 +66,7 @@ def cmd_index_info(args: argparse.Namespace) -> None:
 
     from index.manifest import data_files, open_index, verify_stream
     from index.ondisk import DATA_FILE
+    from index.store import CASING_FILE
 
     m, gen = open_index(args.dir)
     with gen:
@@ -86,6 +87,9 @@ def cmd_index_info(args: argparse.Namespace) -> None:
         print(f"  inverted lists: {DATA_FILE}, memory-mapped when loaded (read-only)")
     if m.get("top_m") is not None:
         print(f"  top-m: each document keeps its {m['top_m']} heaviest lexicon weights (queries are not pruned)")
+    if any(name.split("/")[-1] == CASING_FILE for name in m["files"]):
+        print(f"  casing: the corpus's own casing table ({CASING_FILE}): queries in capitals come back to the "
+              "corpus's forms of their words")
     if m.get("bm25") is not None:
         print(f"  bm25: a BM25 part of {m['bm25'].get('documents')} documents, {m['bm25'].get('terms')} terms "
               "(lens search --weights LEX,DENSE,BM25)")

@@ -230,6 +230,9 @@ class LensEncoder:
         # every kernel from Python (lens.fixed_shape; 4 ms against 18-25 ms on an H100). False: always the batch path.
         self.cuda_graphs = True
         self.single_text_path: FixedShapeForward | None = None  # made on first use on CUDA (or set by hand)
+        # The table a truecasing text rule uses (lens.casing.CasingTable); None: the packaged one. An index sets its
+        # corpus's own (lens.casing.corpus_casing_table) on the encoder that encodes its queries.
+        self.casing_table = None
 
     # ---------------------------------------------------------------- loading and saving
     @classmethod
@@ -425,7 +428,8 @@ class LensEncoder:
         todo = [i for i, t in enumerate(texts) if t.strip()]
         if todo:
             items = encode_texts(self.tokenizer, [texts[i] for i in todo], self.max_seq_length, prompt,
-                                 normalization=self.config.text_normalization, convention=self.config.convention)
+                                 normalization=self.config.text_normalization, convention=self.config.convention,
+                                 casing=self.casing_table)
             n_cut = sum(it.truncated for it in items)
             tally = _TRUNCATIONS.get()
             if tally is not None:  # inside count_truncations: the caller reports the total

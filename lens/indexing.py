@@ -554,6 +554,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
         logger.info("balanced query weights for this corpus: lexicon %.3f, dense %.3f", *weights)
     template = HybridIndex(*chunks.dims, index_type, weights=weights, fingerprint=chunks.fingerprint, info=info,
                            top_m=top_m, bm25=bm25, **options)
+    template.set_casing_table(corpus_casing(docs, record))
     if train_size:
         template.train(*_sample(chunks, len(docs), train_size))
     parts = [shard_slice(len(docs), s, shards) for s in range(shards)]
@@ -575,6 +576,21 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
             del shard  # one shard in memory at a time
         manifest = writer.finish(info)
     return manifest, None
+
+
+def corpus_casing(docs: Sequence[Document], record: EncoderRecord):
+    """The corpus's own casing table (``lens.casing.own_casing_table``) when the model's text rule truecases, so
+    that the index's queries in capitals come back to the corpus's forms of its words (``lens.search``); else None."""
+    from lens.inputs import CASING_RULES
+
+    if record.text_normalization not in CASING_RULES:
+        return None
+    from lens.casing import own_casing_table
+
+    table = own_casing_table(d.full_text for d in docs)
+    logger.info("corpus casing table: %d words' usual forms from %d mixed-case documents", len(table.forms),
+                table.texts)
+    return table
 
 
 def _recorded_info(info: dict | None, record: EncoderRecord) -> dict:

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from lens.casing import is_shouted, truecase_shouted, truecase_uncased
+from lens.casing import CasingTable, is_shouted, truecase_shouted, truecase_uncased
 
 
 def lowercase_shouted(text: str) -> str:
@@ -40,6 +40,14 @@ TEXT_NORMALIZATIONS: dict[str, Callable[[str], str]] = {
 }
 
 
+# The rules above that truecase with a casing table (the packaged one), by the table's method: a caller with a table
+# of its own (an index's corpus: lens.casing.corpus_casing_table) passes it to normalize_texts / encode_texts.
+CASING_RULES: dict[str, Callable[[CasingTable, str], str]] = {
+    "truecase-shouted": CasingTable.truecase_shouted,
+    "truecase-uncased": CasingTable.truecase_uncased,
+}
+
+
 NO_TEXT_RULE = "none"  # where a rule is given to override a model's (from_pretrained): texts as they are
 
 
@@ -50,10 +58,14 @@ def check_text_normalization(rule: str | None) -> str | None:
     return rule
 
 
-def normalize_texts(texts: list[str], rule: str | None) -> list[str]:
-    """``texts`` under the text rule ``rule`` (None: unchanged)."""
+def normalize_texts(texts: list[str], rule: str | None, casing: CasingTable | None = None) -> list[str]:
+    """``texts`` under the text rule ``rule`` (None: unchanged); a truecasing rule uses ``casing`` if given, else
+    the packaged table."""
     if check_text_normalization(rule) is None:
         return texts
+    if casing is not None and rule in CASING_RULES:
+        method = CASING_RULES[rule]
+        return [method(casing, t) for t in texts]
     fold = TEXT_NORMALIZATIONS[rule]
     return [fold(t) for t in texts]
 
@@ -75,15 +87,17 @@ def special_ids(tokenizer) -> tuple[int, int]:
 
 
 def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | None = None, *,
-                 normalization: str | None = None, convention: str = "lens") -> list[Encoded]:
+                 normalization: str | None = None, convention: str = "lens",
+                 casing: CasingTable | None = None) -> list[Encoded]:
     """Tokenise ``texts`` behind an optional ``prompt``; texts are cut so each sequence fits ``max_length``.
 
     ``normalization`` names the model's text rule (``TEXT_NORMALIZATIONS``), applied to the texts, not the prompt:
-    every path that tokenises for a model (encoding, training, MNTP, integrations) passes its config's rule here.
+    every path that tokenises for a model (encoding, training, MNTP, integrations) passes its config's rule here;
+    ``casing`` is the truecasing rules' table when not the packaged one (``normalize_texts``).
     """
     if convention != "lens":  # the released checkpoints' own rule (lens.config.CONVENTIONS)
-        return encode_texts_paper(tokenizer, normalize_texts(list(texts), normalization), max_length, prompt,
-                                  convention)
+        return encode_texts_paper(tokenizer, normalize_texts(list(texts), normalization, casing), max_length,
+                                  prompt, convention)
     start, eos = special_ids(tokenizer)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"] if prompt else []
     budget = max_length - len(prompt_ids) - 2
@@ -92,7 +106,7 @@ def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | Non
             f"the prompt takes {len(prompt_ids)} tokens, leaving no room for text within max_length={max_length}: "
             "shorten the instruction or raise max_length"
         )
-    text_ids = tokenizer(normalize_texts(list(texts), normalization), add_special_tokens=False)["input_ids"]
+    text_ids = tokenizer(normalize_texts(list(texts), normalization, casing), add_special_tokens=False)["input_ids"]
     out = []
     for ids in text_ids:
         kept = ids[:budget]

@@ -15,7 +15,7 @@ from index.manifest import check_fingerprint
 from lens.hybrid import HybridEncoder
 from lens.index_record import EncoderRecord, model_reference
 
-__all__ = ["Searcher", "check_queries", "hit_records", "model_reference"]
+__all__ = ["Searcher", "check_queries", "hit_records", "model_reference", "use_corpus_casing"]
 
 
 def check_queries(queries: Sequence[str]) -> list[str]:
@@ -36,6 +36,24 @@ def hit_records(result: SearchResult) -> list[dict[str, Any]]:
     cannot hide the hit's own)."""
     return [{"rank": rank, "id": doc_id, "score": float(score), "metadata": meta}
             for rank, (doc_id, score, meta) in enumerate(zip(result.ids, result.scores, result.metadata), 1)]
+
+
+def use_corpus_casing(encoder: HybridEncoder, index: Any) -> None:
+    """Let ``encoder`` truecase queries with ``index``'s corpus casing table over the packaged one
+    (``lens.casing.corpus_casing_table``), when the index keeps one and the model's text rule truecases; else with
+    the packaged table alone (an encoder reused from another index drops that index's table)."""
+    lens = getattr(encoder, "lens", None)
+    if lens is None:
+        return
+    from lens.inputs import CASING_RULES
+
+    own = getattr(index, "casing_table", None)
+    if own is not None and lens.config.text_normalization in CASING_RULES:
+        from lens.casing import corpus_casing_table
+
+        lens.casing_table = corpus_casing_table(own)
+    else:
+        lens.casing_table = None
 
 
 class Searcher:
@@ -70,6 +88,7 @@ class Searcher:
                 encoder.lens.apply_quantize(quantize)
         check_fingerprint(encoder.fingerprint(), index.fingerprint, Path(directory), LATER_FINGERPRINT_KEYS)
         record.check_text_rule(encoder, directory)
+        use_corpus_casing(encoder, index)
         return cls(index, encoder, record)
 
     def search(self, queries: Sequence[str], k: int = 10, weights: Sequence[float] | str | None = None,

@@ -35,13 +35,45 @@ def test_is_uncased():
 
 
 def test_counts_skip_sentence_starts_repeats_and_texts_without_case_evidence():
-    counts, n = count_forms(TEXTS)
-    assert n == 5  # of the eight: the repeat, the caseless and the shouted text are left out
+    counted = count_forms(TEXTS)
+    counts = counted.forms
+    assert counted.texts == 5  # of the eight: the repeat, the caseless and the shouted text are left out
     assert counts["nasa"] == {"NASA": 3}  # the caseless and shouted texts' "nasa"/"NASA" are not counted
     assert counts["the"] == {"the": 4}  # the three sentence-initial "The" are not counted
     assert counts["paris"] == {"Paris": 3} and counts["houston"] == {"Houston": 2}  # the repeat once
     assert counts["engineers"] == {}  # only ever a sentence's first word
     assert counts["iphone"] == {"iPhone": 2, "iphone": 1}
+    # pairs: the same sightings, keyed by the word before / after (lower case); a sentence start is never one
+    assert counted.after[("by", "nasa")] == {"NASA": 1} and counted.after[("the", "iphone")] == {"iPhone": 1}
+    assert counted.before[("nasa", "in")] == {"NASA": 1} and ("the", "mission") not in counted.before
+    assert counted.after[("and", "iphone")] == {"iphone": 1}
+    # every word in any form and position, counted in the same five texts
+    assert counted.words["engineers"] == 1 and counted.words["the"] == 6 and counted.words["nasa"] == 3
+
+
+def test_pairs_and_vocabulary_in_the_table():
+    texts = ["Cells called T cells and B cells were counted by the team.",
+             "The T cells of mice differ from the T cells of rats.",
+             "Most T cells die; a t of tea is not a T cell.",
+             "We saw that a t and a t were typed as a t here."]
+    table = build_casing_table(texts, min_count=2, min_share=0.6, pair_min_count=3, pair_min_share=0.8)
+    assert "t" not in table.forms  # alone: 5 of 9 sightings "T", under 0.6
+    assert table.before == {"t cells": "T"}  # before "cells": 4 of 4 (the "T cell" once: under the count)
+    assert table.after == {}  # "a t": 4 of 5 lower case, as the word's own form: a pair that agrees is not stored
+    assert "cells" in table.known and "tea" not in table.known  # seen twice or more, in any form
+    assert table.truecase("THE T CELLS OF A T") == "The T cells of a t"
+    assert table.truecase("KRAS AND YAP OF T CELLS") == "KRAS and YAP of T cells"  # unknown, short: acronyms
+    assert table.truecase("KINASES OF CELLS") == "Kinases of cells"  # unknown but long: lower case
+    assert table.truecase("kras in cells") == "Kras in cells"  # only a word written in capitals is kept
+    # a word in capitals right before a digit is part of a code, kept whatever its length or the vocabulary
+    assert table.truecase("CELLS CALLED CX3CR1 AND TEAM7") == "Cells called CX3CR1 and TEAM7"
+    assert table.truecase("THE 2CELLS") == "The 2cells"  # after a digit (a unit, an ordinal): as usual
+    strict = build_casing_table(texts, min_count=2, min_share=0.6, pair_min_count=5, pair_min_share=0.8)
+    assert strict.before == {} and strict.truecase("THE T CELLS") == "The t cells"
+    # a format-1 table (no vocabulary): no word is kept as an acronym
+    assert CasingTable(forms={}).truecase("KRAS IN CELLS") == "Kras in cells"
+    with pytest.raises(ValueError, match="min_share in"):
+        build_casing_table(texts, pair_min_share=1.5)
 
 
 def test_table_keeps_usual_forms_that_are_not_lower_case():
@@ -69,6 +101,29 @@ def test_truecase_restores_usual_forms_and_sentence_capitals():
     assert table.truecase_uncased("NASA IN HOUSTON") == "NASA in Houston" and table.truecase_uncased(mixed) == mixed
 
 
+def test_a_corpus_table_overrules_the_general_one():
+    general = CasingTable(forms={"apple": "Apple", "nasa": "NASA"}, after={"cd t": "T"}, before={"t cells": "T"},
+                          known=frozenset({"apple", "nasa", "t", "cells", "the"}))
+    docs = ["Fruit such as apple and pear. We ate an apple and a pear with YAP and miRNA levels.",
+            "The apple was fresh; YAP and miRNA rose, t was low, and the t value fell. Apple pie is sweet.",
+            "The t statistic, and a t of 2, for YAP."]
+    own = build_casing_table(docs, lower_forms=True)
+    assert own.forms["apple"] == "apple" and own.forms["yap"] == "YAP" and own.forms["mirna"] == "miRNA"
+    assert "apple" not in build_casing_table(docs).forms  # without lower_forms a lower-case form is not kept
+    merged = general.overruled_by(own)
+    assert merged.truecase("THE APPLE AND PEAR, NASA, YAP AND MIRNA") == "The apple and pear, NASA, YAP and miRNA"
+    assert general.truecase("THE T CELLS") == "The T cells"  # the general table's pair ...
+    assert own.forms["t"] == "t" and merged.truecase("THE T CELLS") == "The t cells"  # ... loses to the corpus's "t"
+    assert merged.before == {} and merged.after == {}  # the corpus has a form for "t": the pairs of "t" are gone
+    assert merged.known >= general.known | {"yap", "pear"} and merged.texts == general.texts + own.texts
+    assert general.forms["apple"] == "Apple"  # the general table itself is left as it was
+    from lens.casing import corpus_casing_table
+
+    table = corpus_casing_table(docs, base=general)
+    assert table.forms == merged.forms and table.sources == ["corpus"]
+    assert corpus_casing_table(docs).forms["nasa"] == packaged_casing_table().forms["nasa"]  # default base: packaged
+
+
 def test_save_load_round_trip_and_refusals(tmp_path):
     table = build_casing_table(TEXTS, sources=["mine"])
     path = tmp_path / "casing.json.gz"
@@ -81,8 +136,13 @@ def test_save_load_round_trip_and_refusals(tmp_path):
     with pytest.raises(ValueError, match="not a casing table"):
         load_casing_table(tmp_path / "plain.json")
     (tmp_path / "other.json.gz").write_bytes(gzip.compress(json.dumps({"format": 99, "forms": {}}).encode()))
-    with pytest.raises(ValueError, match=f"not a casing table of format {CASING_FORMAT}.*rebuild"):
+    with pytest.raises(ValueError, match=f"not a casing table of format 1 or {CASING_FORMAT}.*rebuild"):
         load_casing_table(tmp_path / "other.json.gz")
+    # a format-1 table (forms only) still reads: no pairs, no vocabulary
+    (tmp_path / "v1.json.gz").write_bytes(gzip.compress(json.dumps({"format": 1, "forms": {"nasa": "NASA"}}).encode()))
+    old = load_casing_table(tmp_path / "v1.json.gz")
+    assert old.forms == {"nasa": "NASA"} and old.after == old.before == {} and old.known is None
+    assert old.truecase("NASA AND KRAS") == "NASA and kras"
 
 
 def test_packaged_table_and_the_text_rule():
@@ -91,6 +151,9 @@ def test_packaged_table_and_the_text_rule():
     table = packaged_casing_table()
     assert len(table.forms) > 10_000 and table.sources  # built from the training sets, named in the file
     assert all(form.lower() == word and form != word for word, form in table.forms.items())
+    assert table.after and table.before and len(table.known) > 20_000
+    assert all(form.lower() == pair.split()[1] for pair, form in table.after.items())
+    assert all(form.lower() == pair.split()[0] for pair, form in table.before.items())
     assert "truecase-shouted" in TEXT_NORMALIZATIONS
     texts = ["WHAT PROBLEMS ARE THERE IN MAKING UP DESCRIPTIVE TITLES?", "Effects of DNA damage", "DNA", ""]
     assert normalize_texts(texts, "truecase-shouted") == [
@@ -122,9 +185,52 @@ def test_lens_data_casing_command(tmp_path, capsys):
         f.write("\n".join(json.dumps(r) for r in rows) + "\n")
     out = tmp_path / "casing.json.gz"
     assert main(["data", "casing", str(d), "--out", str(out), "--min-count", "2"]) == 0
-    assert "words with a usual form other than lower case, from 4 distinct mixed-case texts" in capsys.readouterr().out
+    assert ("3 words with a usual form other than lower case, 0 forms after and 0 before a given word, 9 words known, "
+            "from 4 distinct mixed-case texts") in capsys.readouterr().out
     table = load_casing_table(out)
     assert table.forms["nasa"] == "NASA" and table.forms["houston"] == "Houston" and table.sources == ["myset"]
     (tmp_path / "test.jsonl").write_text(json.dumps(rows[0]) + "\n")
     assert main(["data", "casing", str(tmp_path / "test.jsonl"), "--out", str(tmp_path / "t.json.gz")]) == 2
     assert "never train on a test split" in capsys.readouterr().err
+
+
+def test_an_encoder_truecases_with_the_table_it_is_given(tiny_lens_dir, tiny_encoder):
+    from lens.encoder import LensEncoder
+    from lens.inputs import normalize_texts
+
+    table = CasingTable(forms={"yap": "YAP"}, known=frozenset({"in", "cells", "now"}))
+    assert normalize_texts(["YAP IN CELLS NOW"], "truecase-shouted", table) == ["YAP in cells now"]
+    assert normalize_texts(["YAP IN CELLS NOW"], "lowercase", table) == ["yap in cells now"]  # not a truecasing rule
+    assert normalize_texts(["YAP IN CELLS NOW"], "truecase-shouted") == [
+        packaged_casing_table().truecase("YAP IN CELLS NOW")]
+    enc = LensEncoder.from_pretrained(tiny_lens_dir, text_normalization="truecase-shouted")
+    enc.casing_table = table
+    assert (enc.encode(["YAP IN CELLS NOW"]) == tiny_encoder.encode(["YAP in cells now"])).all()
+    enc.casing_table = None  # the packaged table again
+    assert (enc.encode(["YAP IN CELLS NOW"]) ==
+            tiny_encoder.encode([packaged_casing_table().truecase("YAP IN CELLS NOW")])).all()
+
+
+@pytest.mark.parametrize("corpus_casing", [False, True])
+def test_the_bench_brings_queries_to_the_corpus_forms_only_when_asked(tiny_lens_dir, tmp_path, corpus_casing):
+    import shutil
+
+    from lens.eval.systems import LensResource
+
+    ruled = tmp_path / "ruled"
+    shutil.copytree(tiny_lens_dir, ruled)
+    config = json.loads((ruled / "config.json").read_text())
+    (ruled / "config.json").write_text(json.dumps({**config, "text_normalization": "truecase-shouted"}))
+    res = LensResource(str(ruled), cache_root=tmp_path / "cache", show_progress_bar=False,
+                       corpus_casing=corpus_casing)
+    docs = ["Levels of YAP and miRNA in the Zorblax cells.", "The YAP of Zorblax rose; miRNA fell in Zorblax mice."]
+    res.documents(docs)
+    table = res.encoder.casing_table
+    if not corpus_casing:
+        assert table is None
+        return
+    assert table.forms["zorblax"] == "Zorblax" and table.forms["mirna"] == "miRNA"
+    assert (res.query("ZORBLAX MIRNA LEVELS", "Find", "lexicon") ==
+            res.encoder.encode_queries(["Zorblax miRNA levels"], instruction="Find", output="lexicon")).all()
+    res.documents(["the other corpus, all in lower case"])  # a corpus without case evidence: its own table is empty
+    assert "zorblax" not in res.encoder.casing_table.forms

@@ -20,6 +20,10 @@ def test_restoration_counts_words_and_sentences(tr):
     assert rows["none"] == {"rule": "none", "words": 1 / 10, "sentences": 0.0}  # only "NASA" is right in capitals
     assert rows["lowercase-shouted"]["words"] == 7 / 10 and rows["lowercase-shouted"]["sentences"] == 0.0
     assert rows["truecase-shouted"] == {"rule": "truecase-shouted", "words": 1.0, "sentences": 1.0}
+    parts = {r["rule"]: r for r in tr.restoration(["KRAS acts in T cells."], [], tr.table_parts())}
+    assert parts["table: whole"]["sentences"] == 1.0  # "T" before "cells" (a pair), "KRAS" kept (an acronym)
+    assert parts["table: forms"]["words"] == 3 / 5  # neither: "Kras", "t"
+    assert parts["table: forms + acronyms"]["words"] == 4 / 5 and parts["table: forms + pairs"]["words"] == 4 / 5
 
 
 def test_the_script_writes_both_tables(tr, tmp_path):
@@ -36,11 +40,16 @@ def test_the_script_writes_both_tables(tr, tmp_path):
         f.write("sentence1\tsentence2\tscore\tsplit\nA man met NASA staff.\tA man is here.\t3.0\ttrain\n")
     out = tmp_path / "out"
     assert tr.main(["--sets", str(beir), "--variants", "original", "--rules", "lowercase-shouted,truecase-uncased",
-                    "--restore", f"{sts}:train", "--work-dir", str(tmp_path / "v"), "--output", str(out)]) == 0
+                    "--restore", f"{sts}:train,{beir}:queries", "--work-dir", str(tmp_path / "v"),
+                    "--output", str(out)]) == 0
     results = json.loads(out.with_suffix(".json").read_text())
     changed = results["rows"][0]["changed"]
     assert changed["lowercase-shouted"] == {"docs": 1, "queries": 0}  # the shouted record only
     assert changed["truecase-uncased"] == {"docs": 2, "queries": 0}  # and the one without a capital
-    restore = {r["rule"]: r for r in results["restore"]["rules"]}
-    assert restore["truecase-uncased"]["sentences"] == 1.0 and restore["lowercase-shouted"]["sentences"] == 0.0
-    assert "## Texts in capitals brought back" in out.with_suffix(".md").read_text()
+    sts_rows, query_rows = ({r["rule"]: r for r in source["rules"]} for source in results["restore"])
+    assert sts_rows["truecase-uncased"]["sentences"] == 1.0 and sts_rows["lowercase-shouted"]["sentences"] == 0.0
+    assert [s["sentences"] for s in results["restore"]] == [2, 1]  # both STS sentences; the one query
+    assert query_rows["truecase-uncased"]["sentences"] == 1.0 and "table: whole" in query_rows
+    assert "table: the set's corpus over the packaged" in query_rows and "table: the set's corpus" not in str(sts_rows)
+    md = out.with_suffix(".md").read_text()
+    assert "## Texts in capitals brought back" in md and "| table: forms + pairs |" in md

@@ -194,7 +194,7 @@ class LensQueries:
 
         # keyed by the texts the model encodes, as the documents are (LensResource.documents): the cache
         # fingerprint leaves the text rule out, so raw texts would share vectors across rules
-        texts = normalize_texts(texts, self.lens.encoder.config.text_normalization)
+        texts = normalize_texts(texts, self.lens.encoder.config.text_normalization, self.lens.encoder.casing_table)
         key = (instruction, len(texts), hash(tuple(texts)))
         if self._memo is None or self._memo[0] != key:
             enc = self.lens.encoder

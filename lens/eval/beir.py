@@ -355,6 +355,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=LENS_DTYPES, default=None,
                         help="the LENS weights' precision (default: float32 on a CPU, bfloat16 on CUDA); vectors of "
                              "each precision are cached apart, so bfloat16 and float32 compare in two runs")
+    parser.add_argument("--corpus-casing", action="store_true",
+                        help="a truecasing text rule brings the queries back to the case of each corpus's own words "
+                             "(lens.casing.corpus_casing_table, counted over the documents) instead of the packaged "
+                             "table's alone")
     parser.add_argument("--max-docs", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
@@ -423,7 +427,8 @@ def run(args: argparse.Namespace) -> int:
     resources = Resources(model=args.model, cache_root=cache_dir,
                           lens_batch_size=lens_batch_size(args.lens_batch_size, device),
                           show_progress_bar=not getattr(args, "quiet", False), lens_max_length=args.max_length,
-                          lens_device=device, lens_dtype=getattr(args, "dtype", None))
+                          lens_device=device, lens_dtype=getattr(args, "dtype", None),
+                          corpus_casing=getattr(args, "corpus_casing", False))
     split = _split_command(command, args.datasets)
     names = args.systems or default_systems()
     lines = []

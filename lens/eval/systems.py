@@ -106,8 +106,11 @@ class LensResource:
     def __init__(self, model: str = "default", *, attention: str | None = None, pooling: str | None = None,
                  cache_root: str | os.PathLike, batch_size: int | None = 16, chunk_size: int | None = None,
                  show_progress_bar: bool = True, quantize: str | None = None, max_seq_length: int | None = None,
-                 device: str | None = None, dtype: str | None = None):
-        """``max_seq_length``: the documents' token limit, overriding the model's (None: keep it). ``device`` and
+                 device: str | None = None, dtype: str | None = None, corpus_casing: bool = False):
+        """``max_seq_length``: the documents' token limit, overriding the model's (None: keep it).
+        ``corpus_casing``: once a corpus's documents are in, a truecasing text rule brings the queries back to that
+        corpus's own forms of its words (``lens.casing.corpus_casing_table``); the documents keep the packaged
+        table's. ``device`` and
         ``dtype`` ("float32", "bfloat16", "float16"; None: the loader's choice, bfloat16 on CUDA) are where and in
         what precision the encoder runs; ``batch_size=None`` lets the encoder choose (``LensEncoder.encode``).
         ``chunk_size``: documents encoded (and cached) per call; None: 128 on a CPU, 1024 on CUDA, where a call's
@@ -116,6 +119,7 @@ class LensResource:
         self.max_seq_length = max_seq_length
         self.device, self.dtype = device, dtype
         self.quantize = quantize
+        self.corpus_casing = corpus_casing
         self.cache_root, self.batch_size, self.chunk_size = cache_root, batch_size, chunk_size
         self.show_progress_bar = show_progress_bar
         self._encoder = None
@@ -168,9 +172,19 @@ class LensResource:
 
     def documents(self, texts: list[str]) -> CacheResult:
         """Unit lexicon and dense vectors of documents, from the cache or encoded once (``output="both"``)."""
-        from lens.inputs import normalize_texts
+        from lens.inputs import CASING_RULES, normalize_texts
 
-        texts = normalize_texts(texts, self.encoder.config.text_normalization)
+        rule = self.encoder.config.text_normalization
+        self.encoder.casing_table = None  # documents: the packaged table, whatever corpus came before
+        raw, texts = texts, normalize_texts(texts, rule)
+        result = self._documents(texts)
+        if self.corpus_casing and rule in CASING_RULES:  # the queries to come: this corpus's own forms
+            from lens.casing import corpus_casing_table
+
+            self.encoder.casing_table = corpus_casing_table(raw)
+        return result
+
+    def _documents(self, texts: list[str]) -> CacheResult:
         key = (self.encoder.quantize, self.encoder.max_seq_length, len(texts), hash(tuple(texts)))
         if self._docs_memo is None or self._docs_memo[0] != key:
             enc = self.encoder
@@ -295,15 +309,15 @@ class Resources:
 
     def __init__(self, *, model: str = "default", cache_root: str | os.PathLike, lens_batch_size: int | None = 16,
                  dense_batch_size: int = 64, show_progress_bar: bool = True, lens_max_length: int | None = None,
-                 lens_device: str | None = None, lens_dtype: str | None = None):
+                 lens_device: str | None = None, lens_dtype: str | None = None, corpus_casing: bool = False):
         self.model = model
         self.lens = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
                                  show_progress_bar=show_progress_bar, max_seq_length=lens_max_length,
-                                 device=lens_device, dtype=lens_dtype)
+                                 device=lens_device, dtype=lens_dtype, corpus_casing=corpus_casing)
         # loaded only if an int8 system runs; its vectors are cached apart (LensResource.cache_fingerprint)
         self.lens_int8 = LensResource(model, cache_root=cache_root, batch_size=lens_batch_size,
                                       show_progress_bar=show_progress_bar, quantize="int8",
-                                      max_seq_length=lens_max_length)
+                                      max_seq_length=lens_max_length, corpus_casing=corpus_casing)
         self.minilm = MiniLMResource(cache_root=cache_root, batch_size=dense_batch_size,
                                      show_progress_bar=show_progress_bar)
         self.mpnet = MPNetResource(cache_root=cache_root, batch_size=min(dense_batch_size, 16),
