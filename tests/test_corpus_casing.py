@@ -93,3 +93,20 @@ def test_the_store_saves_clones_and_checks_its_table(tmp_path):
     index.save(tmp_path / "ix")  # a directory holding the table is an index: saved over again
     with pytest.raises(TypeError, match="CasingTable"):
         index.set_casing_table({"yap": "YAP"})
+
+
+def test_removal_and_merge_keep_the_table(ruled_model, tmp_path):
+    from index import load_index
+    from index.shards import merge_indexes
+    from lens.updating import remove_documents
+
+    encoder = HybridEncoder.from_pretrained(ruled_model, "none")
+    build_index(DOCS[:2], tmp_path / "a", encoder, chunk_size=2, show_progress_bar=False)
+    build_index(DOCS[2:], tmp_path / "b", encoder, chunk_size=2, show_progress_bar=False)
+    own_a = HybridIndex.load(tmp_path / "a").casing_table
+    remove_documents(tmp_path / "a", ["d2"])
+    assert HybridIndex.load(tmp_path / "a").casing_table == own_a
+    merge_indexes(tmp_path / "ab", [tmp_path / "a", tmp_path / "b"])
+    merged = load_index(tmp_path / "ab")
+    assert merged.casing_table == own_a  # shard 0's: the first input's
+    assert Searcher.open(tmp_path / "ab").encoder.lens.casing_table.forms["mirna"] == "miRNA"
