@@ -57,3 +57,21 @@ def test_verdicts_and_errors(tmp_path):
     with pytest.raises(SystemExit, match="measure 'ndcg@10' is not saved"):
         main(["bench", "significance", "--run", str(_run(tmp_path / "b", per_query)), "--sets", "tiny", "--pairs",
               "x:y", "--output", str(tmp_path / "o")])
+
+
+def test_a_side_can_come_from_another_run(tmp_path):
+    rng = np.random.default_rng(1)
+    a, b = rng.random(30), rng.random(30)
+    first = _run(tmp_path / "one", {"lens-lexicon": {f"q{i}": {"ndcg@10": float(v)} for i, v in enumerate(a)}})
+    second = _run(tmp_path / "two", {"lens-lexicon": {f"q{i}": {"ndcg@10": float(v)} for i, v in enumerate(b)}})
+    out = tmp_path / "sig"
+    pair = f"lens-lexicon:lens-lexicon@{second}"
+    assert main(["bench", "significance", "--run", str(first), "--sets", "tiny", "--pairs", pair,
+                 "--output", str(out), "--resamples", "300"]) == 0
+    row = json.loads(out.with_suffix(".json").read_text())["sets"]["tiny"][0]
+    order = sorted(f"q{i}" for i in range(30))
+    ref = paired_test([float(a[int(q[1:])]) for q in order], [float(b[int(q[1:])]) for q in order], resamples=300)
+    assert row == {"a": "lens-lexicon", "b": f"lens-lexicon@{second}", **ref.__dict__}
+    with pytest.raises(SystemExit, match="not in this run"):
+        main(["bench", "significance", "--run", str(first), "--sets", "tiny", "--pairs",
+              f"lens-lexicon:bm25@{second}", "--output", str(out)])

@@ -4,7 +4,9 @@
 ``A:B`` and set, this reports the mean of A and of B on the same queries, the difference, how many queries each
 wins, and two-sided p-values of a paired t-test and a paired randomization test (``lens.metrics.paired_test``:
 10,000 seeded sign flips). It reads the saved run and encodes nothing. The default pairs are issue 10's goals
-(lexicon against BM25 and SPLADE-tiny, hybrid against both BM25+MiniLM fusions and mpnet).
+(lexicon against BM25 and SPLADE-tiny, hybrid against both BM25+MiniLM fusions and mpnet). A side written
+``SYSTEM@RUN`` is read from another run folder (the same set and queries, e.g. one model setting against another:
+``lens-lexicon@results/ood/tagA/upper-queries:lens-lexicon@results/ood/tagB/upper-queries``).
 """
 
 from __future__ import annotations
@@ -88,14 +90,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+def _sides(run: Path, name: str, sides: tuple[str, str]) -> dict:
+    """``{side: its per-query values}`` of set ``name``: ``SYSTEM`` from ``run``, ``SYSTEM@OTHER_RUN`` from the
+    other run's folder (each run's ``per_query.json`` read once)."""
+    runs: dict[Path, dict] = {}
+    out = {}
+    for side in sides:
+        system, _, other = side.partition("@")
+        folder = Path(other) if other else run
+        if folder not in runs:
+            runs[folder] = read_per_query(folder / name)
+        if system in runs[folder]:
+            out[side] = runs[folder][system]
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     if markdown_only(args, args.output, render):
         return 0
     sets = {}
     for name in [s for s in args.sets.split(",") if s]:
         try:
-            per_query = read_per_query(args.run / name)
-            sets[name] = [compare(per_query, a, b, args.measure, args.resamples, args.seed) for a, b in args.pairs]
+            sets[name] = [compare(_sides(args.run, name, (a, b)), a, b, args.measure, args.resamples, args.seed)
+                          for a, b in args.pairs]
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"{args.run / name}: {e}") from None
     command = getattr(args, "bench_command_line", None) or command_line()
