@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _common import add_data_dir_argument, finish, start
 
-VARIANTS = "original,upper-queries,upper-corpus,upper-all,lower-all,title-only,typos"
+VARIANTS = "original,upper-queries,upper-corpus,upper-all,lower-queries,lower-all,title-only,typos"
 RESTORE = "stsbenchmark:train,stsbenchmark:test,sick-r:test,scifact:queries,adi:queries"
 
 

@@ -80,6 +80,7 @@ VARIANTS: dict[str, Variant] = {
     "upper-queries": Variant("queries upper-cased", query=lambda q, seed, qid: q.upper()),
     "upper-corpus": Variant("documents upper-cased", doc=_upper_doc),
     "upper-all": Variant("documents and queries upper-cased", doc=_upper_doc, query=lambda q, seed, qid: q.upper()),
+    "lower-queries": Variant("queries lower-cased (as people type them)", query=lambda q, seed, qid: q.lower()),
     "lower-all": Variant("documents and queries lower-cased", doc=_lower_doc, query=lambda q, seed, qid: q.lower()),
     "title-only": Variant("documents reduced to their title (the first sentence where a record has none)",
                           doc=_title_only),

@@ -44,6 +44,11 @@ def test_case_and_title_rewrites(tmp_path):
     docs, q, _ = load_beir(tmp_path / "uq")
     assert docs[0].full_text == "Heart Disease Statins lower risk. A second one." and q["q1"].isupper()
     assert (rec["documents_changed"], rec["queries_changed"]) == (0, 2)
+    rec = write_variant(src, tmp_path / "lq", "lower-queries")
+    docs, q, _ = load_beir(tmp_path / "lq")
+    assert docs[0].full_text == "Heart Disease Statins lower risk. A second one." and q["q2"] == "wing lift"
+    assert q["q1"] == "do statins prevent heart disease?"
+    assert (rec["documents_changed"], rec["queries_changed"]) == (0, 1)  # "wing lift" was lower case already
     write_variant(src, tmp_path / "t", "title-only")
     docs, _, _ = load_beir(tmp_path / "t")
     assert [d.full_text for d in docs] == ["Heart Disease", "Wing lift in a slipstream."]
