@@ -145,6 +145,12 @@ VARIANTS: dict[str, tuple[str, dict]] = {
                                   "temperature 0.05, to the lexicon's; issue 39's exact terms)",
                                   {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
                                    "loss": "infonce+0.2*flops+bm25"}),
+    "retrieval-only-k8000-term-channel-bm25": ("retrieval-only-k8000-term-channel + 1 x BM25 distillation (the two "
+                                               "exact-term levers together: the channel gives each own token a "
+                                               "learnt weight, BM25's ranking of the in-batch candidates teaches "
+                                               "how much)", {**SHIPPED, "mixture": RETRIEVAL, "clusters": 8000,
+                                                             "term_channel": True,
+                                                             "loss": "infonce+0.2*flops+bm25"}),
     "default-term-channel-only": ("the shipped default (merged) with the term channel added and trained alone: "
                                   "decoder and head frozen (lora_layers 0), InfoNCE on the retrieval sets; the "
                                   "expansion is the default's, only each own token's weight is learnt",
