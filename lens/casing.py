@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from lens.atomic import atomic_write_bytes
 
@@ -43,6 +43,9 @@ MIN_SHARE = 0.6  # ... and be at least this share of the word's occurrences ther
 PAIR_MIN_COUNT = 3  # a form next to a given word overrides the word's own only when seen this often there ...
 PAIR_MIN_SHARE = 0.8  # ... and in this share of the word's occurrences there (pairs are sparse: stricter)
 ACRONYM_MAX_LETTERS = 4  # a word in capitals the vocabulary never saw, this short or shorter, stays in capitals
+# A corpus's own table is counted over at most this many of its texts, evenly spaced: usual forms settle long before,
+# and the pair counts of a whole large corpus would not fit in memory.
+CORPUS_MAX_TEXTS = 20_000
 
 WORD = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*")  # letters, with inner apostrophes ("don't", "O'Neill")
 # A sentence starts at the text's start or after . ! ? (and closing quotes or brackets) and white space; what
@@ -213,10 +216,13 @@ def truecase_uncased(text: str) -> str:
     return packaged_casing_table().truecase_uncased(text)
 
 
-def own_casing_table(texts: Iterable[str]) -> CasingTable:
+def own_casing_table(texts: Sequence[str], max_texts: int = CORPUS_MAX_TEXTS) -> CasingTable:
     """A corpus's own table: its texts' usual forms, lower-case ones too (so that it overrules a general table's
-    where the corpus writes a word in lower case); what an index keeps (``index.store``, ``casing.json.gz``)."""
-    return build_casing_table(texts, sources=["corpus"], lower_forms=True)
+    where the corpus writes a word in lower case); what an index keeps (``index.store``, ``casing.json.gz``).
+    Counted over at most ``max_texts`` of ``texts``, evenly spaced through the corpus."""
+    texts = texts if isinstance(texts, Sequence) else list(texts)
+    step = max(1, -(-len(texts) // max_texts))  # ceil: at most max_texts
+    return build_casing_table(texts[::step], sources=["corpus"], lower_forms=True)
 
 
 def corpus_casing_table(texts: Iterable[str] | CasingTable, base: CasingTable | None = None) -> CasingTable:

@@ -587,7 +587,7 @@ def corpus_casing(docs: Sequence[Document], record: EncoderRecord):
         return None
     from lens.casing import own_casing_table
 
-    table = own_casing_table(d.full_text for d in docs)
+    table = own_casing_table([d.full_text for d in docs])
     logger.info("corpus casing table: %d words' usual forms from %d mixed-case documents", len(table.forms),
                 table.texts)
     return table

@@ -119,6 +119,9 @@ def test_a_corpus_table_overrules_the_general_one():
     assert general.forms["apple"] == "Apple"  # the general table itself is left as it was
     from lens.casing import corpus_casing_table
 
+    from lens.casing import own_casing_table
+
+    assert own_casing_table(docs * 5, max_texts=2).texts == 2  # a large corpus: a spaced sample (every 8th of 15)
     table = corpus_casing_table(docs, base=general)
     assert table.forms == merged.forms and table.sources == ["corpus"]
     assert corpus_casing_table(docs).forms["nasa"] == packaged_casing_table().forms["nasa"]  # default base: packaged
