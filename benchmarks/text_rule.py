@@ -67,7 +67,7 @@ def table_parts(others: list[str] = ()) -> dict[str, object]:
     each table file of ``others`` whole (an earlier table, to compare)."""
     from dataclasses import replace
 
-    from lens.casing import packaged_casing_table
+    from lens.casing import load_casing_table, packaged_casing_table
 
     table = packaged_casing_table()
     parts = {"forms": replace(table, after={}, before={}, known=None),
@@ -76,8 +76,6 @@ def table_parts(others: list[str] = ()) -> dict[str, object]:
              "whole": table}
     out = {f"table: {name}": part.truecase for name, part in parts.items()}
     for path in others:
-        from lens.casing import load_casing_table
-
         out[f"table file: {path}"] = load_casing_table(path).truecase
     return out
 
@@ -152,11 +150,9 @@ def restore_source(source: str, rules: list[str], data_dir, tables: list[str] = 
     name, _, split = source.partition(":")
     split = split or "train"
     if split == "queries":
-        from lens.corpus import load_queries
-        from lens.eval.beir import resolve_dataset
-
         from lens.casing import corpus_casing_table
-        from lens.corpus import load_corpus
+        from lens.corpus import load_corpus, load_queries
+        from lens.eval.beir import resolve_dataset
 
         d = resolve_dataset(name, data_dir)
         sentences = list(load_queries(d).values())

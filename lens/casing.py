@@ -142,10 +142,8 @@ class CasingTable:
         corpus's table keeps them), then this table's pairs and forms; the two vocabularies together. A word
         ``other`` has a form for loses this table's pairs, so a corpus's "t" is not overruled by a general text's
         "T cells"."""
-        if other.known is None or self.known is None:
-            known = other.known if self.known is None else self.known
-        else:
-            known = self.known | other.known
+        known = (None if self.known is None and other.known is None
+                 else (self.known or frozenset()) | (other.known or frozenset()))
         forms = {**self.forms, **other.forms}
         after = {k: v for k, v in self.after.items() if k.split(" ", 1)[1] not in other.forms}
         before = {k: v for k, v in self.before.items() if k.split(" ", 1)[0] not in other.forms}
@@ -216,13 +214,17 @@ def truecase_uncased(text: str) -> str:
     return packaged_casing_table().truecase_uncased(text)
 
 
+def spaced_sample(items: Sequence, max_items: int = CORPUS_MAX_TEXTS) -> Sequence:
+    """At most ``max_items`` of ``items``, evenly spaced (all of them when there are no more)."""
+    return items[::max(1, -(-len(items) // max_items))]  # ceil: at most max_items
+
+
 def own_casing_table(texts: Sequence[str], max_texts: int = CORPUS_MAX_TEXTS) -> CasingTable:
     """A corpus's own table: its texts' usual forms, lower-case ones too (so that it overrules a general table's
     where the corpus writes a word in lower case); what an index keeps (``index.store``, ``casing.json.gz``).
-    Counted over at most ``max_texts`` of ``texts``, evenly spaced through the corpus."""
+    Counted over at most ``max_texts`` of ``texts``, evenly spaced through the corpus (``spaced_sample``)."""
     texts = texts if isinstance(texts, Sequence) else list(texts)
-    step = max(1, -(-len(texts) // max_texts))  # ceil: at most max_texts
-    return build_casing_table(texts[::step], sources=["corpus"], lower_forms=True)
+    return build_casing_table(spaced_sample(texts, max_texts), sources=["corpus"], lower_forms=True)
 
 
 def corpus_casing_table(texts: Iterable[str] | CasingTable, base: CasingTable | None = None) -> CasingTable:

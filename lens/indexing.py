@@ -585,9 +585,9 @@ def corpus_casing(docs: Sequence[Document], record: EncoderRecord):
 
     if record.text_normalization not in CASING_RULES:
         return None
-    from lens.casing import own_casing_table
+    from lens.casing import own_casing_table, spaced_sample
 
-    table = own_casing_table([d.full_text for d in docs])
+    table = own_casing_table([d.full_text for d in spaced_sample(docs)])  # the sample's texts only
     logger.info("corpus casing table: %d words' usual forms from %d mixed-case documents", len(table.forms),
                 table.texts)
     return table

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from lens.casing import CasingTable, is_shouted, truecase_shouted, truecase_uncased
+from lens.casing import CasingTable, is_shouted, packaged_casing_table, truecase_shouted, truecase_uncased
 
 
 def lowercase_shouted(text: str) -> str:
@@ -63,9 +63,9 @@ def normalize_texts(texts: list[str], rule: str | None, casing: CasingTable | No
     the packaged table."""
     if check_text_normalization(rule) is None:
         return texts
-    if casing is not None and rule in CASING_RULES:
-        method = CASING_RULES[rule]
-        return [method(casing, t) for t in texts]
+    if rule in CASING_RULES:
+        method, table = CASING_RULES[rule], casing or packaged_casing_table()
+        return [method(table, t) for t in texts]
     fold = TEXT_NORMALIZATIONS[rule]
     return [fold(t) for t in texts]
 

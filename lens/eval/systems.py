@@ -125,6 +125,7 @@ class LensResource:
         self._encoder = None
         self.load_seconds: float | None = None
         self._docs_memo: tuple[tuple, CacheResult] | None = None
+        self._casing_memo: tuple[int, object] | None = None  # (hash of a corpus's raw texts, its casing table)
 
     @property
     def texts_per_call(self) -> int:
@@ -179,9 +180,12 @@ class LensResource:
         raw, texts = texts, normalize_texts(texts, rule)
         result = self._documents(texts)
         if self.corpus_casing and rule in CASING_RULES:  # the queries to come: this corpus's own forms
-            from lens.casing import corpus_casing_table
+            key = hash(tuple(raw))  # every system of a run builds over the same corpus: count it once
+            if self._casing_memo is None or self._casing_memo[0] != key:
+                from lens.casing import corpus_casing_table
 
-            self.encoder.casing_table = corpus_casing_table(raw)
+                self._casing_memo = (key, corpus_casing_table(raw))
+            self.encoder.casing_table = self._casing_memo[1]
         return result
 
     def _documents(self, texts: list[str]) -> CacheResult:
