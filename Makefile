@@ -10,7 +10,7 @@ DEMO_CORPUS ?= demo-out/pydoc-topics-first.jsonl
 DEMO_ITERATIONS ?= 6
 
 .PHONY: setup demo test clean train-data train-data-mixture train-data-labels train-data-teacher train-data-remined \
-	train-default train-default-gpu train-default-gpu-bm25 train-bidirectional-gpu peers casing-table
+	train-default train-default-gpu train-default-gpu-bm25 train-default-continued-gpu train-bidirectional-gpu peers casing-table
 
 setup: $(VENV)/.installed
 
@@ -172,6 +172,17 @@ train-default-gpu: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.json
 train-default-gpu-bm25: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.json
 	$(LENS) -v train --config lens/train/configs/default-gpu-bm25.json --out train-out/default-gpu-bm25 --resume \
 		$(TRAIN_FLAGS)
+
+# The shipped default since issue 39's GPU lease: the run above merged, continued 120 labelled steps with BM25
+# distillation (lens/train/configs/default-continue-gpu-bm25.json; about a minute of steps on one H200), then written
+# in the shipped form, one adapter (the two stacked exactly, `lens merge --onto`) over the packaged GGUF. Needs CUDA.
+$(TRAIN_DATA)/default-gpu-merged/config.json: train-default-gpu
+	$(LENS) merge train-out/default-gpu --out $(@D)
+
+train-default-continued-gpu: $(TRAIN_DATA)/default-gpu-merged/config.json
+	$(LENS) -v train --config lens/train/configs/default-continue-gpu-bm25.json --model $(<D) \
+		--out train-out/default-continue-gpu-bm25 --resume $(TRAIN_FLAGS)
+	$(LENS) merge train-out/default-continue-gpu-bm25 --onto train-out/default-gpu --out train-out/default-shipped
 
 # The shipped GPU recipe with attention both ways, after LLM2Vec's MNTP warm-up at its own length (1000 steps of 32
 # texts; lens/train/configs/mntp-gpu.json): the test issue 10's CPU studies could not make. Needs CUDA; resumable.

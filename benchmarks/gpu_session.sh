@@ -39,8 +39,7 @@ if [ "$mode" = prepare ]; then
   cp -r "$shared/classic/cranfield" "$shared/classic/medline" "$shared/classic/adi" .device-data/classic/
   cp -r "$shared/train/pubmedqa-labeled" .device-data/train/
   chmod -R u+w .device-data
-  gitdir=$(git rev-parse --git-dir); mkdir -p "$gitdir/info"
-  grep -qx "/.device-data/" "$gitdir/info/exclude" 2>/dev/null || echo "/.device-data/" >> "$gitdir/info/exclude"
+  source benchmarks/gpu_steps.sh && git_exclude .device-data
   echo ".device-data: $(du -sm .device-data | cut -f1) MB"
   tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
   data=$(du -sb .device-data | cut -f1)
@@ -54,46 +53,8 @@ if [ "$mode" != run ]; then
   exit 2
 fi
 
-PY=${PYTHON:-python3}
-LENS="$PY -m lens.cli"
-LIMIT=${SESSION_LIMIT:-540}
-OUT=${OUT:-$root/.cache/gpu-session-out}  # the device machine sets $OUT
-RES=$root/.cache/gpu-session  # .cache/ is git-ignored
-DATA=${LENS_DATA_DIR:-$root/.device-data}
-[ -d "$DATA" ] || DATA=$root/../shared/data
-export LENS_DATA_DIR=$DATA
-rm -rf "$RES" && mkdir -p "$RES" "$OUT"
-exec > >(tee "$RES/session.log") 2>&1
-summary=$RES/session.md
-{
-  echo "# GPU session (issue 42): $(date -u +%Y-%m-%dT%H:%MZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-  echo
-  echo "Driver: \`bash benchmarks/gpu_session.sh run\`; data: $DATA"
-  echo
-  echo '```'
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || echo "no nvidia-smi"
-  $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available(), 'gpus', torch.cuda.device_count(), '| transformers', transformers.__version__)" 2>&1
-  echo '```'
-  echo
-  echo "| step | exit status | seconds | limit s |"
-  echo "|---|---:|---:|---:|"
-} > "$summary"
-
-# step NAME CAP COMMAND...: run under min(CAP, what is left of LIMIT less 20 s for packing), record the status
-step() {
-  local name=$1 cap=$2; shift 2
-  local left=$(( LIMIT - SECONDS - 20 ))
-  local t=$(( cap < left ? cap : left ))
-  if [ "$t" -lt 15 ]; then
-    echo "| $name | skipped: out of time | 0 | $t |" >> "$summary"; return 0
-  fi
-  echo "=== $name (limit ${t}s) ==="
-  local start=$SECONDS
-  timeout -s TERM -k 10 "$t" "$@"
-  local rc=$?
-  echo "| $name | $rc$([ $rc = 124 ] && echo ' (time limit)') | $(( SECONDS - start )) | $t |" >> "$summary"
-  return 0
-}
+source "$root/benchmarks/gpu_steps.sh"  # git_exclude, session_start, step
+session_start gpu-session "GPU session (issue 42)" "$root/.device-data" "$root/../shared/data"
 
 # 1. encoding speed
 SPEED_BUDGET=${SPEED_BUDGET:-150}

@@ -226,6 +226,67 @@ def test_cli_merge(tiny_lens_dir, data_file, tmp_path, capsys):
     assert "no adapter to merge" in capsys.readouterr().err
 
 
+def test_cli_merge_writes_float32_where_the_device_default_is_bfloat16(tiny_lens_dir, data_file, tmp_path,
+                                                                        monkeypatch):
+    """On CUDA a backbone loads as bfloat16 by default; a merge there must still write float32 weights (the LM head
+    unrounded, so the clusters' hash check passes and the merged model trains)."""
+    import torch
+
+    import lens.backbone
+    import lens.encoder
+    from lens.cli import main
+
+    out = tmp_path / "trained"
+    assert main(["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "1", "--lora-layers",
+                 "1", "--batch-size", "4", "--out", str(out)]) == 0
+    load = lens.encoder.load_backbone
+
+    def cuda_like(reference=lens.backbone.DEFAULT, *, dtype=None, **kw):  # CUDA's default, on this CPU
+        return load(reference, dtype=torch.bfloat16 if dtype is None else dtype, **kw)
+
+    monkeypatch.setattr(lens.encoder, "load_backbone", cuda_like)
+    merged = tmp_path / "merged"
+    assert main(["merge", str(out), "--out", str(merged)]) == 0
+    monkeypatch.undo()
+    from safetensors import safe_open
+
+    with safe_open(str(merged / "backbone" / "model.safetensors"), framework="pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float32}
+    assert main(["train", "--model", str(merged), "--data", str(data_file), "--steps", "1", "--lora-layers", "1",
+                 "--batch-size", "4", "--out", str(tmp_path / "again")]) == 0
+
+
+def test_cli_merge_onto_ships_a_continuation_as_one_adapter(tiny_lens_dir, data_file, tmp_path, capsys):
+    """Train, merge, train again on the merged model; `lens merge TOP --onto BOTTOM` gives the second model's
+    vectors from BOTTOM's backbone reference and one adapter."""
+    import json
+
+    from lens.cli import main
+    from lens.config import LensConfig
+    from lens.encoder import LensEncoder
+
+    train = ["--data", str(data_file), "--steps", "3", "--lora-layers", "1", "--batch-size", "4", "--lr", "5e-2"]
+    bottom, merged, top = tmp_path / "bottom", tmp_path / "merged", tmp_path / "top"
+    assert main(["train", "--model", str(tiny_lens_dir), *train, "--out", str(bottom)]) == 0
+    assert main(["merge", str(bottom), "--out", str(merged)]) == 0
+    assert main(["train", "--model", str(merged), *train, "--seed", "1", "--out", str(top)]) == 0
+    out = tmp_path / "stacked"
+    assert main(["merge", str(top), "--onto", str(bottom), "--out", str(out)]) == 0
+    config = LensConfig.load(out)
+    assert config.backbone == LensConfig.load(bottom).backbone and config.adapter == "adapter"
+    assert not (out / "backbone").exists()
+    ranks = [json.loads((d / "adapter" / "adapter_config.json").read_text())["r"] for d in (bottom, top, out)]
+    assert ranks[2] == ranks[0] + ranks[1]
+    texts = ["cancer drug trial", "protein folding in cells"]
+    want = LensEncoder.from_pretrained(top).encode_documents(texts)
+    before = LensEncoder.from_pretrained(bottom).encode_documents(texts)
+    assert np.abs(want - before).max() > 1e-2  # the second run moved the vectors: the check below can fail
+    np.testing.assert_allclose(LensEncoder.from_pretrained(out).encode_documents(texts), want, atol=2e-3)
+    capsys.readouterr()
+    assert main(["merge", str(top), "--onto", str(merged), "--out", str(tmp_path / "x")]) == 2
+    assert "has no adapter" in capsys.readouterr().err
+
+
 def test_kl_distillation_stage(tiny_lens_dir, tmp_path):
     ex = [TrainExample(q, p, negatives=[P[(i + 3) % len(P)]], teacher=[2.0, 0.5], task="toy")
           for i, (q, p) in enumerate(zip(Q, P))]
@@ -337,6 +398,11 @@ def test_shipped_configs_load():
     assert bm25.stages[-1].loss == gpu.stages[-1].loss + "+bm25"  # the shipped recipe, BM25 distillation added
     bm25.stages[-1].loss, bm25.notes = gpu.stages[-1].loss, gpu.notes
     assert bm25 == gpu
+    # the shipped default's continuation and its control differ in the loss alone (the BM25 term's own effect)
+    control, cont = (TrainConfig.load(configs / f"{n}.json") for n in ("default-continue-gpu", "default-continue-gpu-bm25"))
+    assert cont.stages[-1].loss == control.stages[-1].loss + "+bm25" == gpu.stages[-1].loss + "+bm25"
+    cont.stages[-1].loss, cont.notes = control.stages[-1].loss, control.notes
+    assert cont == control
     with pytest.raises(ValueError, match="cache_chunk"):
         TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)
 

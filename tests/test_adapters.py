@@ -1,0 +1,80 @@
+"""Two LoRA adapters stacked into one (lens.adapters, `lens merge --onto`)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from lens.adapters import stack_adapter_dirs, stack_lora
+
+NAME = "base_model.model.layers.0.self_attn.q_proj"
+
+
+def _pair(rng, r, n_in=6, n_out=5):
+    return {f"{NAME}.lora_A.weight": rng.normal(size=(r, n_in)).astype(np.float32),
+            f"{NAME}.lora_B.weight": rng.normal(size=(n_out, r)).astype(np.float32)}
+
+
+def test_stack_lora_is_the_sum_of_both_updates():
+    rng = np.random.default_rng(0)
+    bottom, top = _pair(rng, 3), _pair(rng, 2)
+    out = stack_lora(bottom, 2.0, top, 0.5)
+    a, b = out[f"{NAME}.lora_A.weight"], out[f"{NAME}.lora_B.weight"]
+    assert a.shape == (5, 6) and b.shape == (5, 5)
+    want = np.zeros((5, 6))  # naive: each update written out and added, entry by entry
+    for scale, t in ((2.0, bottom), (0.5, top)):
+        ba = t[f"{NAME}.lora_B.weight"] @ t[f"{NAME}.lora_A.weight"]
+        for i in range(5):
+            for j in range(6):
+                want[i, j] += scale * ba[i, j]
+    np.testing.assert_allclose(b @ a, want, rtol=1e-5, atol=1e-5)
+
+
+def test_stack_lora_refuses_different_modules_and_sizes():
+    rng = np.random.default_rng(1)
+    other = {k.replace("q_proj", "k_proj"): v for k, v in _pair(rng, 2).items()}
+    with pytest.raises(ValueError, match="different modules"):
+        stack_lora(_pair(rng, 2), 1.0, other, 1.0)
+    with pytest.raises(ValueError, match="input sizes differ"):
+        stack_lora(_pair(rng, 2), 1.0, _pair(rng, 2, n_in=7), 1.0)
+    with pytest.raises(ValueError, match="not a LoRA"):
+        stack_lora({"x.weight": np.zeros(2)}, 1.0, {"x.weight": np.zeros(2)}, 1.0)
+
+
+def _adapter_dir(path, tensors, **config):
+    from safetensors.numpy import save_file
+
+    path.mkdir(parents=True)
+    save_file(tensors, str(path / "adapter_model.safetensors"))
+    base = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"], "bias": "none",
+            "use_dora": False, "use_rslora": False, "base_model_name_or_path": "bottom-base"}
+    (path / "adapter_config.json").write_text(json.dumps({**base, **config}))
+    return path
+
+
+def test_stack_adapter_dirs_writes_one_peft_adapter(tmp_path):
+    from safetensors.numpy import load_file
+
+    rng = np.random.default_rng(2)
+    bottom, top = _pair(rng, 2), _pair(rng, 2)
+    out = stack_adapter_dirs(_adapter_dir(tmp_path / "b", bottom), _adapter_dir(tmp_path / "t", top, lora_alpha=2),
+                             tmp_path / "out", dtype=np.float32)
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["lora_alpha"] == 4 and config["base_model_name_or_path"] == "bottom-base"
+    got = load_file(str(out / "adapter_model.safetensors"))
+    delta = got[f"{NAME}.lora_B.weight"] @ got[f"{NAME}.lora_A.weight"]
+    want = sum(s * t[f"{NAME}.lora_B.weight"] @ t[f"{NAME}.lora_A.weight"] for s, t in ((2.0, bottom), (1.0, top)))
+    np.testing.assert_allclose(delta, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("setting, message", [({"use_dora": True}, "use_dora"), ({"use_rslora": True}, "use_rslora"),
+                                              ({"peft_type": "IA3"}, "only LoRA"),
+                                              ({"target_modules": ["k_proj"]}, "different modules"),
+                                              ({"modules_to_save": ["lm_head"]}, "not supported")])
+def test_stack_adapter_dirs_refuses_what_is_not_a_plain_lora(tmp_path, setting, message):
+    rng = np.random.default_rng(3)
+    with pytest.raises(ValueError, match=message):
+        stack_adapter_dirs(_adapter_dir(tmp_path / "b", _pair(rng, 2)), _adapter_dir(tmp_path / "t", _pair(rng, 2),
+                                                                                     **setting), tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="not a PEFT adapter directory"):
+        stack_adapter_dirs(tmp_path / "missing", tmp_path / "t", tmp_path / "out2")
