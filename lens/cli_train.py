@@ -119,8 +119,10 @@ def cmd_merge(args: argparse.Namespace) -> None:
 
     check_model_target(args.out)
     if args.onto is not None:
+        from lens.model_dir import stack_model_dirs
+
         with DirectoryLock(args.out, "model directory"):
-            _stack_onto(args.model, args.onto, args.out)
+            stack_model_dirs(args.model, args.onto, args.out)
         print(f"wrote {args.out}: {args.onto}'s backbone reference and one adapter ({args.onto}'s and {args.model}'s "
               f"stacked); load it with LensEncoder.from_pretrained({str(args.out)!r})")
         return
@@ -133,38 +135,6 @@ def cmd_merge(args: argparse.Namespace) -> None:
         enc.save_pretrained(args.out)
     print(f"wrote {args.out}: merged backbone in {args.out / 'backbone'}; load it with "
           f"LensEncoder.from_pretrained({str(args.out)!r})")
-
-
-_CARRIED = ("README.md", "train_config.json", "train_log.csv", "curves.png")  # a trained directory's own records
-
-
-def _stack_onto(top_path: str, bottom_path: str, out: Path) -> None:
-    """Write ``top`` (trained from ``bottom`` merged) as ``bottom``'s backbone reference + one stacked adapter."""
-    import numpy as np
-    from safetensors import safe_open
-
-    from lens.adapters import stack_adapter_dirs
-    from lens.backbone import load_tokenizer, resolve_backbone
-    from lens.config import CLUSTERS_NAME, LensConfig
-    from lens.model_dir import read_model_dir, write_model_dir
-
-    top, bottom = read_model_dir(top_path), read_model_dir(bottom_path)
-    for name, files in (("MODEL", top), ("--onto", bottom)):
-        if files.adapter_dir is None:
-            raise ValueError(f"{name} {files.directory} has no adapter; --onto stacks two trained adapters (MODEL "
-                             "trained with `lens train` from `lens merge ONTO`)")
-    heads = [getattr(f.config.clustering, "lm_head_sha256", None) for f in (top, bottom)]
-    if None not in heads and heads[0] != heads[1]:
-        raise ValueError(f"{top.directory} and {bottom.directory} were clustered from different LM heads; MODEL must "
-                         "have been trained from ONTO merged (`lens merge ONTO`)")
-    config = LensConfig.from_dict(top.config.to_dict())
-    config.backbone, config.adapter = bottom.config.backbone, "adapter"
-    with safe_open(str(top.directory / CLUSTERS_NAME), framework="numpy") as f:
-        stored = f.get_tensor("centroids").dtype if "centroids" in f.keys() else np.float32
-    records = {n: (top.directory / n).read_bytes() for n in _CARRIED if (top.directory / n).is_file()}
-    write_model_dir(out, config, top.assignment, top.centroids, load_tokenizer(resolve_backbone(bottom.backbone)),
-                    centroids_dtype=stored, term=top.term, files=records,
-                    adapter=lambda dest: stack_adapter_dirs(bottom.adapter_dir, top.adapter_dir, dest))
 
 
 # ---------------------------------------------------------------------------------------------- parsers

@@ -42,7 +42,7 @@ from lens.paper_models import is_released_dir, load_released_tokenizer, read_rel
 __all__ = ["BACKBONE_DIR", "convert_released", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
            "add_sentence_transformers_files", "check_model_target", "read_model_dir",
            "read_sentence_transformers_config", "resolve_model_dir", "sentence_transformers_config",
-           "sentence_transformers_files", "write_model_dir"]
+           "sentence_transformers_files", "stack_model_dirs", "write_model_dir"]
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 BACKBONE_DIR = "backbone"
@@ -197,6 +197,40 @@ def write_model_dir(
             atomic_write_bytes(tmp / name, data)
         config.save(tmp)
     return Path(path)
+
+
+# a trained directory's own records, carried into its stacked form
+_TRAINING_RECORDS = ("README.md", "train_config.json", "train_log.csv", "curves.png")
+
+
+def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write ``top`` -- trained with ``lens train`` from ``bottom`` merged (``lens merge``) -- in the small form:
+    ``bottom``'s backbone reference and one adapter, the two stacked exactly (``lens.adapters``), with ``top``'s
+    cluster head, settings and training records (``lens merge TOP --onto BOTTOM``)."""
+    from safetensors import safe_open
+
+    from lens.adapters import stack_adapter_dirs
+    from lens.backbone import load_tokenizer, resolve_backbone
+
+    top_files, bottom_files = read_model_dir(top), read_model_dir(bottom)
+    for name, files in (("MODEL", top_files), ("--onto", bottom_files)):
+        if files.adapter_dir is None:
+            raise ValueError(f"{name} {files.directory} has no adapter; --onto stacks two trained adapters (MODEL "
+                             "trained with `lens train` from `lens merge ONTO`)")
+    heads = [getattr(f.config.clustering, "lm_head_sha256", None) for f in (top_files, bottom_files)]
+    if None not in heads and heads[0] != heads[1]:
+        raise ValueError(f"{top_files.directory} and {bottom_files.directory} were clustered from different LM heads; "
+                         "MODEL must have been trained from ONTO merged (`lens merge ONTO`)")
+    config = LensConfig.from_dict(top_files.config.to_dict())
+    config.backbone, config.adapter = bottom_files.config.backbone, "adapter"
+    with safe_open(str(top_files.directory / CLUSTERS_NAME), framework="numpy") as f:
+        stored = f.get_tensor("centroids").dtype if "centroids" in f.keys() else np.float32
+    records = {n: (top_files.directory / n).read_bytes() for n in _TRAINING_RECORDS
+               if (top_files.directory / n).is_file()}
+    return write_model_dir(out, config, top_files.assignment, top_files.centroids,
+                           load_tokenizer(resolve_backbone(bottom_files.backbone)), centroids_dtype=stored,
+                           term=top_files.term, files=records,
+                           adapter=lambda dest: stack_adapter_dirs(bottom_files.adapter_dir, top_files.adapter_dir, dest))
 
 
 def sentence_transformers_config(config: LensConfig) -> dict:
