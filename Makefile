@@ -173,9 +173,10 @@ train-default-gpu-bm25: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.jso
 	$(LENS) -v train --config lens/train/configs/default-gpu-bm25.json --out train-out/default-gpu-bm25 --resume \
 		$(TRAIN_FLAGS)
 
-# The shipped default since issue 39's GPU lease: the run above merged, continued 120 labelled steps with BM25
-# distillation (lens/train/configs/default-continue-gpu-bm25.json; about a minute of steps on one H200), then written
-# in the shipped form, one adapter (the two stacked exactly, `lens merge --onto`) over the packaged GGUF. Needs CUDA.
+# Issue 39's GPU candidate (not shipped: its hybrid loses on SciFact; docs/studies.md): the run above merged,
+# continued 120 labelled steps with BM25 distillation (lens/train/configs/default-continue-gpu-bm25.json; about a
+# minute of steps on one H200), then written in the shipped form, one adapter (the two stacked exactly, `lens merge
+# --onto`) over the packaged GGUF. Needs CUDA.
 $(TRAIN_DATA)/default-gpu-merged/config.json: train-default-gpu
 	$(LENS) merge train-out/default-gpu --out $(@D)
 
