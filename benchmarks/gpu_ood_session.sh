@@ -25,13 +25,10 @@
 # $OUT/model-bm25.tar.part-NN pieces of 15 MB (at most 8 files of 16 MiB come back).
 set -uo pipefail
 
-cd "$(dirname "$0")/.."
-root=$PWD
-mode=${1:-}
-
+cd "$(dirname "$0")/.." && root=$PWD && mode=${1:-}
+source "$root/benchmarks/gpu_steps.sh"  # git_exclude, session_start, step
 if [ "$mode" = prepare ]; then
-  set -e
-  shift
+  set -e && shift
   shared=${LENS_DATA_DIR:-$root/../shared/data}
   mixture=$root/.cache/lens-train/mixture
   files=(squad nq-qed wikiqa pubmedqa-labeled scifact-train snli-cad)
@@ -44,18 +41,13 @@ if [ "$mode" = prepare ]; then
   cp -r "$shared/ateb" .device-data/
   for f in "${files[@]}"; do cp "$mixture/$f.jsonl.gz" .device-data/lens-train/mixture/; done
   chmod -R u+w .device-data
-  source benchmarks/gpu_steps.sh && git_exclude .device-data
+  git_exclude .device-data
   echo ".device-data: $(du -sm .device-data | cut -f1) MB (call 1 carries it alone)"
   ../shared/hooks/device-stage "$@"
   echo "then the last call's command ends with: bash benchmarks/gpu_ood_session.sh run"
   exit 0
 fi
-if [ "$mode" != run ]; then
-  echo "usage: $0 prepare [--part-mib N] | run (see the comment at the top)" >&2
-  exit 2
-fi
-
-source "$root/benchmarks/gpu_steps.sh"  # git_exclude, session_start, step
+[ "$mode" = run ] || { echo "usage: $0 prepare [--part-mib N] | run (see the comment at the top)" >&2; exit 2; }
 session_start gpu-ood "GPU session (issue 39: out of domain)" /tmp/device-data "$root/.device-data" "$root/../shared/data"
 W=$root/.cache/gpu-ood-models
 mkdir -p "$W"

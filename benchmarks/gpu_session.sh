@@ -30,6 +30,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 mode=${1:-}
+source "$root/benchmarks/gpu_steps.sh"  # git_exclude, session_start, step
 
 if [ "$mode" = prepare ]; then
   set -e
@@ -39,7 +40,7 @@ if [ "$mode" = prepare ]; then
   cp -r "$shared/classic/cranfield" "$shared/classic/medline" "$shared/classic/adi" .device-data/classic/
   cp -r "$shared/train/pubmedqa-labeled" .device-data/train/
   chmod -R u+w .device-data
-  source benchmarks/gpu_steps.sh && git_exclude .device-data
+  git_exclude .device-data
   echo ".device-data: $(du -sm .device-data | cut -f1) MB"
   tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
   data=$(du -sb .device-data | cut -f1)
@@ -48,12 +49,7 @@ if [ "$mode" = prepare ]; then
   echo "last call: also carry \".device-data\"; its command ends with: bash benchmarks/gpu_session.sh run"
   exit 0
 fi
-if [ "$mode" != run ]; then
-  echo "usage: $0 prepare|run (see the comment at the top)" >&2
-  exit 2
-fi
-
-source "$root/benchmarks/gpu_steps.sh"  # git_exclude, session_start, step
+[ "$mode" = run ] || { echo "usage: $0 prepare|run (see the comment at the top)" >&2; exit 2; }
 session_start gpu-session "GPU session (issue 42)" "$root/.device-data" "$root/../shared/data"
 
 # 1. encoding speed
