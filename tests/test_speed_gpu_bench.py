@@ -130,3 +130,23 @@ def test_the_commands_the_gpu_session_runs_parse(speed_gpu):
     smoke = TrainConfig.load(Path(beir.__file__).parents[1] / "train" / "configs" / "smoke-gpu.json")
     assert smoke.bf16 and smoke.gradient_checkpointing and smoke.cache_chunk and smoke.checkpoint_every < \
         smoke.stages[0].steps
+
+
+def test_the_ood_gpu_session_driver_parses_and_names_configs_that_load():
+    """Issue 39's driver: valid bash, a usage error without a mode, and the training configs it runs exist and load
+    (the BM25 continuation and its control)."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from lens.train.config import TrainConfig
+
+    root = Path(__file__).parents[1]
+    script = root / "benchmarks" / "gpu_ood_session.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert done.returncode == 2 and "usage" in done.stderr
+    configs = re.findall(r"lens/train/configs/[\w.-]+\.json", script.read_text())
+    assert {Path(c).name for c in configs} == {"default-continue-gpu-bm25.json", "default-continue-gpu.json"}
+    for c in configs:
+        assert TrainConfig.load(root / c).stages[-1].steps >= 1
