@@ -183,7 +183,7 @@ $(TRAIN_DATA)/default-gpu-merged/config.json: train-default-gpu
 train-default-continued-gpu: $(TRAIN_DATA)/default-gpu-merged/config.json
 	$(LENS) -v train --config lens/train/configs/default-continue-gpu-bm25.json --model $(<D) \
 		--out train-out/default-continue-gpu-bm25 --resume $(TRAIN_FLAGS)
-	$(LENS) merge train-out/default-continue-gpu-bm25 --onto train-out/default-gpu --out train-out/default-shipped
+	$(LENS) merge train-out/default-continue-gpu-bm25 --onto train-out/default-gpu --out train-out/default-continued
 
 # The shipped GPU recipe with attention both ways, after LLM2Vec's MNTP warm-up at its own length (1000 steps of 32
 # texts; lens/train/configs/mntp-gpu.json): the test issue 10's CPU studies could not make. Needs CUDA; resumable.
