@@ -39,7 +39,7 @@ LAYERS: dict[str, int] = {
     "lens.pooling": 1, "lens.train.losses": 1, "lens.metrics": 1, "lens.clustering": 1,
     "index.vectors": 1, "index.fusion": 1, "index.bm25_fusion": 1,
     "lens.config": 2, "lens.corpus": 2, "lens.instructions": 2, "lens.inputs": 2, "lens.ateb": 2, "lens.export": 2,
-    "lens.chunks": 2, "lens.trec": 2, "lens.variants": 2, "lens.casing": 2,
+    "lens.chunks": 2, "lens.trec": 2, "lens.variants": 2, "lens.casing": 2, "lens.adapters": 2,
     "lens.attention": 3, "lens.layers": 3, "lens.backbone": 3, "lens.model": 3, "lens.model_dir": 3,
     "lens.encoder": 3, "lens.fixed_shape": 3, "lens.paper_models": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,
