@@ -20,8 +20,6 @@ import numpy as np
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _A, _B = ".lora_A.weight", ".lora_B.weight"
-# settings under which an update is not scale * B @ A on the listed modules alone
-_UNSUPPORTED = {"use_dora": True, "use_rslora": True, "bias": ("all", "lora_only")}
 
 
 def lora_scale(config: Mapping) -> float:
@@ -64,9 +62,10 @@ def _read_config(directory: Path) -> dict:
     config = json.loads(path.read_text())
     if config.get("peft_type") != "LORA":
         raise ValueError(f"{path}: peft_type {config.get('peft_type')!r}; only LoRA adapters can be stacked")
-    for key, bad in _UNSUPPORTED.items():
-        value = config.get(key)
-        if value is bad or (isinstance(bad, tuple) and value in bad):
+    # under these the update is not scale * B @ A on the listed modules alone
+    for key, value in (("use_dora", config.get("use_dora")), ("use_rslora", config.get("use_rslora")),
+                       ("bias", config.get("bias", "none") != "none" and config.get("bias"))):
+        if value:
             raise ValueError(f"{path}: {key}={value!r} is not a plain LoRA update; stacking supports none")
     if config.get("rank_pattern") or config.get("alpha_pattern") or config.get("modules_to_save"):
         raise ValueError(f"{path}: per-module ranks, alphas or fully trained modules are not supported by stacking")

@@ -81,6 +81,7 @@ class ModelFiles:
     assignment: np.ndarray  # (vocab,) int64, -1 for tokens in no cluster
     centroids: np.ndarray | None  # (k, hidden) float32, None in the compact form (recomputed from the backbone)
     term: np.ndarray | None = None  # (hidden + 1,) float32: the term channel's weight, then its bias; None: untrained
+    centroids_dtype: type = np.float32  # how the file stores the centroids (float16 for a trained head)
 
     @property
     def adapter_dir(self) -> Path | None:
@@ -113,8 +114,9 @@ def read_model_dir(path: str | os.PathLike) -> ModelFiles:
     if assignment.shape != (c.vocab_size,) or (assignment.size and not -1 <= assignment.min() <= assignment.max() < k):
         raise ValueError(f"{directory / CLUSTERS_NAME} does not match its config.json (vocabulary {c.vocab_size}, "
                          f"k={k}); re-create the directory")
+    stored = np.float32
     if centroids is not None:
-        centroids = centroids.astype(np.float32)
+        stored, centroids = centroids.dtype.type, centroids.astype(np.float32)
         if centroids.shape != (k, c.hidden_size):
             raise ValueError(f"{directory / CLUSTERS_NAME}: centroids are {centroids.shape}, config.json says "
                              f"({k}, {c.hidden_size}); re-create the directory")
@@ -133,7 +135,7 @@ def read_model_dir(path: str | os.PathLike) -> ModelFiles:
     if config.adapter is not None and not (directory / config.adapter).is_dir():
         raise FileNotFoundError(f"{directory} names the adapter {config.adapter!r} but {directory / config.adapter} "
                                 "is missing; re-run `lens train` or copy the adapter back")
-    return ModelFiles(directory, config, assignment, centroids, term)
+    return ModelFiles(directory, config, assignment, centroids, term, stored)
 
 
 def check_model_target(path: str | os.PathLike) -> Path:
@@ -207,8 +209,6 @@ def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str
     """Write ``top`` -- trained with ``lens train`` from ``bottom`` merged (``lens merge``) -- in the small form:
     ``bottom``'s backbone reference and one adapter, the two stacked exactly (``lens.adapters``), with ``top``'s
     cluster head, settings and training records (``lens merge TOP --onto BOTTOM``)."""
-    from safetensors import safe_open
-
     from lens.adapters import stack_adapter_dirs
     from lens.backbone import load_tokenizer, resolve_backbone
 
@@ -223,12 +223,11 @@ def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str
                          "MODEL must have been trained from ONTO merged (`lens merge ONTO`)")
     config = LensConfig.from_dict(top_files.config.to_dict())
     config.backbone, config.adapter = bottom_files.config.backbone, "adapter"
-    with safe_open(str(top_files.directory / CLUSTERS_NAME), framework="numpy") as f:
-        stored = f.get_tensor("centroids").dtype if "centroids" in f.keys() else np.float32
     records = {n: (top_files.directory / n).read_bytes() for n in _TRAINING_RECORDS
                if (top_files.directory / n).is_file()}
     return write_model_dir(out, config, top_files.assignment, top_files.centroids,
-                           load_tokenizer(resolve_backbone(bottom_files.backbone)), centroids_dtype=stored,
+                           load_tokenizer(resolve_backbone(bottom_files.backbone)),
+                           centroids_dtype=top_files.centroids_dtype,
                            term=top_files.term, files=records,
                            adapter=lambda dest: stack_adapter_dirs(bottom_files.adapter_dir, top_files.adapter_dir, dest))
 

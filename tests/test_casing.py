@@ -117,9 +117,7 @@ def test_a_corpus_table_overrules_the_general_one():
     assert merged.before == {} and merged.after == {}  # the corpus has a form for "t": the pairs of "t" are gone
     assert merged.known >= general.known | {"yap", "pear"} and merged.texts == general.texts + own.texts
     assert general.forms["apple"] == "Apple"  # the general table itself is left as it was
-    from lens.casing import corpus_casing_table
-
-    from lens.casing import own_casing_table
+    from lens.casing import corpus_casing_table, own_casing_table
 
     assert own_casing_table(docs * 5, max_texts=2).texts == 2  # a large corpus: a spaced sample (every 8th of 15)
     table = corpus_casing_table(docs, base=general)
