@@ -43,7 +43,7 @@ __all__ = [
     "KINDS", "LABEL_DOCUMENTS", "METRICS", "NLI_TEMPLATE", "SCHEMAS", "TASKS", "RankingTask", "TaskSpec",
     "answer_pool", "check_row", "classification", "compose_label_document", "formulate", "label_document",
     "label_documents", "label_slug", "load_rows", "multiple_choice", "nli_text", "pair_classification",
-    "per_query_values", "preference", "random_baseline", "read_rows", "sample_rows", "task_metrics",
+    "per_query_measures", "per_query_values", "preference", "random_baseline", "read_rows", "sample_rows", "task_metrics",
 ]
 
 # the normalised schemas of ../shared/data/ateb (SOURCES.md) -> the fields a row must have
@@ -476,6 +476,20 @@ def per_query_values(task: RankingTask, scores_per_query: Sequence[Sequence[floa
     if task.kind == "answer-pool":
         return {"rank": [int(r) for r in gold_ranks(scores_per_query, gold)]}
     return {"correct": [int(c) for c in choice_correct(scores_per_query, gold)]}
+
+
+def per_query_measures(values: Mapping[str, Sequence]) -> list[dict[str, float]]:
+    """Each query's measures from what ``per_query_values`` stored for it: ``rank`` gives nDCG@10 and accuracy (as
+    ``pool_ndcg_at_10`` and ``choice_accuracy`` average them), ``correct`` accuracy. A pair's ``score`` has none
+    (average precision is a measure of the whole list, not of one query), so ``ValueError``."""
+    if "rank" in values:
+        ranks = np.asarray(values["rank"], dtype=np.int64)
+        ndcg = np.where(ranks <= 10, 1.0 / np.log2(ranks + 1.0), 0.0)
+        return [{"ndcg@10": float(n), "accuracy": float(r == 1)} for n, r in zip(ndcg, ranks)]
+    if "correct" in values:
+        return [{"accuracy": float(c)} for c in values["correct"]]
+    raise ValueError(f"no per-query measure in {sorted(values)}: pair classification's average precision is not "
+                     "a mean over queries, so it has no paired test")
 
 
 def random_baseline(task: RankingTask) -> dict[str, float]:

@@ -56,13 +56,11 @@ def _run_loop(loop, run, start: float, done, command: str) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lens.train.config import StageConfig, TrainConfig
+    from lens.train.config import StageConfig, TrainConfig, resolve_extends
     from lens.train.trainer import Trainer
 
     if args.config is not None:
-        from lens.atomic import read_json
-
-        raw = read_json(args.config, "training config")
+        raw = resolve_extends(args.config)
     elif args.data:
         raw = {"stages": [{"name": "train", "data": [str(p) for p in args.data]}]}
     else:

@@ -75,3 +75,41 @@ def test_a_side_can_come_from_another_run(tmp_path):
     with pytest.raises(SystemExit, match="not in this run"):
         main(["bench", "significance", "--run", str(first), "--sets", "tiny", "--pairs",
               f"lens-lexicon:bm25@{second}", "--output", str(out)])
+
+
+def test_an_ateb_run_is_read_per_formulation(tmp_path):
+    """A set TASK/FORMULATION of an ATEB run: per-query measures from the stored ranks and choices, whose means are
+    the harness's own (pool_ndcg_at_10, choice_accuracy), paired across two runs by query id."""
+    from lens.metrics import choice_accuracy, gold_ranks, pool_ndcg_at_10
+
+    rng = np.random.default_rng(2)
+    ids = [f"piqa-dev-{i}" for i in range(25)]
+    gold = [int(g) for g in rng.integers(0, 30, size=25)]
+    runs = {}
+    for name in ("one", "two"):
+        scores = [rng.integers(0, 4, size=30).astype(float) for _ in ids]  # small integers: ties happen
+        choices = [rng.random(2) for _ in ids]
+        per_query = {"answer-pool": {"gold": gold, "ids": ids,
+                                     "systems": {"lens-lexicon": {"rank": gold_ranks(scores, gold).tolist()}}},
+                     "multiple-choice": {"gold": [0] * 25, "ids": ids, "systems": {
+                         "lens-lexicon": {"correct": [int(c[0] > c[1]) for c in choices]}}},
+                     "pair-classification": {"gold": [1] * 25, "ids": ids,
+                                             "systems": {"lens-lexicon": {"score": [0.5] * 25}}}}
+        runs[name] = (_run(tmp_path / name, per_query, "piqa"), scores, choices)
+    (first, s1, c1), (second, s2, c2) = runs["one"], runs["two"]
+    out = tmp_path / "sig"
+    pair = f"lens-lexicon:lens-lexicon@{second}"
+    for formulation, measure, mean_a, mean_b in (
+            ("answer-pool", "ndcg@10", pool_ndcg_at_10(s1, gold), pool_ndcg_at_10(s2, gold)),
+            ("answer-pool", "accuracy", choice_accuracy(s1, gold), choice_accuracy(s2, gold)),
+            ("multiple-choice", "accuracy", np.mean([c[0] > c[1] for c in c1]), np.mean([c[0] > c[1] for c in c2]))):
+        assert main(["bench", "significance", "--run", str(first), "--sets", f"piqa/{formulation}", "--pairs", pair,
+                     "--measure", measure, "--output", str(out), "--resamples", "200"]) == 0
+        row = json.loads(out.with_suffix(".json").read_text())["sets"][f"piqa/{formulation}"][0]
+        assert row["mean_a"] == pytest.approx(mean_a) and row["mean_b"] == pytest.approx(mean_b)
+    with pytest.raises(SystemExit, match="average precision is not a mean over queries"):
+        main(["bench", "significance", "--run", str(first), "--sets", "piqa/pair-classification", "--pairs", pair,
+              "--output", str(out)])
+    with pytest.raises(SystemExit, match="no formulation 'classification'"):
+        main(["bench", "significance", "--run", str(first), "--sets", "piqa/classification", "--pairs", pair,
+              "--output", str(out)])

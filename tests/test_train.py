@@ -210,6 +210,23 @@ def test_cli_train_and_resume(tiny_lens_dir, data_file, tmp_path, capsys):
     assert "give --config FILE or --data" in capsys.readouterr().err
 
 
+def test_cli_train_reads_an_extending_config(tiny_lens_dir, data_file, tmp_path):
+    """`lens train --config` resolves ``extends`` (the flags still override) and saves the resolved config."""
+    from lens.cli import main
+
+    (tmp_path / "base.json").write_text(json.dumps({
+        "model": str(tiny_lens_dir), "lora_layers": 1, "batch_size": 4, "lr": 1e-3,
+        "stages": [{"name": "only", "data": [str(data_file)], "loss": "infonce", "steps": 5}]}))
+    (tmp_path / "variant.json").write_text(json.dumps({
+        "extends": "base.json", "stages": [{"name": "only", "loss": "infonce+0.1*flops", "steps": 1}]}))
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(tmp_path / "variant.json"), "--batch-size", "2", "--out", str(out)]) == 0
+    saved = json.loads((out / "train_config.json").read_text())
+    assert "extends" not in saved and saved["batch_size"] == 2 and saved["model"] == str(tiny_lens_dir)
+    assert [(s["loss"], s["steps"], s["data"]) for s in saved["stages"]] == [("infonce+0.1*flops", 1, [str(data_file)])]
+    assert len((out / "train_log.csv").read_text().splitlines()) == 2  # one step, as the variant says
+
+
 def test_cli_merge(tiny_lens_dir, data_file, tmp_path, capsys):
     from lens.cli import main
     from lens.encoder import LensEncoder
@@ -405,6 +422,36 @@ def test_shipped_configs_load():
     assert cont == control
     with pytest.raises(ValueError, match="cache_chunk"):
         TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)
+
+
+def test_a_config_extends_a_base_changing_only_what_it_names(tmp_path):
+    """``extends``: the base's fields, the file's own replacing them, its stages changed by name (the base's order
+    kept), chains followed; a stage the base lacks, a missing base and a circle are refused with the file named."""
+    def write(name, obj):
+        (tmp_path / name).write_text(json.dumps(obj))
+        return tmp_path / name
+
+    write("base.json", {"lr": 1e-3, "batch_size": 8, "notes": ["base"], "instructions": {"a": "x"},
+                        "stages": [{"name": "weak", "data": ["w.jsonl"], "steps": 5},
+                                   {"name": "labelled", "data": ["l.jsonl"], "loss": "infonce", "steps": 10}]})
+    write("mid.json", {"extends": "base.json", "lr": 5e-4, "notes": ["mid"],
+                       "stages": [{"name": "labelled", "loss": "infonce+bm25"}]})
+    (tmp_path / "sub").mkdir()
+    write("sub/top.json", {"extends": "../mid.json", "stages": [{"name": "weak", "steps": 7}]})
+    top = TrainConfig.load(tmp_path / "sub" / "top.json")
+    assert (top.lr, top.batch_size, top.notes, top.instructions) == (5e-4, 8, ["mid"], {"a": "x"})
+    assert [(s.name, s.data, s.loss, s.steps) for s in top.stages] == [
+        ("weak", ["w.jsonl"], "infonce", 7), ("labelled", ["l.jsonl"], "infonce+bm25", 10)]
+    assert "extends" not in top.to_dict()  # a run saves the whole resolved config
+    for name, obj, message in (
+            ("new-stage.json", {"extends": "base.json", "stages": [{"name": "extra", "data": ["x"]}]},
+             r"stage 'extra' is not a stage of .*base.json \(weak, labelled\)"),
+            ("no-base.json", {"extends": "absent.json"}, r"extends 'absent.json', but .*absent.json is not a file"),
+            ("loop-a.json", {"extends": "loop-b.json"}, "goes round in a circle"),
+            ("bad-field.json", {"extends": "base.json", "lrr": 1}, r"unknown field\(s\) \['lrr'\]")):
+        write("loop-b.json", {"extends": "loop-a.json"})
+        with pytest.raises(ValueError, match=message):
+            TrainConfig.load(write(name, obj))
 
 
 def test_model_card_command_is_written_as_the_lens_command():

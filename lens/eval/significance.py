@@ -6,7 +6,9 @@ wins, and two-sided p-values of a paired t-test and a paired randomization test 
 10,000 seeded sign flips). It reads the saved run and encodes nothing. The default pairs are issue 10's goals
 (lexicon against BM25 and SPLADE-tiny, hybrid against both BM25+MiniLM fusions and mpnet). A side written
 ``SYSTEM@RUN`` is read from another run folder (the same set and queries, e.g. one model setting against another:
-``lens-lexicon@results/ood/tagA/upper-queries:lens-lexicon@results/ood/tagB/upper-queries``).
+``lens-lexicon@results/ood/tagA/upper-queries:lens-lexicon@results/ood/tagB/upper-queries``). A ``lens bench ateb``
+run is read the same way, a set named ``TASK/FORMULATION`` (``piqa/answer-pool``; ``lens.ateb.per_query_measures``:
+accuracy, and nDCG@10 for an answer pool).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from lens.cmdline import command_line, positive_int
+from lens.atomic import read_json
 from lens.eval.report import add_markdown_only_arguments, markdown_only, read_per_query, write_benchmark
 from lens.metrics import paired_test
 
@@ -60,7 +63,7 @@ def verdict(row: dict, a: str = "A", b: str = "B") -> str:
 
 def render(results: dict) -> list[str]:
     meta = results["_meta"]
-    lines = ["# Paired significance tests on a BEIR run", "", "```bash", meta["command"], "```", "",
+    lines = ["# Paired significance tests on a benchmark run", "", "```bash", meta["command"], "```", "",
              f"Run: `{meta['run']}`; measure {meta['measure']}, over each set's queries. "
              f"p: two-sided, paired t-test and paired randomization test ({meta['resamples']:,} seeded sign flips; "
              "`lens.metrics.paired_test`). 'significant' means both p < "
@@ -79,8 +82,9 @@ def render(results: dict) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options of ``lens bench significance`` (and ``benchmarks/significance.py``) to ``parser``."""
     parser.add_argument("--run", type=Path, default=Path("benchmarks/results/beir"),
-                        help="a `lens bench beir` output folder (default benchmarks/results/beir)")
-    parser.add_argument("--sets", default="scifact,cranfield,medline", help="comma-separated set folders of the run")
+                        help="a `lens bench beir` or `lens bench ateb` output folder (default benchmarks/results/beir)")
+    parser.add_argument("--sets", default="scifact,cranfield,medline", help="comma-separated set folders of the run (of an ATEB run: TASK/FORMULATION, such as "
+                        "piqa/answer-pool)")
     parser.add_argument("--pairs", type=pair_list, default=pair_list(",".join(GOALS)),
                         help="comma-separated A:B system pairs (default: issue 10's goals)")
     parser.add_argument("--measure", default="ndcg@10", help="a per-query measure of the run (default ndcg@10)")
@@ -88,6 +92,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     add_markdown_only_arguments(parser, output="benchmarks/results/significance")
     return parser
+
+
+def read_set(run: Path, name: str) -> dict:
+    """``{system: {query id: {measure: value}}}`` of set ``name`` of ``run``: a BEIR run's ``NAME/per_query.json``,
+    or, for ``TASK/FORMULATION``, that formulation of an ATEB run's ``TASK/per_query.json``."""
+    if (run / name / "per_query.json").is_file() or "/" not in name:
+        return read_per_query(run / name)
+    task, formulation = name.split("/", 1)
+    from lens.ateb import per_query_measures
+
+    path = run / task / "per_query.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run `lens bench ateb --tasks {task}` (it writes per_query.json)")
+    saved = read_json(path, "ATEB per-query results")
+    if formulation not in saved:
+        raise ValueError(f"{path} has no formulation {formulation!r}; it has: {', '.join(sorted(saved))}")
+    block = saved[formulation]
+    if len(set(block["ids"])) != len(block["ids"]):
+        raise ValueError(f"{path}: {formulation} repeats query ids, so its queries cannot be paired")
+    return {system: dict(zip(block["ids"], per_query_measures(values)))
+            for system, values in block["systems"].items()}
 
 
 def _sides(run: Path, name: str, sides: tuple[str, str]) -> dict:
@@ -99,7 +124,7 @@ def _sides(run: Path, name: str, sides: tuple[str, str]) -> dict:
         system, _, other = side.partition("@")
         folder = Path(other) if other else run
         if folder not in runs:
-            runs[folder] = read_per_query(folder / name)
+            runs[folder] = read_set(folder, name)
         if system in runs[folder]:
             out[side] = runs[folder][system]
     return out

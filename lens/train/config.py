@@ -146,4 +146,51 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "TrainConfig":
-        return cls.from_dict(read_json(path, "training config"), source=str(path))
+        """The config in ``path``, its ``extends`` chain resolved (``resolve_extends``)."""
+        return cls.from_dict(resolve_extends(path), source=str(path))
+
+
+def resolve_extends(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
+    """The fields of the training config file ``path`` with its ``"extends": "BASE.json"`` (a path relative to
+    ``path``'s folder) resolved: the base's fields, each field the file names replacing the base's, except
+    ``stages``, whose entries name a base stage each and change only the fields they give (``{"name": "labelled",
+    "loss": "infonce+bm25"}``), the base's order kept. So a variant of a recipe states only what it changes, and the
+    run saves the whole resolved config (``train_config.json``)."""
+    path = Path(path)
+    data = read_json(path, "training config")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a training config is a JSON object, got {type(data).__name__}")
+    if "extends" not in data:
+        return data
+    base_name = data.pop("extends")
+    if not isinstance(base_name, str) or not base_name:
+        raise ValueError(f"{path}: extends must name a base config file (relative to {path.parent}), got "
+                         f"{base_name!r}")
+    here = path.resolve()
+    if here in _chain:
+        raise ValueError(f"{path}: extends goes round in a circle: {' -> '.join(str(p) for p in (*_chain, here))}")
+    base_path = path.parent / base_name
+    if not base_path.is_file():
+        raise ValueError(f"{path}: extends {base_name!r}, but {base_path} is not a file")
+    base = resolve_extends(base_path, (*_chain, here))
+    merged = {**base, **{k: v for k, v in data.items() if k != "stages"}}
+    if "stages" in data:
+        merged["stages"] = _merge_stages(base.get("stages", []), data["stages"], path, base_path)
+    return merged
+
+
+def _merge_stages(base: list, changes: list, path: Path, base_path: Path) -> list[dict]:
+    """``base``'s stages with each entry of ``changes`` (a stage name and the fields it changes) applied."""
+    stages = [dict(s) for s in base]
+    names = [s.get("name") for s in stages]
+    if not isinstance(changes, list):
+        raise ValueError(f"{path}: stages must be a list of {{\"name\": ..., changed fields}}, got "
+                         f"{type(changes).__name__}")
+    for change in changes:
+        name = change.get("name") if isinstance(change, dict) else None
+        if name not in names:
+            raise ValueError(f"{path}: stage {name!r} is not a stage of {base_path} ({', '.join(map(str, names))}); "
+                             "an extending config changes the base's stages by name; to define other stages, "
+                             "write the config without extends")
+        stages[names.index(name)].update(change)
+    return stages
