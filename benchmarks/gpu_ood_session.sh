@@ -13,16 +13,21 @@
 #   3. the last part with setup.sh:          ... && source .device-stage/setup.sh && bash benchmarks/gpu_ood_session.sh run
 #
 # `run`, each step under its own time limit and all within SESSION_LIMIT seconds (default 540):
-#   1. the shipped default merged (`lens merge default`), the start of two continuations of its training,
-#      lens/train/configs/default-continue-gpu-bm25.json (BM25 distillation added) and default-continue-gpu.json (the
-#      control: the same 120 steps with the default's own loss), so the BM25 term is told apart from more steps;
-#   2. the out-of-domain suite (benchmarks/ood.py: ADI, Cranfield, MEDLINE as written, BM25 and the lexicon, float32
-#      on CUDA) for the shipped default and both continuations, then their lexicality (benchmarks/lexicality.py);
+#   1. the shipped default merged (`lens merge default`), the start of the continuations of its training named by
+#      VARIANTS ("NAME:CONFIG ...", default: lens/train/configs/default-continue-gpu-bm25.json, BM25 distillation
+#      added, and default-continue-gpu.json, the control: the same 120 steps with the default's own loss, so the
+#      BM25 term is told apart from more steps); the next ones to try (docs/studies.md):
+#        VARIANTS="half:lens/train/configs/default-continue-gpu-bm25-half.json
+#                  sparse:lens/train/configs/default-continue-gpu-bm25-sparse.json" SYSTEMS=bm25,lens-lexicon,lens-hybrid
+#   2. the out-of-domain suite (benchmarks/ood.py: ADI, Cranfield, MEDLINE as written, float32 on CUDA, the systems
+#      in SYSTEMS, default bm25,lens-lexicon; lens-hybrid needs MiniLM: `prepare --minilm`) for the shipped default
+#      and every continuation, then their lexicality (benchmarks/lexicality.py);
 #   3. ATEB (lens bench ateb, the LENS lexicon and dense vectors) for the shipped default and the same weights under
 #      the text rule truecase-uncased (the switch issue 39 weighs for lower-case queries);
 #   4. SciFact (the regression guard) for the three models;
-# then tars the results into $OUT/gpu-ood.tar.gz and the BM25 continuation's model directory into
-# $OUT/model-bm25.tar.part-NN pieces of 15 MB (at most 8 files of 16 MiB come back).
+# then tars the results into $OUT/gpu-ood.tar.gz and the model directory of each continuation named in PACK
+# (default: the first of VARIANTS) into $OUT/model-NAME.tar.part-NN pieces of 15 MB (at most 8 files of 16 MiB come
+# back: about 3 pieces a model).
 set -uo pipefail
 
 cd "$(dirname "$0")/.." && root=$PWD && mode=${1:-}
@@ -61,22 +66,23 @@ train() {  # NAME CONFIG: train; on running out of GPU memory, once more with gr
   local name=$1 config=$2
   step "train-$name" 200 $LENS -v train --config "$config" --out "$W/$name" ${TRAIN_ARGS:-}
   if [ ! -f "$W/$name/config.json" ] && grep -q "OutOfMemoryError\|CUDA out of memory" "$RES/session.log"; then
-    $PY -c "import json,sys; c=json.load(open(sys.argv[1])); c['gradient_checkpointing']=True; \
-json.dump(c, open(sys.argv[2],'w'), indent=2)" "$config" "/tmp/$name-gc.json"
+    $PY -c "import json,sys; from lens.train.config import resolve_extends; c=resolve_extends(sys.argv[1]); \
+c['gradient_checkpointing']=True; json.dump(c, open(sys.argv[2],'w'), indent=2)" "$config" "/tmp/$name-gc.json"
     rm -rf "$W/$name"
     step "train-$name-gradient-checkpointing" 200 $LENS -v train --config "/tmp/$name-gc.json" --out "$W/$name" ${TRAIN_ARGS:-}
   fi
 }
-train bm25 lens/train/configs/default-continue-gpu-bm25.json
-train control lens/train/configs/default-continue-gpu.json
+VARIANTS=${VARIANTS:-"bm25:lens/train/configs/default-continue-gpu-bm25.json control:lens/train/configs/default-continue-gpu.json"}
+names=()
+for v in $VARIANTS; do names+=("${v%%:*}"); train "${v%%:*}" "${v#*:}"; done
 
 # 2. the out-of-domain sets as written, and lexicality
 models=(default:default)
-for name in bm25 control; do
+for name in "${names[@]}"; do
   [ -f "$W/$name/config.json" ] && models+=("continue-gpu-$name:$W/$name")
 done
 suite() {  # SETS TAG MODEL
-  step "ood-$2-$1" 60 $PY benchmarks/ood.py --sets "$1" --variants original --systems bm25,lens-lexicon \
+  step "ood-$2-$1" 60 $PY benchmarks/ood.py --sets "$1" --variants original --systems "${SYSTEMS:-bm25,lens-lexicon}" \
     --model "$3" --tag "$2-cuda-float32" --device cuda --dtype float32 --threads 8 --data-dir "$DATA" \
     --work-dir /tmp/ood-variants --cache-dir /tmp/lens-bench-cache --results-dir "$RES/ood"
 }
@@ -103,12 +109,14 @@ for m in "${models[@]}"; do suite scifact "${m%%:*}" "${m#*:}"; done
 echo >> "$summary"; echo "Session took $SECONDS s of its $LIMIT s." >> "$summary"
 
 # 5. pack: the results (train logs and configs, not weights), and the BM25 continuation's weights in pieces
-for name in bm25 control; do
+for name in "${names[@]}"; do
   mkdir -p "$RES/train-$name"
   for f in README.md train_log.csv train_config.json config.json; do cp "$W/$name/$f" "$RES/train-$name/" 2>/dev/null; done
 done
 tar czf "$OUT/gpu-ood.tar.gz" -C "$RES" . 2>/dev/null
 cp "$summary" "$OUT/session.md"
-[ -f "$W/bm25/config.json" ] && tar cf - -C "$W" --exclude=checkpoint bm25 | split -b 15000000 -d -a 2 - "$OUT/model-bm25.tar.part-"
+for name in ${PACK:-${names[0]}}; do
+  [ -f "$W/$name/config.json" ] && tar cf - -C "$W" --exclude=checkpoint "$name" | split -b 15000000 -d -a 2 - "$OUT/model-$name.tar.part-"
+done
 cat "$summary"
 ls -la "$OUT"

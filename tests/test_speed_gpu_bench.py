@@ -146,7 +146,14 @@ def test_the_ood_gpu_session_driver_parses_and_names_configs_that_load():
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True)
     assert done.returncode == 2 and "usage" in done.stderr
-    configs = re.findall(r"lens/train/configs/[\w.-]+\.json", script.read_text())
-    assert {Path(c).name for c in configs} == {"default-continue-gpu-bm25.json", "default-continue-gpu.json"}
-    for c in configs:
-        assert TrainConfig.load(root / c).stages[-1].steps >= 1
+    text = script.read_text()
+    default_variants = re.search(r'VARIANTS=\$\{VARIANTS:-"([^"]+)"\}', text).group(1).split()
+    assert [v.split(":")[0] for v in default_variants] == ["bm25", "control"]
+    configs = re.findall(r"lens/train/configs/[\w.-]+\.json", text)
+    assert {Path(c).name for c in configs} >= {"default-continue-gpu-bm25.json", "default-continue-gpu.json"}
+    control = TrainConfig.load(root / "lens/train/configs/default-continue-gpu.json")
+    for c in configs:  # every continuation it runs or names: the control's run, only the labelled loss changed
+        variant = TrainConfig.load(root / c)
+        assert variant.stages[-1].steps >= 1
+        variant.stages[-1].loss, variant.notes = control.stages[-1].loss, control.notes
+        assert variant == control, c
