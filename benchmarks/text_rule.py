@@ -3,12 +3,15 @@ each rule of ``lens.inputs.TEXT_NORMALIZATIONS`` rewrites, so a rule's effect on
 before anything is encoded (a rule that changes no text of a set leaves its vectors, and its nDCG, as they were).
 It also measures how well each rule brings a text in capitals back to its original: the sentences of STS splits or a
 retrieval set's queries (``--restore``; none of them counted into the packaged casing table), upper-cased, then put
-through each rule; the share of words and of whole sentences that come back exactly as written. The packaged table's
-parts are measured apart too (its forms alone, with the pairs, with the acronym rule: ``lens.casing``).
+through each rule; the share of words and of whole sentences that come back exactly as written (``--from lower``:
+lower-cased instead, as people type queries and as some collections are stored). The packaged table's parts are
+measured apart too (its forms alone, with the pairs, with the acronym rule: ``lens.casing``), and any table file
+given (``--tables``, e.g. one that ``lens data casing --min-share`` counted with another threshold).
 
     python benchmarks/text_rule.py --sets scifact,adi,cranfield,medline
     python benchmarks/text_rule.py --sets adi --variants original --restore stsbenchmark:test,scifact:queries
     python benchmarks/text_rule.py --sets adi --variants original,upper-queries --rules lowercase-shouted
+    python benchmarks/text_rule.py --sets adi --variants original --from lower --tables T1,T2 --output OUT
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ def render(results: dict) -> list[str]:
     restore = results.get("restore")
     if restore:
         sources = restore if isinstance(restore, list) else [restore]  # one source before several were measured
-        lines += ["", "## Texts in capitals brought back", "",
-                  "Each text upper-cased, then put through the rule: the share of its words (letters, as "
+        lower = results.get("from") == "lower"
+        lines += ["", "## Texts in lower case brought back" if lower else "## Texts in capitals brought back", "",
+                  f"Each text {'lower' if lower else 'upper'}-cased, then put through the rule: the share of its "
+                  "words (letters, as "
                   "`lens.casing.WORD` finds them) and of whole texts equal to the original. The `table: ...` rows "
                   "truecase every text with parts of the packaged table (`lens.casing`): its forms alone, with the "
                   "forms after and before a given word (pairs), with the acronym rule (a short word in capitals the "
@@ -80,13 +85,16 @@ def table_parts(others: list[str] = ()) -> dict[str, object]:
     return out
 
 
-def restoration(sentences: list[str], rules: list[str], functions: dict | None = None) -> list[dict]:
+def restoration(sentences: list[str], rules: list[str], functions: dict | None = None,
+                case: str = "upper") -> list[dict]:
     """For each rule (and each of ``functions``, name -> text function): the shares of words and of sentences that
-    ``rule(upper(sentence))`` gives back as written."""
+    ``rule(upper(sentence))`` (``case="lower"``: ``rule(lower(sentence))``) gives back as written."""
     from lens.casing import WORD
     from lens.inputs import normalize_texts
 
-    shouted = [t.upper() for t in sentences]
+    if case not in ("upper", "lower"):
+        raise ValueError(f"case must be 'upper' or 'lower', got {case!r}")
+    shouted = [t.upper() if case == "upper" else t.lower() for t in sentences]
     written = [WORD.findall(t) for t in sentences]  # the originals' words, found once for every rule
     out = []
     todo = [(rule, None) for rule in ["none", *rules]] + list((functions or {}).items())
@@ -112,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"pair) or a retrieval set's NAME:queries ('' to skip; default {RESTORE})")
     p.add_argument("--tables", default="", help="comma-separated casing table files (lens data casing) to measure "
                                                 "beside the packaged one in the restoration table, e.g. an earlier one")
+    p.add_argument("--from", dest="case", choices=("upper", "lower"), default="upper",
+                   help="the restoration table starts from each text upper-cased (default) or lower-cased")
     add_data_dir_argument(p)
     args = start(p, argv, "ood/text_rule", render)
     if args is None:
@@ -137,12 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     results = {"rules": rules, "rows": rows}
     if args.restore:
         tables = args.tables.split(",") if args.tables else []
-        results["restore"] = [restore_source(source, rules, args.data_dir, tables)
+        results["restore"] = [restore_source(source, rules, args.data_dir, tables, args.case)
                               for source in args.restore.split(",")]
+        results["from"] = args.case
     return finish(args, results, render)
 
 
-def restore_source(source: str, rules: list[str], data_dir, tables: list[str] = ()) -> dict:
+def restore_source(source: str, rules: list[str], data_dir, tables: list[str] = (), case: str = "upper") -> dict:
     """The restoration rows of one source: ``STS:SPLIT`` (every sentence of the split's pairs, each once) or
     ``RETRIEVAL-SET:queries`` (every query of the set's queries file)."""
     from lens.casing import WORD
@@ -168,7 +179,7 @@ def restore_source(source: str, rules: list[str], data_dir, tables: list[str] = 
         extra = {}
     return {"set": Path(name).name, "split": split, "sentences": len(sentences),
             "words": sum(len(WORD.findall(t)) for t in sentences),
-            "rules": restoration(sentences, rules, {**table_parts(tables), **extra})}
+            "rules": restoration(sentences, rules, {**table_parts(tables), **extra}, case)}
 
 
 if __name__ == "__main__":

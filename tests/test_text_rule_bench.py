@@ -24,6 +24,12 @@ def test_restoration_counts_words_and_sentences(tr):
     assert parts["table: whole"]["sentences"] == 1.0  # "T" before "cells" (a pair), "KRAS" kept (an acronym)
     assert parts["table: forms"]["words"] == 3 / 5  # neither: "Kras", "t"
     assert parts["table: forms + acronyms"]["words"] == 4 / 5 and parts["table: forms + pairs"]["words"] == 4 / 5
+    # from lower case: the shouted-only rules change nothing, truecase-uncased restores; no acronym rule without capitals
+    low = {r["rule"]: r for r in tr.restoration(sentences, ["truecase-shouted", "truecase-uncased"], case="lower")}
+    assert low["none"]["words"] == low["truecase-shouted"]["words"] == 7 / 10  # all but "The", "NASA", "What"
+    assert low["truecase-uncased"] == {"rule": "truecase-uncased", "words": 1.0, "sentences": 1.0}
+    with pytest.raises(ValueError, match="case must be"):
+        tr.restoration(sentences, [], case="title")
 
 
 def test_the_script_writes_both_tables(tr, tmp_path):
@@ -53,3 +59,7 @@ def test_the_script_writes_both_tables(tr, tmp_path):
     assert "table: the set's corpus over the packaged" in query_rows and "table: the set's corpus" not in str(sts_rows)
     md = out.with_suffix(".md").read_text()
     assert "## Texts in capitals brought back" in md and "| table: forms + pairs |" in md
+    assert tr.main(["--sets", str(beir), "--variants", "original", "--rules", "truecase-uncased", "--restore",
+                    f"{sts}:train", "--work-dir", str(tmp_path / "v"), "--from", "lower", "--output", str(out)]) == 0
+    assert "## Texts in lower case brought back" in out.with_suffix(".md").read_text()
+    assert json.loads(out.with_suffix(".json").read_text())["from"] == "lower"
