@@ -43,7 +43,8 @@ __all__ = [
     "KINDS", "LABEL_DOCUMENTS", "METRICS", "NLI_TEMPLATE", "SCHEMAS", "TASKS", "RankingTask", "TaskSpec",
     "answer_pool", "check_row", "classification", "compose_label_document", "formulate", "label_document",
     "label_documents", "label_slug", "load_rows", "multiple_choice", "nli_text", "pair_classification",
-    "per_query_measures", "per_query_values", "preference", "random_baseline", "read_rows", "sample_rows", "task_metrics",
+    "per_query_measures", "per_query_values", "preference", "random_baseline", "read_rows", "sample_rows",
+    "task_metrics",
 ]
 
 # the normalised schemas of ../shared/data/ateb (SOURCES.md) -> the fields a row must have

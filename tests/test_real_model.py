@@ -159,7 +159,8 @@ def test_shipped_default_truecases_text_whose_case_says_nothing():
     enc = LensEncoder.from_pretrained("default")
     assert enc.config.text_normalization == "truecase-uncased"
     q = "What causes heart failure in older adults?"
-    shouted, lower, plain, odd = enc.encode_queries([q.upper(), q.lower(), q, "what causes Heart failure in older adults?"])
+    odd_case = "what causes Heart failure in older adults?"
+    shouted, lower, plain, odd = enc.encode_queries([q.upper(), q.lower(), q, odd_case])
     np.testing.assert_allclose(shouted, plain, atol=1e-6, rtol=0)
     np.testing.assert_allclose(lower, plain, atol=1e-6, rtol=0)
     assert not np.allclose(plain, odd, atol=1e-3)  # mixed case is the writer's: left as it is

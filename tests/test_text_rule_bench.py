@@ -24,7 +24,7 @@ def test_restoration_counts_words_and_sentences(tr):
     assert parts["table: whole"]["sentences"] == 1.0  # "T" before "cells" (a pair), "KRAS" kept (an acronym)
     assert parts["table: forms"]["words"] == 3 / 5  # neither: "Kras", "t"
     assert parts["table: forms + acronyms"]["words"] == 4 / 5 and parts["table: forms + pairs"]["words"] == 4 / 5
-    # from lower case: the shouted-only rules change nothing, truecase-uncased restores; no acronym rule without capitals
+    # from lower case: the shouted-only rule changes nothing, truecase-uncased restores
     low = {r["rule"]: r for r in tr.restoration(sentences, ["truecase-shouted", "truecase-uncased"], case="lower")}
     assert low["none"]["words"] == low["truecase-shouted"]["words"] == 7 / 10  # all but "The", "NASA", "What"
     assert low["truecase-uncased"] == {"rule": "truecase-uncased", "words": 1.0, "sentences": 1.0}

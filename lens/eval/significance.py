@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lens.cmdline import command_line, positive_int
 from lens.atomic import read_json
+from lens.cmdline import command_line, positive_int
 from lens.eval.report import add_markdown_only_arguments, markdown_only, read_per_query, write_benchmark
 from lens.metrics import paired_test
 
@@ -83,8 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options of ``lens bench significance`` (and ``benchmarks/significance.py``) to ``parser``."""
     parser.add_argument("--run", type=Path, default=Path("benchmarks/results/beir"),
                         help="a `lens bench beir` or `lens bench ateb` output folder (default benchmarks/results/beir)")
-    parser.add_argument("--sets", default="scifact,cranfield,medline", help="comma-separated set folders of the run (of an ATEB run: TASK/FORMULATION, such as "
-                        "piqa/answer-pool)")
+    parser.add_argument("--sets", default="scifact,cranfield,medline",
+                        help="comma-separated set folders of the run (of an ATEB run: TASK/FORMULATION, such as "
+                             "piqa/answer-pool)")
     parser.add_argument("--pairs", type=pair_list, default=pair_list(",".join(GOALS)),
                         help="comma-separated A:B system pairs (default: issue 10's goals)")
     parser.add_argument("--measure", default="ndcg@10", help="a per-query measure of the run (default ndcg@10)")
