@@ -73,8 +73,9 @@ def study_set(name: str, args, resources) -> dict:
 
     doc_own, q_own = own(texts), own(qtexts)
     queries = enc.encode_queries(qtexts, instruction=instruction, batch_size=16, show_progress_bar=False)
-    dense_d = resources.minilm.documents(texts).arrays["vectors"]
-    dense_q = resources.minilm.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
+    dense = getattr(resources, args.dense)  # the index's dense part: MiniLM (the default) or mpnet (--dense mpnet)
+    dense_d = dense.documents(texts).arrays["vectors"]
+    dense_q = dense.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
     dense_run = _run(dense_q @ dense_d.T, qids, ids)
     bm25 = BM25Index(texts)
     # every document's BM25 over the query's max: the BM25 part of a saved index (index.bm25_fusion), exact here
@@ -84,7 +85,7 @@ def study_set(name: str, args, resources) -> dict:
     for q, (rows, scores) in zip(qids, bm25.search(qtexts, DEPTH)):
         bm25_run[q] = {ids[int(r)]: float(s) for r, s in zip(rows, scores)}
     row = {"set": data.name, "documents": len(ids), "queries": len(qids), "bm25": _ndcg(data.qrels, bm25_run),
-           "minilm": _ndcg(data.qrels, dense_run), "bm25+minilm": _ndcg(data.qrels, _fuse([bm25_run, dense_run])),
+           "dense": _ndcg(data.qrels, dense_run), "bm25+dense": _ndcg(data.qrels, _fuse([bm25_run, dense_run])),
            "floors": {}}
     q_mask = support_mask([np.asarray(c)[np.asarray(c) >= 0] for c in q_own], docs.shape[1])
     for f in args.floors:
@@ -110,21 +111,22 @@ def study_set(name: str, args, resources) -> dict:
 
 
 def render(meta: dict) -> list[str]:
+    dense = meta.get("dense", "minilm")
     lines = ["# Own-token floor (`term_floor`), untrained, on the development suite", "",
              f"Command: `{meta['command']}`", "", f"Model: `{meta['model']}`, {meta['quantize'] or 'float32'}; "
              "nDCG@10 on the test qrels; share = mean share of a query's lexicon weight on its own tokens' clusters.",
-             "hybrid: 0.5 cos_lex + 0.5 cos_dense (lens-hybrid); hybrid+bm25: its min-max fusion with BM25 "
+             f"Dense part: {dense}. hybrid: 0.5 cos_lex + 0.5 cos_dense (lens-hybrid); hybrid+bm25: its min-max fusion with BM25 "
              "(lens-hybrid+bm25); index +BM25 w: a saved index's three-part score with BM25 weight w "
              "(0.5 cos_lex + 0.5 cos_dense + w BM25/max over the corpus).", "",
              "| set | floor | lexicon | expansion only | query own share | hybrid | hybrid+bm25 | "
-             + " | ".join(f"index +BM25 {w}" for w in meta["bm25_weights"]) + " | bm25 | minilm | bm25+minilm |",
+             + " | ".join(f"index +BM25 {w}" for w in meta["bm25_weights"]) + f" | bm25 | {dense} | bm25+{dense} |",
              "|---|---|---|---|---|---|---|" + "---|" * len(meta["bm25_weights"]) + "---|---|---|"]
     for r in meta["rows"]:
         for f, m in r["floors"].items():
             idx = " | ".join(f"{m['index_bm25'][str(w)]:.3f}" for w in meta["bm25_weights"])
             lines.append(f"| {r['set']} | {f} | {m['lexicon']:.3f} | {m['expansion_only']:.3f} | "
                          f"{m['query_own_share']:.3f} | {m['hybrid']:.3f} | {m['hybrid+bm25']:.3f} | {idx} | "
-                         f"{r['bm25']:.3f} | {r['minilm']:.3f} | {r['bm25+minilm']:.3f} |")
+                         f"{r['bm25']:.3f} | {r['dense']:.3f} | {r['bm25+dense']:.3f} |")
     return lines
 
 
@@ -140,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bm25-weights", default="0.25,0.5,1", type=lambda s: [float(x) for x in s.split(",")],
                    help="BM25 weights w of the index's three-part score 0.5 cos_lex + 0.5 cos_dense + w BM25/max")
     p.add_argument("--model", default="default")
+    p.add_argument("--dense", default="minilm", choices=["minilm", "mpnet"],
+                   help="the dense part of the hybrid and of the index (mpnet: `make peers`, as lens index build "
+                        "--dense mpnet)")
     p.add_argument("--quantize", default="int8", choices=["int8", "none"])
     add_data_dir_argument(p)
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
@@ -150,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     resources = Resources(model=args.model, cache_root=args.cache_dir, lens_batch_size=4)
     rows = [study_set(s, args, resources) for s in args.sets.split(",")]
-    meta = {"command": script_command(argv, "benchmarks/term_floor.py"), "model": args.model,
+    meta = {"command": script_command(argv, "benchmarks/term_floor.py"), "model": args.model, "dense": args.dense,
             "quantize": args.quantize, "bm25_weights": args.bm25_weights, "machine": machine(torch=True), "rows": rows}
     print(write_results(args.out, meta, render(meta)))
     return 0
