@@ -23,8 +23,9 @@ DEFAULT_DEPTH = 100  # candidates taken from each of the vector index and BM25, 
 # BM25's weight when a search of an index with a BM25 part names no weights (``lens.search.Searcher``, ``lens search``,
 # ``lens serve``): beside the index's own (lexicon, dense) pair, 0.5 / 0.5 by default. Chosen on issue 39's
 # development suite with the shipped model and its text rule (benchmarks/results/index_bm25.md, index_bm25-mpnet.md:
-# of 0.05-0.5, 0.1 is the best or within 0.002 of it on ADI and MEDLINE with MiniLM or mpnet as the dense part, and
-# within 0.007 on Cranfield, which wants more BM25).
+# of 0.05-0.5, 0.1 is the best or within 0.002 of it on ADI and MEDLINE with MiniLM and on MEDLINE with mpnet, within
+# 0.007 on Cranfield, which wants more BM25, and the smallest weight at which the mpnet index is above mpnet and the
+# BM25+MiniLM fusions on all three sets; docs/studies.md).
 DEFAULT_BM25_WEIGHT = 0.1
 
 
