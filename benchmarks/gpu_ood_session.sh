@@ -22,9 +22,9 @@
 #   2. the out-of-domain suite (benchmarks/ood.py: ADI, Cranfield, MEDLINE as written, float32 on CUDA, the systems
 #      in SYSTEMS, default bm25,lens-lexicon; lens-hybrid needs MiniLM: `prepare --minilm`) for the shipped default
 #      and every continuation, then their lexicality (benchmarks/lexicality.py);
-#   3. ATEB (lens bench ateb, the LENS lexicon and dense vectors) for the shipped default and the same weights under
-#      the text rule truecase-uncased (the switch issue 39 weighs for lower-case queries);
-#   4. SciFact (the regression guard) for the three models;
+#   3. ATEB (lens bench ateb, the LENS lexicon and dense vectors) for the shipped default and every continuation
+#      (a new default is judged on ATEB too; SKIP_ATEB=1 leaves it out);
+#   4. SciFact (the regression guard) for every model;
 # then tars the results into $OUT/gpu-ood.tar.gz and the model directory of each continuation named in PACK
 # (default: the first of VARIANTS) into $OUT/model-NAME.tar.part-NN pieces of 15 MB (at most 8 files of 16 MiB come
 # back: about 3 pieces a model).
@@ -91,13 +91,9 @@ model_list=$(printf '%s\n' "${models[@]#*:}" | paste -sd, -)
 step lexicality 90 $PY benchmarks/lexicality.py adi cranfield medline --model "$model_list" --threads 8 \
   --data-dir "$DATA" --cache-dir /tmp/lens-bench-cache --output "$RES/lexicality"
 
-# 3. ATEB under the shipped rule and under truecase-uncased (same weights); SKIP_ATEB=1 leaves it out
+# 3. ATEB for the shipped default and every continuation; SKIP_ATEB=1 leaves it out
 if [ -z "${SKIP_ATEB:-}" ]; then
-  UC=$root/.cache/models/default-truecase-uncased
-  rm -rf "$UC" && mkdir -p "$(dirname "$UC")" && cp -r lens/default_model "$UC" && $PY -c "
-import sys; from lens.config import LensConfig
-c = LensConfig.load(sys.argv[1]); c.text_normalization = 'truecase-uncased'; c.save(sys.argv[1])" "$UC"
-  for m in default:default truecase-uncased:"$UC"; do
+  for m in "${models[@]}"; do
     step "ateb-${m%%:*}" 120 $LENS bench ateb --systems lens-lexicon,lens-dense --model "${m#*:}" --data-dir "$DATA" \
       --output "$RES/ateb-${m%%:*}" --cache-dir /tmp/lens-bench-cache --no-plot
   done
