@@ -10,12 +10,13 @@ the small form (the backbone by reference, e.g. the packaged GGUF, and an adapte
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+
+from lens.atomic import read_json, write_json
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -59,7 +60,7 @@ def _read_config(directory: Path) -> dict:
     path = directory / ADAPTER_CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{directory} is not a PEFT adapter directory (no {ADAPTER_CONFIG})")
-    config = json.loads(path.read_text())
+    config = read_json(path, "PEFT adapter config")
     if config.get("peft_type") != "LORA":
         raise ValueError(f"{path}: peft_type {config.get('peft_type')!r}; only LoRA adapters can be stacked")
     # under these the update is not scale * B @ A on the listed modules alone
@@ -89,5 +90,5 @@ def stack_adapter_dirs(bottom: str | os.PathLike, top: str | os.PathLike, out: s
     config = {**c1, "r": rank, "lora_alpha": rank}  # scale 1: the scales are folded into B
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: np.ascontiguousarray(v.astype(dtype)) for k, v in tensors.items()}, str(out / ADAPTER_WEIGHTS))
-    (out / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    write_json(out / ADAPTER_CONFIG, config)
     return out

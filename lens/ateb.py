@@ -34,8 +34,8 @@ import numpy as np
 
 from lens.corpus import read_jsonl
 from lens.instructions import ATEB_INSTRUCTIONS, GENERIC_INSTRUCTION, ateb_instruction
-from lens.metrics import (average_precision, choice_accuracy, choice_correct, gold_ranks, pool_ndcg_at_10,
-                          random_average_precision, random_choice_accuracy, random_ndcg_at_10)
+from lens.metrics import (average_precision, choice_accuracy, choice_correct, gold_ranks, ndcg_at_10_of_rank,
+                          pool_ndcg_at_10, random_average_precision, random_choice_accuracy, random_ndcg_at_10)
 
 logger = logging.getLogger(__name__)
 
@@ -484,9 +484,8 @@ def per_query_measures(values: Mapping[str, Sequence]) -> list[dict[str, float]]
     ``pool_ndcg_at_10`` and ``choice_accuracy`` average them), ``correct`` accuracy. A pair's ``score`` has none
     (average precision is a measure of the whole list, not of one query), so ``ValueError``."""
     if "rank" in values:
-        ranks = np.asarray(values["rank"], dtype=np.int64)
-        ndcg = np.where(ranks <= 10, 1.0 / np.log2(ranks + 1.0), 0.0)
-        return [{"ndcg@10": float(n), "accuracy": float(r == 1)} for n, r in zip(ndcg, ranks)]
+        ranks = values["rank"]
+        return [{"ndcg@10": float(n), "accuracy": float(r == 1)} for n, r in zip(ndcg_at_10_of_rank(ranks), ranks)]
     if "correct" in values:
         return [{"accuracy": float(c)} for c in values["correct"]]
     raise ValueError(f"no per-query measure in {sorted(values)}: pair classification's average precision is not "

@@ -109,8 +109,6 @@ def cmd_mntp(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> None:
-    import torch
-
     from lens.atomic import DirectoryLock
     from lens.encoder import LensEncoder
     from lens.model_dir import check_model_target
@@ -124,6 +122,8 @@ def cmd_merge(args: argparse.Namespace) -> None:
         print(f"wrote {args.out}: {args.onto}'s backbone reference and one adapter ({args.onto}'s and {args.model}'s "
               f"stacked); load it with LensEncoder.from_pretrained({str(args.out)!r})")
         return
+    import torch
+
     with DirectoryLock(args.out, "model directory"):
         # float32 on every device: CUDA's default bfloat16 would round the merged weights (and the LM head, whose
         # hash the clusters are checked against, so the merged model could not be loaded or trained on)

@@ -27,9 +27,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULT_MEASURES", "MEASURES", "Evaluation", "PairedTest", "average_precision", "choice_accuracy", "choice_correct",
-           "drop_self_hits", "evaluate", "gold_ranks", "mean_scores", "paired_test", "pool_ndcg_at_10",
-           "random_average_precision", "random_choice_accuracy", "random_ndcg_at_10", "truncate_run"]
+__all__ = ["DEFAULT_MEASURES", "MEASURES", "Evaluation", "PairedTest", "average_precision", "choice_accuracy",
+           "choice_correct", "drop_self_hits", "evaluate", "gold_ranks", "mean_scores", "ndcg_at_10_of_rank",
+           "paired_test", "pool_ndcg_at_10", "random_average_precision", "random_choice_accuracy", "random_ndcg_at_10",
+           "truncate_run"]
 
 Run = Mapping[str, Mapping[str, float]]
 Qrels = Mapping[str, Mapping[str, int]]
@@ -155,11 +156,17 @@ def choice_accuracy(scores_per_query: Sequence[Sequence[float]], gold: Sequence[
     return float(choice_correct(scores_per_query, gold).mean())
 
 
+def ndcg_at_10_of_rank(ranks: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Each query's nDCG@10 with one relevant candidate (gain 1) at 1-based ``ranks``: ``1 / log2(rank + 1)`` when
+    the rank is at most 10, else 0. The ideal DCG is 1, so no normalisation is needed."""
+    ranks = np.asarray(ranks, dtype=np.float64)
+    return np.where(ranks <= 10, 1.0 / np.log2(ranks + 1.0), 0.0)
+
+
 def pool_ndcg_at_10(scores_per_query: Sequence[Sequence[float]], gold: Sequence[int]) -> float:
-    """Mean nDCG@10 with one relevant candidate per query (gain 1): ``1 / log2(rank + 1)`` when its rank (ties
-    against it, see ``gold_ranks``) is at most 10, else 0. The ideal DCG is 1, so no normalisation is needed."""
-    ranks = gold_ranks(scores_per_query, gold)
-    return float(np.where(ranks <= 10, 1.0 / np.log2(ranks + 1.0), 0.0).mean())
+    """Mean nDCG@10 with one relevant candidate per query (``ndcg_at_10_of_rank`` of its rank, ties against it:
+    ``gold_ranks``)."""
+    return float(ndcg_at_10_of_rank(gold_ranks(scores_per_query, gold)).mean())
 
 
 def average_precision(scores: Sequence[float], labels: Sequence[int]) -> float:
