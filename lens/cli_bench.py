@@ -13,7 +13,7 @@ BENCHMARKS: tuple[tuple[str, str, str], ...] = (
              "preference", "lens.eval.ateb"),
     ("ablation", "the paper's ablations on SciFact (clusters; attention x pooling)", "lens.eval.ablations"),
     ("significance", "paired t-test and randomization test between the systems of a saved `lens bench beir` run "
-                     "(its per_query.json; encodes nothing)", "lens.eval.significance"),
+                     "(its per_query.json.gz; encodes nothing)", "lens.eval.significance"),
     ("runs", "judge TREC run files against qrels (nDCG@10, MAP, recall, ...) and test each against a baseline, "
              "query by query (encodes nothing)", "lens.eval.runs"),
     ("lexicality", "how much of a lexicon vector is exact match and how much expansion, and what each part "

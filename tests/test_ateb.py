@@ -14,6 +14,7 @@ import pytest
 from conftest import SHARED, requires_shared
 
 from lens import ateb
+from lens.eval.report import read_per_query
 from lens.instructions import ATEB_INSTRUCTIONS, ateb_instruction, lookup
 from lens.metrics import (average_precision, choice_accuracy, choice_correct, gold_ranks, pool_ndcg_at_10,
                           random_average_precision, random_choice_accuracy, random_ndcg_at_10)
@@ -375,7 +376,7 @@ def test_bench_ateb_end_to_end_bm25_and_lens_lexicon(ateb_data, tmp_path, tiny_l
     assert esnli["formulations"]["classification"]["documents"] == 3
     hh = read(out / "hh_rlhf_harmless" / "results.json")
     assert hh["formulations"]["preference"]["systems"]["bm25"]["accuracy"] == 0.5  # h1's empty chosen loses
-    pq = read(out / "piqa" / "per_query.json")
+    pq = read_per_query(out / "piqa")
     assert pq["multiple-choice"]["ids"] == ["p0", "p1", "p2", "p3"]
     assert pq["multiple-choice"]["systems"]["bm25"]["correct"] == [1, 1, 0, 1]
     assert len(pq["answer-pool"]["systems"]["bm25"]["rank"]) == 4

@@ -36,7 +36,7 @@ def test_bm25_end_to_end_values_and_files(tmp_path, capsys):
     out = tmp_path / "out"
     run_bench([str(ds), "--systems", "bm25", "--output-dir", str(out), "--cache-dir", str(tmp_path / "c")])
     folder = out / "tiny"
-    assert {p.name for p in folder.iterdir()} == {"results.json", "results.md", "ndcg.png", "per_query.json",
+    assert {p.name for p in folder.iterdir()} == {"results.json", "results.md", "ndcg.png", "per_query.json.gz",
                                                    "run_info.json"}
     res = read(folder / "results.json")
     report.check_results(res)
@@ -49,7 +49,7 @@ def test_bm25_end_to_end_values_and_files(tmp_path, capsys):
     assert s["mrr@10"] == pytest.approx(2 / 3)
     assert s["queries_without_hits"] == 1 and s["queries"] == 3
     assert s["docs_per_s"] > 0 and 0 < s["query_ms_p50"] <= s["query_ms_p95"] and s["index_bytes"] > 0
-    pq = read(folder / "per_query.json")["bm25"]
+    pq = report.read_per_query(folder)["bm25"]
     assert pq["q3"]["ndcg@10"] == 0.0 and pq["q1"]["ndcg@10"] == pytest.approx(1.0) and pq["q1"]["query_ms"] > 0
     assert (folder / "ndcg.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (folder / "results.md").read_text()

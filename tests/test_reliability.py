@@ -315,6 +315,28 @@ def test_storage_error_messages():
         assert str(e).startswith(f"cannot write /x/ix: {words}") and str(e).endswith("(kept)")
 
 
+def test_json_gz_round_trip_is_byte_stable_and_a_damaged_file_is_named(tmp_path):
+    """A ``.gz`` path is written gzipped with no timestamp (the same object, the same bytes: a rewritten result
+    file shows no diff) and read back whole; a truncated one is an error naming the file, not a crash."""
+    import gzip
+    import json
+
+    from lens.atomic import read_json, write_json
+
+    obj = {"b": [1, 2.5, None], "a": {"é": "x"}}
+    write_json(tmp_path / "one.json.gz", obj)
+    time.sleep(1.1)  # a header with a timestamp would differ after a second
+    write_json(tmp_path / "two.json.gz", obj)
+    data = (tmp_path / "one.json.gz").read_bytes()
+    assert data == (tmp_path / "two.json.gz").read_bytes() and data[:2] == b"\x1f\x8b"
+    assert json.loads(gzip.decompress(data)) == obj == read_json(tmp_path / "one.json.gz")
+    write_json(tmp_path / "plain.json", obj)  # any other name stays plain JSON
+    assert json.loads((tmp_path / "plain.json").read_text()) == obj
+    (tmp_path / "cut.json.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"results .*cut.json.gz is not a complete gzip file.*recreate it"):
+        read_json(tmp_path / "cut.json.gz", "results")
+
+
 def test_body_failure_in_atomic_dir_leaves_nothing(tmp_path):
     import errno
 

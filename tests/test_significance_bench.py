@@ -1,4 +1,5 @@
-"""lens bench significance (benchmarks/significance.py): paired tests read from a saved run's per_query.json."""
+"""lens bench significance (benchmarks/significance.py): paired tests read from a saved run's per-query file
+(``per_query.json.gz``, or ``per_query.json`` in a run saved before they were compressed)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,20 @@ import json
 import numpy as np
 import pytest
 
+from lens.atomic import write_json
 from lens.cli import main
 from lens.eval import significance as sig
 from lens.metrics import paired_test
 
 
-def _run(tmp_path, per_query: dict, name: str = "tiny"):
+def _run(tmp_path, per_query: dict, name: str = "tiny", legacy: bool = False):
+    """A saved run of one set: its per-query file as the harness writes it, or, ``legacy``, as plain JSON under the
+    name runs had before (still read, so that old runs pair with new ones)."""
     (tmp_path / "run" / name).mkdir(parents=True)
-    (tmp_path / "run" / name / "per_query.json").write_text(json.dumps(per_query))
+    if legacy:
+        (tmp_path / "run" / name / "per_query.json").write_text(json.dumps(per_query))
+    else:
+        write_json(tmp_path / "run" / name / "per_query.json.gz", per_query)
     return tmp_path / "run"
 
 
@@ -50,7 +57,7 @@ def test_verdicts_and_errors(tmp_path):
         with pytest.raises(SystemExit, match=message):
             main(["bench", "significance", "--run", str(run), "--sets", "tiny", "--pairs", pairs, "--output",
                   str(tmp_path / "o")])
-    with pytest.raises(SystemExit, match="per_query.json not found.*lens bench beir"):
+    with pytest.raises(SystemExit, match="per_query.json.gz not found.*lens bench beir"):
         main(["bench", "significance", "--run", str(run), "--sets", "absent", "--output",
               str(tmp_path / "o")])
     per_query["y"]["q2"] = {"recall@100": 1.0}
@@ -63,7 +70,8 @@ def test_a_side_can_come_from_another_run(tmp_path):
     rng = np.random.default_rng(1)
     a, b = rng.random(30), rng.random(30)
     first = _run(tmp_path / "one", {"lens-lexicon": {f"q{i}": {"ndcg@10": float(v)} for i, v in enumerate(a)}})
-    second = _run(tmp_path / "two", {"lens-lexicon": {f"q{i}": {"ndcg@10": float(v)} for i, v in enumerate(b)}})
+    second = _run(tmp_path / "two", {"lens-lexicon": {f"q{i}": {"ndcg@10": float(v)} for i, v in enumerate(b)}},
+                  legacy=True)  # an old run's file pairs with a new one's
     out = tmp_path / "sig"
     pair = f"lens-lexicon:lens-lexicon@{second}"
     assert main(["bench", "significance", "--run", str(first), "--sets", "tiny", "--pairs", pair,
@@ -95,7 +103,7 @@ def test_an_ateb_run_is_read_per_formulation(tmp_path):
                          "lens-lexicon": {"correct": [int(c[0] > c[1]) for c in choices]}}},
                      "pair-classification": {"gold": [1] * 25, "ids": ids,
                                              "systems": {"lens-lexicon": {"score": [0.5] * 25}}}}
-        runs[name] = (_run(tmp_path / name, per_query, "piqa"), scores, choices)
+        runs[name] = (_run(tmp_path / name, per_query, "piqa", legacy=name == "two"), scores, choices)
     (first, s1, c1), (second, s2, c2) = runs["one"], runs["two"]
     out = tmp_path / "sig"
     pair = f"lens-lexicon:lens-lexicon@{second}"

@@ -8,6 +8,7 @@ progress (``lens.atomic.recovery.ensure_present``).
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import os
 import stat
@@ -109,8 +110,15 @@ def parse_json(data: bytes, path: str | os.PathLike, what: str = "file") -> Any:
 
 
 def read_json(path: str | os.PathLike, what: str = "file") -> Any:
-    """Read JSON with an error that names the file and says what is wrong with it."""
+    """Read JSON (gzipped when ``path`` ends in ``.gz``, as ``write_json`` writes it) with an error that names the
+    file and says what is wrong with it."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: {path}")
-    return parse_json(path.read_bytes(), path, what)
+    data = path.read_bytes()
+    if path.name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as e:
+            raise ValueError(f"{what} {path} is not a complete gzip file ({e}); the file is damaged: recreate it") from e
+    return parse_json(data, path, what)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import json
 import os
 import re
@@ -148,9 +149,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as stable, human-readable JSON (sorted keys, trailing newline), atomically."""
-    text = json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
+    """Write ``obj`` as stable, human-readable JSON (sorted keys, trailing newline), atomically; gzipped when
+    ``path`` ends in ``.gz`` (with no timestamp or name in the header, so the same object gives the same bytes)."""
+    data = (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    atomic_write_bytes(path, data)
 
 
 def check_output_file(path: str | os.PathLike, what: str = "output") -> Path:

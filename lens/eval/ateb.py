@@ -5,7 +5,7 @@ For each task (``lens.ateb.TASKS``, files under ``<data dir>/ateb`` where the da
 ``$LENS_DATA_DIR``, else ``../shared/data``) and each of its formulations: every system scores each query against
 its candidate texts; the task's measures (accuracy; nDCG@10 for the answer pool; AP for pair classification) are
 written with the random baseline beside them, to ``<output>/<task>/results.json`` (+ ``results.md``,
-``scores.png``, ``per_query.json``, ``run_info.json``); then ``<output>/README.md`` gathers every task present.
+``scores.png``, ``per_query.json.gz``, ``run_info.json``); then ``<output>/README.md`` gathers every task present.
 
 Systems (the encoders and caches of ``lens.eval.systems``): ``bm25`` (``lens.bm25.BM25Index`` over the task's
 documents; a query's score for a candidate is its BM25 score, 0 when they share no term), ``minilm``,
@@ -445,7 +445,7 @@ def plot_scores(results: Mapping, path: str | os.PathLike) -> None:
 
 def write_task_results(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
                        plot: bool = True) -> Path:
-    """Write results.json, per_query.json, run_info.json, results.md and scores.png into ``directory``."""
+    """Write results.json, per_query.json.gz, run_info.json, results.md and scores.png into ``directory``."""
     from lens.eval.report import write_result_files
 
     check_results(results)

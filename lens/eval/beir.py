@@ -3,7 +3,7 @@
 For each dataset (a BEIR directory, or a name found under ``<data dir>/beir`` or ``<data dir>/classic``, where the
 data dir is ``--data-dir``, else ``$LENS_DATA_DIR``, else ``../shared/data`` from the working directory): load corpus, queries and the split's qrels; build each system (document vectors come from
 the embedding cache when they are there); answer each query on its own, timed; evaluate; write
-``<output>/<dataset>/results.json`` (+ ``results.md``, ``ndcg.png``, ``per_query.json``, ``run_info.json``); then
+``<output>/<dataset>/results.json`` (+ ``results.md``, ``ndcg.png``, ``per_query.json.gz``, ``run_info.json``); then
 regenerate ``<output>/README.md`` from every dataset present.
 
 Wire it into a CLI with ``add_arguments(parser)`` and ``run(args)``; ``benchmarks/beir.py`` does that.

@@ -1,4 +1,4 @@
-"""Writing benchmark results: per dataset ``results.json`` / ``results.md`` / ``ndcg.png`` (+ ``per_query.json``,
+"""Writing benchmark results: per dataset ``results.json`` / ``results.md`` / ``ndcg.png`` (+ ``per_query.json.gz``,
 ``run_info.json``), and the top-level ``README.md`` gathering every dataset present.
 
 ``results.json`` has exactly this shape (each system may carry extra keys, e.g. costs)::
@@ -17,7 +17,7 @@ import math
 import os
 import shlex
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from lens.atomic import atomic_write_bytes, read_json, write_json
 
@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["REQUIRED_SYSTEM_KEYS", "RESULT_KEYS", "check_results", "readme_text", "results_markdown",
            "write_dataset_results", "write_readme"]
 
+PER_QUERY_FILE = "per_query.json.gz"  # each system's value for each query, for paired tests (lens.eval.significance)
+LEGACY_PER_QUERY_FILE = "per_query.json"  # its name in runs saved before 2026-11-27, still read
 RESULT_KEYS = ("dataset", "split", "command", "model", "systems")
 REQUIRED_SYSTEM_KEYS = ("ndcg@10", "recall@100", "mrr@10", "docs_per_s", "query_ms_p50", "query_ms_p95")
 
@@ -160,28 +162,41 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> None:
 
 def write_result_files(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
                        markdown: str) -> Path:
-    """The files every harness writes per run: results.json, per_query.json, run_info.json and results.md."""
+    """The files every harness writes per run: results.json, per_query.json.gz, run_info.json and results.md."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     write_json(d / "results.json", results)
-    write_json(d / "per_query.json", per_query)
+    write_json(d / PER_QUERY_FILE, per_query)
+    legacy = d / LEGACY_PER_QUERY_FILE
+    if legacy.is_file():  # an earlier run's, in the old name: the new file replaces it, so no reader sees both
+        legacy.unlink()
     write_json(d / "run_info.json", info)
     atomic_write_bytes(d / "results.md", markdown.encode("utf-8"))
     return d
 
 
-def read_per_query(directory: str | os.PathLike) -> dict[str, dict[str, dict[str, float]]]:
-    """A run folder's ``per_query.json``: ``{system: {query id: {measure: value}}}`` (the reader of what
-    ``write_result_files`` writes; a missing file says which run to make)."""
-    path = Path(directory) / "per_query.json"
+def per_query_path(directory: str | os.PathLike) -> Path:
+    """Where a run folder keeps its per-query values: ``per_query.json.gz``, or ``per_query.json.gz`` in a run saved
+    before they were compressed (about a tenth of the size: the committed results' bulk); the former if neither."""
+    d = Path(directory)
+    if not (d / PER_QUERY_FILE).is_file() and (d / LEGACY_PER_QUERY_FILE).is_file():
+        return d / LEGACY_PER_QUERY_FILE
+    return d / PER_QUERY_FILE
+
+
+def read_per_query(directory: str | os.PathLike, what: str = "per-query results", run: str = "lens bench beir for "
+                   "that set") -> Any:
+    """A run folder's per-query values (``per_query_path``; a BEIR run's ``{system: {query id: {measure:
+    value}}}``): the reader of what ``write_result_files`` writes; a missing file says which run (``run``) makes it."""
+    path = per_query_path(directory)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run `lens bench beir` for that set (it writes per_query.json)")
-    return read_json(path, "per-query results")
+        raise FileNotFoundError(f"{path} not found: run `{run}` (it writes {PER_QUERY_FILE})")
+    return read_json(path, what)
 
 
 def write_dataset_results(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
                           plot: bool = True) -> Path:
-    """Write results.json, per_query.json, run_info.json, results.md and ndcg.png into ``directory``."""
+    """Write results.json, per_query.json.gz, run_info.json, results.md and ndcg.png into ``directory``."""
     check_results(results)
     d = write_result_files(directory, results, per_query, info, results_markdown(results, info))
     if plot:

@@ -1,6 +1,6 @@
 """Are the differences in a BEIR run's table real? Paired tests over its queries (``lens bench significance``).
 
-``lens bench beir`` saves every system's value for every query (``<run>/<set>/per_query.json``). For each pair
+``lens bench beir`` saves every system's value for every query (``<run>/<set>/per_query.json.gz``). For each pair
 ``A:B`` and set, this reports the mean of A and of B on the same queries, the difference, how many queries each
 wins, and two-sided p-values of a paired t-test and a paired randomization test (``lens.metrics.paired_test``:
 10,000 seeded sign flips). It reads the saved run and encodes nothing. The default pairs are issue 10's goals
@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lens.atomic import read_json
 from lens.cmdline import command_line, positive_int
-from lens.eval.report import add_markdown_only_arguments, markdown_only, read_per_query, write_benchmark
+from lens.eval.report import (add_markdown_only_arguments, markdown_only, per_query_path, read_per_query,
+                               write_benchmark)
 from lens.metrics import paired_test
 
 GOALS = ("lens-lexicon:bm25", "lens-lexicon:splade-tiny", "lens-hybrid:bm25+minilm", "lens-hybrid:bm25+minilm-rrf",
@@ -96,17 +96,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def read_set(run: Path, name: str) -> dict:
-    """``{system: {query id: {measure: value}}}`` of set ``name`` of ``run``: a BEIR run's ``NAME/per_query.json``,
-    or, for ``TASK/FORMULATION``, that formulation of an ATEB run's ``TASK/per_query.json``."""
-    if (run / name / "per_query.json").is_file() or "/" not in name:
+    """``{system: {query id: {measure: value}}}`` of set ``name`` of ``run``: a BEIR run's ``NAME/per_query.json.gz``,
+    or, for ``TASK/FORMULATION``, that formulation of an ATEB run's ``TASK/per_query.json.gz``."""
+    if per_query_path(run / name).is_file() or "/" not in name:
         return read_per_query(run / name)
     task, formulation = name.split("/", 1)
     from lens.ateb import per_query_measures
 
-    path = run / task / "per_query.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run `lens bench ateb --tasks {task}` (it writes per_query.json)")
-    saved = read_json(path, "ATEB per-query results")
+    path = per_query_path(run / task)
+    saved = read_per_query(run / task, "ATEB per-query results", f"lens bench ateb --tasks {task}")
     if formulation not in saved:
         raise ValueError(f"{path} has no formulation {formulation!r}; it has: {', '.join(sorted(saved))}")
     block = saved[formulation]
@@ -118,7 +116,7 @@ def read_set(run: Path, name: str) -> dict:
 
 def _sides(run: Path, name: str, sides: tuple[str, str]) -> dict:
     """``{side: its per-query values}`` of set ``name``: ``SYSTEM`` from ``run``, ``SYSTEM@OTHER_RUN`` from the
-    other run's folder (each run's ``per_query.json`` read once)."""
+    other run's folder (each run's ``per_query.json.gz`` read once)."""
     runs: dict[Path, dict] = {}
     out = {}
     for side in sides:
