@@ -126,8 +126,15 @@ class ShardedIndex:
 
     @property
     def casing_table(self):
-        """Shard 0's corpus casing table (every shard of a build keeps the same one), or None."""
-        return self._shards[0].casing_table
+        """The shards' corpus casing tables as one (``CasingTable.extended_by``, shard 0's evidence first; the
+        shards of one build keep the same table, those of merged indexes their own), or None if shard 0 has none."""
+        table = self._shards[0].casing_table
+        if table is None:
+            return None
+        for shard in self._shards[1:]:
+            if shard.casing_table is not None:
+                table = table.extended_by(shard.casing_table)
+        return table
 
     @property
     def is_trained(self) -> bool:

@@ -151,6 +151,17 @@ class CasingTable:
                        before={**before, **other.before}, known=known, texts=self.texts + other.texts,
                        sources=[*self.sources, *other.sources])
 
+    def extended_by(self, other: CasingTable) -> CasingTable:
+        """This table with ``other``'s evidence only for the words it has no form for (their pairs with them), the
+        two vocabularies together; this table's settings and sources. What an index's table becomes when documents
+        are added or another index merged in: a table keeps forms, not the counts behind them, so a word it already
+        has keeps its form, and only a rebuild (``lens index build``) weighs old and new documents together."""
+        if other is self or other == self:
+            return self
+        grown = other.overruled_by(self)
+        return replace(self, forms=grown.forms, after=grown.after, before=grown.before, known=grown.known,
+                       texts=grown.texts)
+
     def save(self, path: str | os.PathLike) -> None:
         """Write the table atomically as gzipped JSON (``to_bytes``)."""
         atomic_write_bytes(Path(path), self.to_bytes())

@@ -5,7 +5,9 @@ LENS model and dense kind, refused if their fingerprint differs) and in the buil
 text (``Document.full_text``) and with the same stored metadata (``lens.indexing.document_metadata``), so they
 are indistinguishable from documents the build encoded. The index keeps its type, ``top_m`` (applied to the new
 documents as they are added) and default weights; a BM25 part (``lens index build --bm25``) takes the new documents'
-texts and drops the removed ones with the vectors, so it never falls out of step with them.
+texts and drops the removed ones with the vectors, so it never falls out of step with them. The corpus casing table
+an index keeps under a truecasing text rule gains the added documents' word forms (a removal leaves it as it is:
+it holds forms, not counts).
 
 Every id is checked before anything is encoded: an id already in the index is an error unless ``upsert``, and an
 index that cannot change (HNSW for a replace or a removal, a memory-mapped ``ivf-ondisk``, a sharded index for an
@@ -72,10 +74,23 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
         chunks = encode_chunks(docs, work, encoder, chunk_size=chunk_size, batch_size=batch_size, resume=resume,
                                show_progress_bar=show_progress_bar)
         fill_index(index, chunks, docs, slice(0, len(docs)), upsert=upsert)
+        _extend_casing(index, docs)
         index.save(directory)
         shutil.rmtree(work)
     logger.info("added %d documents to %s (%d replaced)", len(docs) - replaced, directory, replaced)
     return IndexChange(added=len(docs) - replaced, replaced=replaced, count=len(index))
+
+
+def _extend_casing(index, docs: Sequence[Document]) -> None:
+    """Give the index's corpus casing table (kept when its model truecases, ``lens.indexing.corpus_casing``) the
+    word forms of the added documents that it has none for, counted as a build counts them, so that queries find the
+    new documents' own words ("KRAS", "miRNA") as well; a word the table has keeps its form (``extended_by``)."""
+    table = index.casing_table
+    if table is None:
+        return
+    from lens.casing import own_casing_table
+
+    index.set_casing_table(table.extended_by(own_casing_table([d.full_text for d in docs])))
 
 
 def _match_quantize(encoder, built: str | None, directory: Path) -> None:

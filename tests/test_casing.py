@@ -125,6 +125,25 @@ def test_a_corpus_table_overrules_the_general_one():
     assert corpus_casing_table(docs).forms["nasa"] == packaged_casing_table().forms["nasa"]  # default base: packaged
 
 
+def test_a_table_extended_by_another_keeps_its_own_forms_and_gains_the_new_words():
+    """What an index's table does when documents are added or indexes merged: the other table's evidence only for
+    words this one has no form for (pairs go with their word), the vocabularies together, this table's settings."""
+    mine = CasingTable(forms={"apple": "apple", "yap": "YAP"}, after={"the t": "t"},
+                       known=frozenset({"apple", "yap", "an", "and"}),
+                       texts=3, sources=["corpus"])
+    more = CasingTable(forms={"apple": "Apple", "kras": "KRAS", "t": "T"}, after={"the apple": "Apple"},
+                       before={"t cells": "T", "kras gene": "KRAS"}, known=frozenset({"kras", "gene"}), texts=2,
+                       min_count=5, sources=["other"])
+    grown = mine.extended_by(more)
+    assert grown.forms == {"apple": "apple", "yap": "YAP", "kras": "KRAS", "t": "T"}
+    assert grown.after == {"the t": "t"}  # more's pair for "apple", a word mine has a form for, is not taken
+    assert grown.before == {"t cells": "T", "kras gene": "KRAS"}
+    assert grown.known == {"apple", "yap", "an", "and", "kras", "gene"} and grown.texts == 5
+    assert grown.sources == ["corpus"] and grown.min_count == mine.min_count
+    assert grown.truecase("AN APPLE AND KRAS") == "An apple and KRAS"
+    assert mine.extended_by(mine) is mine and mine.forms == {"apple": "apple", "yap": "YAP"}  # inputs unchanged
+
+
 def test_save_load_round_trip_and_refusals(tmp_path):
     table = build_casing_table(TEXTS, sources=["mine"])
     path = tmp_path / "casing.json.gz"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from index import HybridIndex
-from lens.casing import packaged_casing_table
+from lens.casing import own_casing_table, packaged_casing_table
 from lens.config import LensConfig
 from lens.corpus import Document
 from lens.encoder import LensEncoder
@@ -57,8 +57,15 @@ def test_a_truecasing_model_builds_an_index_with_its_corpus_table(ruled_model, t
 
     from lens.updating import add_documents
 
-    add_documents(ix, [Document("d4", "Nothing new about ZORBLAX or Qux.", "")], show_progress_bar=False)
-    assert HybridIndex.load(ix).casing_table == own  # additions keep the table as built
+    add_documents(ix, [Document("d4", "We saw Apple and Apple shares, the Qux gene and Qux mice, and ZORBLAX.", "")],
+                  show_progress_bar=False)
+    grown = HybridIndex.load(ix).casing_table
+    assert grown.forms["qux"] == "Qux"  # the added document's own word: the table gains it ...
+    assert {w: grown.forms[w] for w in own.forms} == own.forms  # ... and keeps every form it had ("apple")
+    assert grown == own.extended_by(own_casing_table(["We saw Apple and Apple shares, the Qux gene and Qux mice, "
+                                                      "and ZORBLAX."]))
+    got = Searcher.open(ix).encoder.encode_queries(["QUX AND ZORBLAX MICE"])[0]
+    np.testing.assert_array_equal(got, plain.encode_queries(["Qux and Zorblax mice"], output="lexicon"))
 
 
 def test_an_index_without_a_truecasing_rule_keeps_no_table(tiny_lens_dir, tmp_path):
@@ -81,8 +88,6 @@ def test_a_damaged_casing_file_is_refused(ruled_model, tmp_path):
 
 
 def test_the_store_saves_clones_and_checks_its_table(tmp_path):
-    from lens.casing import own_casing_table
-
     index = HybridIndex(4, None, "flat")
     table = own_casing_table(d.full_text for d in DOCS)
     index.set_casing_table(table)
@@ -95,7 +100,7 @@ def test_the_store_saves_clones_and_checks_its_table(tmp_path):
         index.set_casing_table({"yap": "YAP"})
 
 
-def test_removal_and_merge_keep_the_table(ruled_model, tmp_path):
+def test_removal_keeps_the_table_and_a_merge_joins_them(ruled_model, tmp_path):
     from index import load_index
     from index.shards import merge_indexes
     from lens.updating import remove_documents
@@ -108,5 +113,8 @@ def test_removal_and_merge_keep_the_table(ruled_model, tmp_path):
     assert HybridIndex.load(tmp_path / "a").casing_table == own_a
     merge_indexes(tmp_path / "ab", [tmp_path / "a", tmp_path / "b"])
     merged = load_index(tmp_path / "ab")
-    assert merged.casing_table == own_a  # shard 0's: the first input's
-    assert Searcher.open(tmp_path / "ab").encoder.lens.casing_table.forms["mirna"] == "miRNA"
+    own_b = HybridIndex.load(tmp_path / "b").casing_table
+    assert "apple" in own_b.forms and "apple" not in own_a.forms
+    assert merged.casing_table == own_a.extended_by(own_b)  # each input's words, the first input's evidence first
+    table = Searcher.open(tmp_path / "ab").encoder.lens.casing_table
+    assert table.forms["mirna"] == "miRNA" and table.forms["apple"] == "apple"
