@@ -25,6 +25,8 @@
 #   3. ATEB (lens bench ateb, the LENS lexicon and dense vectors) for the shipped default and every continuation
 #      (a new default is judged on ATEB too; SKIP_ATEB=1 leaves it out);
 #   4. SciFact (the regression guard) for every model;
+# INTERPOLATE ("NAME:FRACTION ...", e.g. "half:0.5") adds, after the continuations, each continuation NAME taken
+# FRACTION of the way from the default's weights to its own (`lens merge --fraction`), judged as they are;
 # then tars the results into $OUT/gpu-ood.tar.gz and the model directory of each continuation named in PACK
 # (default: the first of VARIANTS) into $OUT/model-NAME.tar.part-NN pieces of 15 MB (at most 8 files of 16 MiB come
 # back: about 3 pieces a model).
@@ -81,6 +83,14 @@ models=(default:default)
 for name in "${names[@]}"; do
   [ -f "$W/$name/config.json" ] && models+=("continue-gpu-$name:$W/$name")
 done
+# INTERPOLATE ("NAME:FRACTION ...", default none): each trained continuation NAME also judged FRACTION of the way from
+# the shipped default's weights to its own (`lens merge --onto default --fraction`), after the continuations
+for v in ${INTERPOLATE:-}; do
+  name=${v%%:*} f=${v#*:}
+  [ -f "$W/$name/config.json" ] || continue
+  step "interpolate-$name-$f" 60 $LENS merge "$W/$name" --onto default --fraction "$f" --out "$W/$name-f$f"
+  [ -f "$W/$name-f$f/config.json" ] && models+=("continue-gpu-$name-f$f:$W/$name-f$f")
+done
 suite() {  # SETS TAG MODEL
   step "ood-$2-$1" 60 $PY benchmarks/ood.py --sets "$1" --variants original --systems "${SYSTEMS:-bm25,lens-lexicon}" \
     --model "$3" --tag "$2-cuda-float32" --device cuda --dtype float32 --threads 8 --data-dir "$DATA" \
@@ -88,7 +98,7 @@ suite() {  # SETS TAG MODEL
 }
 for m in "${models[@]}"; do suite adi,cranfield,medline "${m%%:*}" "${m#*:}"; done
 model_list=$(printf '%s\n' "${models[@]#*:}" | paste -sd, -)
-step lexicality 90 $PY benchmarks/lexicality.py adi cranfield medline --model "$model_list" --threads 8 \
+step lexicality $((30 + 20 * ${#models[@]})) $PY benchmarks/lexicality.py adi cranfield medline --model "$model_list" --threads 8 \
   --data-dir "$DATA" --cache-dir /tmp/lens-bench-cache --output "$RES/lexicality"
 
 # 3. ATEB for the shipped default and every continuation; SKIP_ATEB=1 leaves it out

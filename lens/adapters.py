@@ -74,9 +74,10 @@ def _read_config(directory: Path) -> dict:
 
 
 def stack_adapter_dirs(bottom: str | os.PathLike, top: str | os.PathLike, out: str | os.PathLike,
-                       dtype=np.float16) -> Path:
+                       dtype=np.float16, fraction: float = 1.0) -> Path:
     """Write into ``out`` one PEFT adapter equal to ``bottom``'s update plus ``top``'s (``top`` trained on the
-    weights ``bottom`` merged into its backbone). Its base model is ``bottom``'s; weights stored as ``dtype``."""
+    weights ``bottom`` merged into its backbone), ``top``'s times ``fraction`` (1: all of it; 0.5: the weights half
+    way from ``bottom``'s to ``top``'s). Its base model is ``bottom``'s; weights stored as ``dtype``."""
     from safetensors.numpy import load_file, save_file
 
     bottom, top, out = Path(bottom), Path(top), Path(out)
@@ -85,7 +86,7 @@ def stack_adapter_dirs(bottom: str | os.PathLike, top: str | os.PathLike, out: s
         raise ValueError(f"the adapters target different modules: {sorted(c1['target_modules'])} vs "
                          f"{sorted(c2['target_modules'])}")
     tensors = stack_lora(load_file(bottom / ADAPTER_WEIGHTS), lora_scale(c1), load_file(top / ADAPTER_WEIGHTS),
-                         lora_scale(c2))
+                         fraction * lora_scale(c2))
     rank = int(c1["r"]) + int(c2["r"])
     config = {**c1, "r": rank, "lora_alpha": rank}  # scale 1: the scales are folded into B
     out.mkdir(parents=True, exist_ok=True)

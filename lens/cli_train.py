@@ -118,10 +118,13 @@ def cmd_merge(args: argparse.Namespace) -> None:
         from lens.model_dir import stack_model_dirs
 
         with DirectoryLock(args.out, "model directory"):
-            stack_model_dirs(args.model, args.onto, args.out)
+            stack_model_dirs(args.model, args.onto, args.out, fraction=args.fraction)
+        part = "" if args.fraction == 1 else f"; the weights {args.fraction:g} of the way from {args.onto}'s, head too"
         print(f"wrote {args.out}: {args.onto}'s backbone reference and one adapter ({args.onto}'s and {args.model}'s "
-              f"stacked); load it with LensEncoder.from_pretrained({str(args.out)!r})")
+              f"stacked{part}); load it with LensEncoder.from_pretrained({str(args.out)!r})")
         return
+    if args.fraction != 1:
+        raise ValueError("--fraction interpolates MODEL with the model it was trained from: give that with --onto")
     import torch
 
     with DirectoryLock(args.out, "model directory"):
@@ -213,4 +216,8 @@ def register(subparsers) -> None:
                    help="MODEL was trained from ONTO merged (`lens merge ONTO`, then `lens train`): write instead "
                         "ONTO's backbone reference and one adapter, the two stacked exactly (rank r1 + r2), with "
                         "MODEL's head and settings (the small form, e.g. over the packaged GGUF)")
+    m.add_argument("--fraction", type=float, default=1.0, metavar="F",
+                   help="with --onto: the model F of the way from ONTO's weights to MODEL's (adapter update and "
+                        "cluster head alike; weight-space ensembling as in WiSE-FT), e.g. 0.5 to keep part of what "
+                        "a continuation gained and part of what it lost; default 1 (MODEL itself)")
     m.set_defaults(func=cmd_merge)

@@ -205,13 +205,22 @@ def write_model_dir(
 _TRAINING_RECORDS = ("README.md", "train_config.json", "train_log.csv", "curves.png")
 
 
-def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str | os.PathLike) -> Path:
+def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str | os.PathLike,
+                     fraction: float = 1.0) -> Path:
     """Write ``top`` -- trained with ``lens train`` from ``bottom`` merged (``lens merge``) -- in the small form:
     ``bottom``'s backbone reference and one adapter, the two stacked exactly (``lens.adapters``), with ``top``'s
-    cluster head, settings and training records (``lens merge TOP --onto BOTTOM``)."""
+    cluster head, settings and training records (``lens merge TOP --onto BOTTOM``).
+
+    ``fraction`` < 1 writes the model that far along the straight line from ``bottom``'s weights to ``top``'s
+    instead (``--fraction``; weight-space ensembling, as WiSE-FT does for fine-tuned models): ``top``'s adapter
+    update times ``fraction``, and each head weight (centroids, term channel) ``bottom``'s + ``fraction`` x
+    (``top``'s - ``bottom``'s). It keeps part of what a continuation learnt and part of what it lost, with one
+    model's cost at inference; the two must share their clusters."""
     from lens.adapters import stack_adapter_dirs
     from lens.backbone import load_tokenizer, resolve_backbone
 
+    if not 0 < fraction <= 1:
+        raise ValueError(f"--fraction must be in (0, 1] (1: MODEL itself; 0.5: half way from ONTO), got {fraction}")
     top_files, bottom_files = read_model_dir(top), read_model_dir(bottom)
     for name, files in (("MODEL", top_files), ("--onto", bottom_files)):
         if files.adapter_dir is None:
@@ -223,13 +232,39 @@ def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str
                          "MODEL must have been trained from ONTO merged (`lens merge ONTO`)")
     config = LensConfig.from_dict(top_files.config.to_dict())
     config.backbone, config.adapter = bottom_files.config.backbone, "adapter"
+    centroids, term = top_files.centroids, top_files.term
+    if fraction != 1:
+        centroids, term = _interpolated_head(bottom_files, top_files, fraction)
+        config.extra = {**config.extra, "interpolated": {
+            "fraction": fraction, "from": bottom_files.directory.name, "to": top_files.directory.name,
+            "note": "weights bottom + fraction x (top - bottom): lens merge TO --onto FROM --fraction F"}}
     records = {n: (top_files.directory / n).read_bytes() for n in _TRAINING_RECORDS
                if (top_files.directory / n).is_file()}
-    return write_model_dir(out, config, top_files.assignment, top_files.centroids,
+    return write_model_dir(out, config, top_files.assignment, centroids,
                            load_tokenizer(resolve_backbone(bottom_files.backbone)),
-                           centroids_dtype=top_files.centroids_dtype,
-                           term=top_files.term, files=records,
-                           adapter=lambda dest: stack_adapter_dirs(bottom_files.adapter_dir, top_files.adapter_dir, dest))
+                           centroids_dtype=top_files.centroids_dtype, term=term, files=records,
+                           adapter=lambda dest: stack_adapter_dirs(bottom_files.adapter_dir,
+                                                                   top_files.adapter_dir, dest, fraction=fraction))
+
+
+def _interpolated_head(bottom: ModelFiles, top: ModelFiles, fraction: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """The cluster head (centroids, term channel) ``fraction`` of the way from ``bottom``'s to ``top``'s; refused
+    unless both hold the same clusters and heads of the same shape (a continuation of ``bottom`` does)."""
+    if not np.array_equal(bottom.assignment, top.assignment):
+        raise ValueError(f"{top.directory} and {bottom.directory} assign tokens to different clusters; --fraction "
+                         "interpolates the heads of a model and its own continuation (trained from it merged)")
+    if bottom.centroids is None or top.centroids is None or bottom.centroids.shape != top.centroids.shape:
+        raise ValueError(f"{top.directory} and {bottom.directory} need trained cluster heads of the same shape to be "
+                         "interpolated (clusters.safetensors with centroids in both)")
+    if (bottom.term is None) != (top.term is None):
+        raise ValueError(f"only one of {top.directory} and {bottom.directory} has a term channel; --fraction needs "
+                         "it in both or in neither")
+
+    def mix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        return a + np.float32(fraction) * (b - a)
+
+    return mix(bottom.centroids, top.centroids), None if top.term is None else mix(bottom.term, top.term)
 
 
 def sentence_transformers_config(config: LensConfig) -> dict:

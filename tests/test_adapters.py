@@ -67,6 +67,19 @@ def test_stack_adapter_dirs_writes_one_peft_adapter(tmp_path):
     np.testing.assert_allclose(delta, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_fraction_of_the_top_adapter_is_the_weights_that_far_from_the_bottom(tmp_path):
+    from safetensors.numpy import load_file
+
+    rng = np.random.default_rng(4)
+    bottom, top = _pair(rng, 2), _pair(rng, 2)
+    out = stack_adapter_dirs(_adapter_dir(tmp_path / "b", bottom), _adapter_dir(tmp_path / "t", top, lora_alpha=2),
+                             tmp_path / "out", dtype=np.float32, fraction=0.25)
+    got = load_file(str(out / "adapter_model.safetensors"))
+    delta = got[f"{NAME}.lora_B.weight"] @ got[f"{NAME}.lora_A.weight"]
+    want = sum(s * t[f"{NAME}.lora_B.weight"] @ t[f"{NAME}.lora_A.weight"] for s, t in ((2.0, bottom), (0.25, top)))
+    np.testing.assert_allclose(delta, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("setting, message", [({"use_dora": True}, "use_dora"), ({"use_rslora": True}, "use_rslora"),
                                               ({"peft_type": "IA3"}, "only LoRA"),
                                               ({"target_modules": ["k_proj"]}, "different modules"),

@@ -2,6 +2,7 @@
 the saved directory loads (adapter merged or not) and gives the trained vectors."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -302,6 +303,35 @@ def test_cli_merge_onto_ships_a_continuation_as_one_adapter(tiny_lens_dir, data_
     capsys.readouterr()
     assert main(["merge", str(top), "--onto", str(merged), "--out", str(tmp_path / "x")]) == 2
     assert "has no adapter" in capsys.readouterr().err
+
+    # --fraction: the weights that far from BOTTOM's to TOP's, adapter update and cluster head alike
+    from safetensors.numpy import load_file
+
+    from lens.model_dir import read_model_dir
+
+    half = tmp_path / "half"
+    assert main(["merge", str(top), "--onto", str(bottom), "--fraction", "0.5", "--out", str(half)]) == 0
+    heads = [read_model_dir(d).centroids.astype(np.float32) for d in (bottom, top, half)]
+    assert np.abs(heads[1] - heads[0]).max() > 1e-3  # the heads differ, so the mean below is a check
+    np.testing.assert_allclose(heads[2], (heads[0] + heads[1]) / 2, atol=2e-3)  # float16 storage
+
+    def update(directory):
+        config = json.loads((directory / "adapter" / "adapter_config.json").read_text())
+        w = load_file(str(directory / "adapter" / "adapter_model.safetensors"))
+        scale = config["lora_alpha"] / config["r"]
+        return {k: scale * w[k.replace("lora_A", "lora_B")].astype(np.float32) @ w[k].astype(np.float32)
+                for k in w if k.endswith(".lora_A.weight")}
+
+    full, mid, base = update(out), update(half), update(bottom)
+    for name in full:
+        np.testing.assert_allclose(mid[name], (base[name] + full[name]) / 2, atol=2e-3)
+    assert LensConfig.load(half).extra["interpolated"]["fraction"] == 0.5
+    vectors = LensEncoder.from_pretrained(half).encode_documents(texts)
+    assert np.abs(vectors - want).max() > 1e-3 and np.abs(vectors - before).max() > 1e-3
+    for argv, message in ((["--onto", str(bottom), "--fraction", "0"], r"--fraction must be in \(0, 1\]"),
+                          (["--fraction", "0.5"], "give that with --onto")):
+        assert main(["merge", str(top), *argv, "--out", str(tmp_path / "y")]) == 2
+        assert re.search(message, capsys.readouterr().err)
 
 
 def test_kl_distillation_stage(tiny_lens_dir, tmp_path):
