@@ -176,7 +176,7 @@ def write_result_files(directory: str | os.PathLike, results: Mapping, per_query
 
 
 def per_query_path(directory: str | os.PathLike) -> Path:
-    """Where a run folder keeps its per-query values: ``per_query.json.gz``, or ``per_query.json.gz`` in a run saved
+    """Where a run folder keeps its per-query values: ``per_query.json.gz``, or ``per_query.json`` in a run saved
     before they were compressed (about a tenth of the size: the committed results' bulk); the former if neither."""
     d = Path(directory)
     if not (d / PER_QUERY_FILE).is_file() and (d / LEGACY_PER_QUERY_FILE).is_file():
@@ -184,13 +184,12 @@ def per_query_path(directory: str | os.PathLike) -> Path:
     return d / PER_QUERY_FILE
 
 
-def read_per_query(directory: str | os.PathLike, what: str = "per-query results", run: str = "lens bench beir for "
-                   "that set") -> Any:
+def read_per_query(directory: str | os.PathLike, what: str = "per-query results", run: str = "lens bench beir") -> Any:
     """A run folder's per-query values (``per_query_path``; a BEIR run's ``{system: {query id: {measure:
     value}}}``): the reader of what ``write_result_files`` writes; a missing file says which run (``run``) makes it."""
     path = per_query_path(directory)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run `{run}` (it writes {PER_QUERY_FILE})")
+        raise FileNotFoundError(f"{path} not found: run `{run}` for that set (it writes {PER_QUERY_FILE})")
     return read_json(path, what)
 
 
