@@ -4,6 +4,8 @@ A model trained on top of another one's merged weights (``lens merge BOTTOM``, t
 backbone plus two low-rank updates: ``W + s1 B1 A1 + s2 B2 A2``. That sum is itself one LoRA update of rank
 ``r1 + r2``: ``A = [A1; A2]`` and ``B = [s1 B1 | s2 B2]`` at scale 1 (``lora_alpha = r``). Shipping it that way keeps
 the small form (the backbone by reference, e.g. the packaged GGUF, and an adapter) instead of a merged backbone.
+A module only one of them adapts gets zeros from the other, so a continuation of the top layers only (the CPU path)
+stacks onto a model trained on every layer.
 
 ``stack_lora`` is the arithmetic on tensors; ``stack_adapter_dirs`` reads and writes PEFT adapter directories.
 """
@@ -28,32 +30,57 @@ def lora_scale(config: Mapping) -> float:
     return float(config["lora_alpha"]) / float(config["r"])
 
 
+def _rank(tensors: Mapping[str, np.ndarray]) -> int:
+    """The rank of a plain LoRA adapter's tensors (every ``lora_A`` has it as its first size)."""
+    ranks = {int(np.shape(t)[0]) for name, t in tensors.items() if name.endswith(_A)}
+    if len(ranks) != 1:
+        raise ValueError(f"an adapter with ranks {sorted(ranks)}: stacking needs one rank for every module")
+    return ranks.pop()
+
+
 def stack_lora(bottom: Mapping[str, np.ndarray], bottom_scale: float, top: Mapping[str, np.ndarray],
                top_scale: float) -> dict[str, np.ndarray]:
     """One adapter's tensors (scale 1) whose update is ``bottom_scale * B1 A1 + top_scale * B2 A2`` on every module.
 
-    Both must adapt the same modules (the same ``...lora_A.weight`` / ``...lora_B.weight`` names). Pure arithmetic in
-    float32; the caller picks the stored precision.
+    A module only one of the two adapts gets a zero update from the other (its rows of ``A`` and columns of ``B``
+    are zeros), so a continuation trained on the top layers only (``lora_layers``, the CPU path over a cached
+    prefix) stacks onto a model trained on all of them. Pure arithmetic in float32; the caller picks the stored
+    precision.
     """
-    if set(bottom) != set(top):
-        only = sorted(set(bottom) ^ set(top))[:3]
-        raise ValueError(f"the two adapters adapt different modules (e.g. {only}): stacking needs the same targets "
-                         "and layers in both")
-    out: dict[str, np.ndarray] = {}
-    for name in bottom:
-        if name.endswith(_A):
-            a1, a2 = (np.asarray(t[name], dtype=np.float32) for t in (bottom, top))
-            if a1.shape[1] != a2.shape[1]:
-                raise ValueError(f"{name}: input sizes differ ({a1.shape[1]} vs {a2.shape[1]})")
-            out[name] = np.concatenate([a1, a2], axis=0)
-        elif name.endswith(_B):
-            b1, b2 = (np.asarray(t[name], dtype=np.float32) for t in (bottom, top))
-            if b1.shape[0] != b2.shape[0]:
-                raise ValueError(f"{name}: output sizes differ ({b1.shape[0]} vs {b2.shape[0]})")
-            out[name] = np.concatenate([bottom_scale * b1, top_scale * b2], axis=1)
-        else:
+    for name in (*bottom, *top):
+        if not name.endswith((_A, _B)):
             raise ValueError(f"{name}: not a LoRA A or B matrix; only plain LoRA adapters can be stacked")
+    r1, r2 = _rank(bottom), _rank(top)
+    modules = sorted({n[: -len(_A)] for n in (*bottom, *top) if n.endswith(_A)}
+                     | {n[: -len(_B)] for n in (*bottom, *top) if n.endswith(_B)})
+    out: dict[str, np.ndarray] = {}
+    for module in modules:
+        a_name, b_name = module + _A, module + _B
+        for t in (bottom, top):
+            if (a_name in t) != (b_name in t):
+                raise ValueError(f"{module}: an adapter holds only one of its lora_A and lora_B matrices")
+        a1, a2 = (None if a_name not in t else np.asarray(t[a_name], dtype=np.float32) for t in (bottom, top))
+        b1, b2 = (None if b_name not in t else np.asarray(t[b_name], dtype=np.float32) for t in (bottom, top))
+        if a1 is not None and a2 is not None and a1.shape[1] != a2.shape[1]:
+            raise ValueError(f"{a_name}: input sizes differ ({a1.shape[1]} vs {a2.shape[1]})")
+        if b1 is not None and b2 is not None and b1.shape[0] != b2.shape[0]:
+            raise ValueError(f"{b_name}: output sizes differ ({b1.shape[0]} vs {b2.shape[0]})")
+        n_in = (a1 if a1 is not None else a2).shape[1]
+        n_out = (b1 if b1 is not None else b2).shape[0]
+        a1 = np.zeros((r1, n_in), np.float32) if a1 is None else a1
+        a2 = np.zeros((r2, n_in), np.float32) if a2 is None else a2
+        b1 = np.zeros((n_out, r1), np.float32) if b1 is None else b1
+        b2 = np.zeros((n_out, r2), np.float32) if b2 is None else b2
+        out[a_name] = np.concatenate([a1, a2], axis=0)
+        out[b_name] = np.concatenate([bottom_scale * b1, top_scale * b2], axis=1)
     return out
+
+
+def _names(targets) -> list[str]:
+    """PEFT's ``target_modules`` as a list (it may be one name, or a regular expression PEFT matches whole)."""
+    if isinstance(targets, str):
+        raise ValueError(f"target_modules {targets!r} is a pattern; stacking needs a list of module names")
+    return list(targets)
 
 
 def _read_config(directory: Path) -> dict:
@@ -68,8 +95,10 @@ def _read_config(directory: Path) -> dict:
                        ("bias", config.get("bias", "none") != "none" and config.get("bias"))):
         if value:
             raise ValueError(f"{path}: {key}={value!r} is not a plain LoRA update; stacking supports none")
-    if config.get("rank_pattern") or config.get("alpha_pattern") or config.get("modules_to_save"):
-        raise ValueError(f"{path}: per-module ranks, alphas or fully trained modules are not supported by stacking")
+    if (config.get("rank_pattern") or config.get("alpha_pattern") or config.get("modules_to_save")
+            or config.get("layers_to_transform") is not None):
+        raise ValueError(f"{path}: per-module ranks or alphas, layer subsets (layers_to_transform) or fully trained "
+                         "modules are not supported by stacking")
     return config
 
 
@@ -82,13 +111,11 @@ def stack_adapter_dirs(bottom: str | os.PathLike, top: str | os.PathLike, out: s
 
     bottom, top, out = Path(bottom), Path(top), Path(out)
     c1, c2 = _read_config(bottom), _read_config(top)
-    if sorted(c1["target_modules"]) != sorted(c2["target_modules"]):
-        raise ValueError(f"the adapters target different modules: {sorted(c1['target_modules'])} vs "
-                         f"{sorted(c2['target_modules'])}")
     tensors = stack_lora(load_file(bottom / ADAPTER_WEIGHTS), lora_scale(c1), load_file(top / ADAPTER_WEIGHTS),
                          fraction * lora_scale(c2))
     rank = int(c1["r"]) + int(c2["r"])
-    config = {**c1, "r": rank, "lora_alpha": rank}  # scale 1: the scales are folded into B
+    targets = list(dict.fromkeys([*_names(c1["target_modules"]), *_names(c2["target_modules"])]))  # both's modules
+    config = {**c1, "r": rank, "lora_alpha": rank, "target_modules": targets}  # scale 1: the scales are folded into B
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: np.ascontiguousarray(v.astype(dtype)) for k, v in tensors.items()}, str(out / ADAPTER_WEIGHTS))
     write_json(out / ADAPTER_CONFIG, config)

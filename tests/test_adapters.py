@@ -30,11 +30,27 @@ def test_stack_lora_is_the_sum_of_both_updates():
     np.testing.assert_allclose(b @ a, want, rtol=1e-5, atol=1e-5)
 
 
-def test_stack_lora_refuses_different_modules_and_sizes():
+def test_a_module_one_adapter_lacks_gets_a_zero_update_from_it():
+    """A continuation trained on the top layers only stacks onto a model trained on all of them: each module's
+    update is what the adapters that hold it add, the other's rows and columns zeros, every module at one rank."""
     rng = np.random.default_rng(1)
-    other = {k.replace("q_proj", "k_proj"): v for k, v in _pair(rng, 2).items()}
-    with pytest.raises(ValueError, match="different modules"):
-        stack_lora(_pair(rng, 2), 1.0, other, 1.0)
+    bottom, top = _pair(rng, 3), _pair(rng, 2)
+    other = _pair(rng, 3)
+    bottom.update({k.replace("q_proj", "k_proj"): v for k, v in other.items()})  # bottom: q_proj and k_proj
+    out = stack_lora(bottom, 2.0, top, 0.5)  # top: q_proj only
+    k = NAME.replace("q_proj", "k_proj")
+    assert out[f"{k}.lora_A.weight"].shape == (5, 6) and out[f"{NAME}.lora_A.weight"].shape == (5, 6)
+    np.testing.assert_allclose(out[f"{k}.lora_B.weight"] @ out[f"{k}.lora_A.weight"],
+                               2.0 * other[f"{NAME}.lora_B.weight"] @ other[f"{NAME}.lora_A.weight"], atol=1e-5)
+    want = sum(s * t[f"{NAME}.lora_B.weight"] @ t[f"{NAME}.lora_A.weight"] for s, t in ((2.0, bottom), (0.5, top)))
+    np.testing.assert_allclose(out[f"{NAME}.lora_B.weight"] @ out[f"{NAME}.lora_A.weight"], want, atol=1e-5)
+    assert stack_lora(top, 1.0, bottom, 1.0).keys() == out.keys()  # the other way round too
+
+
+def test_stack_lora_refuses_different_sizes_and_what_is_not_lora():
+    rng = np.random.default_rng(1)
+    with pytest.raises(ValueError, match="only one of its lora_A and lora_B"):
+        stack_lora(_pair(rng, 2), 1.0, {f"{NAME}.lora_A.weight": np.zeros((2, 6))}, 1.0)
     with pytest.raises(ValueError, match="input sizes differ"):
         stack_lora(_pair(rng, 2), 1.0, _pair(rng, 2, n_in=7), 1.0)
     with pytest.raises(ValueError, match="not a LoRA"):
@@ -82,7 +98,7 @@ def test_a_fraction_of_the_top_adapter_is_the_weights_that_far_from_the_bottom(t
 
 @pytest.mark.parametrize("setting, message", [({"use_dora": True}, "use_dora"), ({"use_rslora": True}, "use_rslora"),
                                               ({"peft_type": "IA3"}, "only LoRA"),
-                                              ({"target_modules": ["k_proj"]}, "different modules"),
+                                              ({"layers_to_transform": [0]}, "layer subsets"),
                                               ({"modules_to_save": ["lm_head"]}, "not supported")])
 def test_stack_adapter_dirs_refuses_what_is_not_a_plain_lora(tmp_path, setting, message):
     rng = np.random.default_rng(3)

@@ -334,6 +334,26 @@ def test_cli_merge_onto_ships_a_continuation_as_one_adapter(tiny_lens_dir, data_
         assert re.search(message, capsys.readouterr().err)
 
 
+def test_merge_onto_takes_a_continuation_of_the_top_layers_only(tiny_lens_dir, data_file, tmp_path):
+    """The CPU path continues a model on its top layers only (over a cached prefix); `lens merge --onto` stacks
+    that onto a model trained on every layer, and the result encodes as the continuation does."""
+    from lens.cli import main
+    from lens.encoder import LensEncoder
+
+    train = ["--data", str(data_file), "--steps", "3", "--batch-size", "4", "--lr", "5e-2"]
+    bottom, merged, top, out = (tmp_path / n for n in ("bottom", "merged", "top", "stacked"))
+    assert main(["train", "--model", str(tiny_lens_dir), *train, "--lora-layers", "2", "--out", str(bottom)]) == 0
+    assert main(["merge", str(bottom), "--out", str(merged)]) == 0
+    assert main(["train", "--model", str(merged), *train, "--lora-layers", "1", "--seed", "1", "--out", str(top)]) == 0
+    targets = [json.loads((d / "adapter" / "adapter_config.json").read_text())["target_modules"] for d in (bottom, top)]
+    assert set(targets[1]) < set(targets[0])  # the continuation adapts fewer modules
+    assert main(["merge", str(top), "--onto", str(bottom), "--out", str(out)]) == 0
+    texts = ["cancer drug trial", "protein folding in cells"]
+    want = LensEncoder.from_pretrained(top).encode_documents(texts)
+    assert np.abs(want - LensEncoder.from_pretrained(bottom).encode_documents(texts)).max() > 1e-2
+    np.testing.assert_allclose(LensEncoder.from_pretrained(out).encode_documents(texts), want, atol=2e-3)
+
+
 def test_kl_distillation_stage(tiny_lens_dir, tmp_path):
     ex = [TrainExample(q, p, negatives=[P[(i + 3) % len(P)]], teacher=[2.0, 0.5], task="toy")
           for i, (q, p) in enumerate(zip(Q, P))]
