@@ -297,3 +297,14 @@ def test_adi_end_to_end_bm25_and_minilm(tmp_path):
     assert read(tmp_path / "out" / "adi" / "run_info.json")["queries"] == 35
     if "minilm" in systems:
         assert res["systems"]["minilm"]["ndcg@10"] == pytest.approx(0.4975, abs=0.01)
+
+
+def test_a_benchmark_output_name_keeps_its_dots(tmp_path):
+    """`--output study-f0.5` writes study-f0.5.json and .md (a suffix put in place would lose the ".5"); an output
+    named with .json or .md gets the pair beside it, and --markdown-only reads back the same file."""
+    out = tmp_path / "study-f0.5"
+    report.write_benchmark(out, {"_meta": {}, "x": 1}, ["# table"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study-f0.5.json", "study-f0.5.md"]
+    assert report.rerender_benchmark(out, lambda r: [f"# x = {r['x']}"], ["read"]) == "# x = 1\n"
+    assert read(tmp_path / "study-f0.5.json")["_meta"]["notes"] == ["read"]
+    assert report.output_file(tmp_path / "plain.json", ".md") == tmp_path / "plain.md"

@@ -301,6 +301,13 @@ def write_readme(root: str | os.PathLike) -> Path:
     return path
 
 
+def output_file(out: str | os.PathLike, ext: str) -> Path:
+    """``OUT.json`` / ``OUT.md`` of a benchmark's ``--output OUT``: ``ext`` added to the name (so a name with a dot
+    in it, "study-f0.5", keeps it), or put in place of a ``.json`` / ``.md`` it already ends in."""
+    out = Path(out)
+    return out.with_suffix(ext) if out.suffix in (".json", ".md") else out.with_name(out.name + ext)
+
+
 def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Sequence[str], *,
                     sort_keys: bool = True) -> str:
     """``out.json`` (``meta``) and ``out.md`` (the lines) of a benchmark script, atomically; returns the markdown.
@@ -309,11 +316,11 @@ def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Seque
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if sort_keys:
-        write_json(out.with_suffix(".json"), meta)
+        write_json(output_file(out, ".json"), meta)
     else:
-        atomic_write_bytes(out.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
+        atomic_write_bytes(output_file(out, ".json"), (json.dumps(meta, indent=2) + "\n").encode("utf-8"))
     text = "\n".join(markdown_lines) + "\n"
-    atomic_write_bytes(out.with_suffix(".md"), text.encode("utf-8"))
+    atomic_write_bytes(output_file(out, ".md"), text.encode("utf-8"))
     return text
 
 
@@ -346,7 +353,7 @@ def rerender_benchmark(out: str | os.PathLike, render: Callable[[dict], Sequence
     """Rewrite ``out.md`` from the saved ``out.json`` with ``render`` (after a change of the table), first adding
     ``notes`` (written after reading the results) to its ``_meta``; returns the markdown. A missing ``out.json`` is a
     ``FileNotFoundError`` that says to run the benchmark first."""
-    path = Path(out).with_suffix(".json")
+    path = output_file(out, ".json")
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: run without --markdown-only first")
     results = read_json(path)
