@@ -470,6 +470,9 @@ def test_shipped_configs_load():
     assert cont.stages[-1].loss == control.stages[-1].loss + "+bm25" == gpu.stages[-1].loss + "+bm25"
     cont.stages[-1].loss, cont.notes = control.stages[-1].loss, control.notes
     assert cont == control
+    cpu = TrainConfig.load(configs / "default-continue-cpu-bm25.json")  # the same continuation on a CPU's budget
+    assert cpu.stages[-1].loss == gpu.stages[-1].loss + "+bm25" and cpu.model == control.model
+    assert (cpu.lora_layers, cpu.batch_size, cpu.stages[-1].max_negatives, cpu.stages[-1].steps) == (8, 16, 1, 100)
     with pytest.raises(ValueError, match="cache_chunk"):
         TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)
 
