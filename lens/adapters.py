@@ -38,6 +38,14 @@ def _rank(tensors: Mapping[str, np.ndarray]) -> int:
     return ranks.pop()
 
 
+def _factors(tensors: Mapping[str, np.ndarray], module: str, rank: int, n_in: int,
+             n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """``module``'s (A, B) in float32, or zeros of ``rank`` when the adapter leaves the module alone."""
+    if module + _A not in tensors:
+        return np.zeros((rank, n_in), np.float32), np.zeros((n_out, rank), np.float32)
+    return (np.asarray(tensors[module + _A], dtype=np.float32), np.asarray(tensors[module + _B], dtype=np.float32))
+
+
 def stack_lora(bottom: Mapping[str, np.ndarray], bottom_scale: float, top: Mapping[str, np.ndarray],
                top_scale: float) -> dict[str, np.ndarray]:
     """One adapter's tensors (scale 1) whose update is ``bottom_scale * B1 A1 + top_scale * B2 A2`` on every module.
@@ -51,26 +59,18 @@ def stack_lora(bottom: Mapping[str, np.ndarray], bottom_scale: float, top: Mappi
         if not name.endswith((_A, _B)):
             raise ValueError(f"{name}: not a LoRA A or B matrix; only plain LoRA adapters can be stacked")
     r1, r2 = _rank(bottom), _rank(top)
-    modules = sorted({n[: -len(_A)] for n in (*bottom, *top) if n.endswith(_A)}
-                     | {n[: -len(_B)] for n in (*bottom, *top) if n.endswith(_B)})
     out: dict[str, np.ndarray] = {}
-    for module in modules:
+    for module in sorted({n[: -len(_A if n.endswith(_A) else _B)] for n in (*bottom, *top)}):
         a_name, b_name = module + _A, module + _B
-        for t in (bottom, top):
-            if (a_name in t) != (b_name in t):
-                raise ValueError(f"{module}: an adapter holds only one of its lora_A and lora_B matrices")
-        a1, a2 = (None if a_name not in t else np.asarray(t[a_name], dtype=np.float32) for t in (bottom, top))
-        b1, b2 = (None if b_name not in t else np.asarray(t[b_name], dtype=np.float32) for t in (bottom, top))
-        if a1 is not None and a2 is not None and a1.shape[1] != a2.shape[1]:
+        held = [t for t in (bottom, top) if a_name in t or b_name in t]
+        if any((a_name in t) != (b_name in t) for t in held):
+            raise ValueError(f"{module}: an adapter holds only one of its lora_A and lora_B matrices")
+        n_in, n_out = np.shape(held[0][a_name])[1], np.shape(held[0][b_name])[0]
+        (a1, b1), (a2, b2) = _factors(bottom, module, r1, n_in, n_out), _factors(top, module, r2, n_in, n_out)
+        if a1.shape[1] != a2.shape[1]:
             raise ValueError(f"{a_name}: input sizes differ ({a1.shape[1]} vs {a2.shape[1]})")
-        if b1 is not None and b2 is not None and b1.shape[0] != b2.shape[0]:
+        if b1.shape[0] != b2.shape[0]:
             raise ValueError(f"{b_name}: output sizes differ ({b1.shape[0]} vs {b2.shape[0]})")
-        n_in = (a1 if a1 is not None else a2).shape[1]
-        n_out = (b1 if b1 is not None else b2).shape[0]
-        a1 = np.zeros((r1, n_in), np.float32) if a1 is None else a1
-        a2 = np.zeros((r2, n_in), np.float32) if a2 is None else a2
-        b1 = np.zeros((n_out, r1), np.float32) if b1 is None else b1
-        b2 = np.zeros((n_out, r2), np.float32) if b2 is None else b2
         out[a_name] = np.concatenate([a1, a2], axis=0)
         out[b_name] = np.concatenate([bottom_scale * b1, top_scale * b2], axis=1)
     return out

@@ -74,23 +74,23 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
         chunks = encode_chunks(docs, work, encoder, chunk_size=chunk_size, batch_size=batch_size, resume=resume,
                                show_progress_bar=show_progress_bar)
         fill_index(index, chunks, docs, slice(0, len(docs)), upsert=upsert)
-        _extend_casing(index, docs)
+        _extend_casing(index, docs, searcher.record)
         index.save(directory)
         shutil.rmtree(work)
     logger.info("added %d documents to %s (%d replaced)", len(docs) - replaced, directory, replaced)
     return IndexChange(added=len(docs) - replaced, replaced=replaced, count=len(index))
 
 
-def _extend_casing(index, docs: Sequence[Document]) -> None:
-    """Give the index's corpus casing table (kept when its model truecases, ``lens.indexing.corpus_casing``) the
-    word forms of the added documents that it has none for, counted as a build counts them, so that queries find the
-    new documents' own words ("KRAS", "miRNA") as well; a word the table has keeps its form (``extended_by``)."""
-    table = index.casing_table
-    if table is None:
-        return
-    from lens.casing import own_casing_table
+def _extend_casing(index, docs: Sequence[Document], record) -> None:
+    """Give the index's corpus casing table the word forms of the added documents that it has none for, counted by
+    the build's own rule (``lens.indexing.corpus_casing``), so that queries find the new documents' own words
+    ("KRAS", "miRNA") as well; a word the table has keeps its form (``CasingTable.extended_by``)."""
+    from lens.indexing import corpus_casing
 
-    index.set_casing_table(table.extended_by(own_casing_table([d.full_text for d in docs])))
+    table = index.casing_table
+    added = None if table is None else corpus_casing(docs, record)
+    if added is not None:
+        index.set_casing_table(table.extended_by(added))
 
 
 def _match_quantize(encoder, built: str | None, directory: Path) -> None:
