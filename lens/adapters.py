@@ -7,7 +7,12 @@ the small form (the backbone by reference, e.g. the packaged GGUF, and an adapte
 A module only one of them adapts gets zeros from the other, so a continuation of the top layers only (the CPU path)
 stacks onto a model trained on every layer.
 
-``stack_lora`` is the arithmetic on tensors; ``stack_adapter_dirs`` reads and writes PEFT adapter directories.
+The stacked rank is ``r1 + r2``; ``truncate_lora`` brings it back to a chosen rank by a truncated SVD of each
+module's update (the best approximation of that rank in the Frobenius norm, Eckart-Young), so a shipped adapter keeps
+the size of one trained at that rank; what each module keeps of its update's energy is returned and recorded.
+
+``stack_lora`` and ``truncate_lora`` are the arithmetic on tensors; ``stack_adapter_dirs`` reads and writes PEFT
+adapter directories.
 """
 
 from __future__ import annotations
@@ -76,6 +81,39 @@ def stack_lora(bottom: Mapping[str, np.ndarray], bottom_scale: float, top: Mappi
     return out
 
 
+def truncate_lora(tensors: Mapping[str, np.ndarray], rank: int) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Scale-1 LoRA tensors whose update ``B @ A`` on each module is the best rank-``rank`` approximation of the
+    given one's, and for each module the share of its update's squared Frobenius norm that is kept (1.0: exact).
+
+    Each update ``B A`` (``B``: out x r, ``A``: r x in) is factored through thin QRs of ``B`` and ``A^T`` and the SVD
+    of their r x r core, so the out x in matrix is never formed; the singular values are split evenly (square roots)
+    between the new ``B`` and ``A``. Modules already at or under ``rank`` are returned as they are."""
+    if rank < 1:
+        raise ValueError(f"a LoRA rank must be at least 1, got {rank}")
+    out: dict[str, np.ndarray] = {}
+    kept: dict[str, float] = {}
+    for a_name in sorted(n for n in tensors if n.endswith(_A)):
+        module = a_name[: -len(_A)]
+        b_name = module + _B
+        if b_name not in tensors:
+            raise ValueError(f"{module}: an adapter holds only one of its lora_A and lora_B matrices")
+        a, b = np.asarray(tensors[a_name], np.float64), np.asarray(tensors[b_name], np.float64)
+        if a.shape[0] <= rank:
+            out[a_name], out[b_name], kept[module] = tensors[a_name], tensors[b_name], 1.0
+            continue
+        qb, rb = np.linalg.qr(b)
+        qa, ra = np.linalg.qr(a.T)
+        u, sv, vt = np.linalg.svd(rb @ ra.T, full_matrices=False)
+        k = min(rank, sv.size)  # a module narrower than rank has fewer directions: the rest are zeros
+        root = np.sqrt(sv[:k])
+        new_b, new_a = np.zeros((b.shape[0], rank), np.float32), np.zeros((rank, a.shape[1]), np.float32)
+        new_b[:, :k], new_a[:k] = (qb @ u[:, :k]) * root, root[:, None] * (vt[:k] @ qa.T)
+        out[b_name], out[a_name] = new_b, new_a
+        total = float(np.sum(sv ** 2))
+        kept[module] = float(np.sum(sv[:k] ** 2) / total) if total > 0 else 1.0
+    return out, kept
+
+
 def _names(targets) -> list[str]:
     """PEFT's ``target_modules`` as a list (it may be one name, or a regular expression PEFT matches whole)."""
     if isinstance(targets, str):
@@ -103,20 +141,26 @@ def _read_config(directory: Path) -> dict:
 
 
 def stack_adapter_dirs(bottom: str | os.PathLike, top: str | os.PathLike, out: str | os.PathLike,
-                       dtype=np.float16, fraction: float = 1.0) -> Path:
+                       dtype=np.float16, fraction: float = 1.0, rank: int | None = None) -> dict[str, float]:
     """Write into ``out`` one PEFT adapter equal to ``bottom``'s update plus ``top``'s (``top`` trained on the
     weights ``bottom`` merged into its backbone), ``top``'s times ``fraction`` (1: all of it; 0.5: the weights half
-    way from ``bottom``'s to ``top``'s). Its base model is ``bottom``'s; weights stored as ``dtype``."""
+    way from ``bottom``'s to ``top``'s). Its base model is ``bottom``'s; weights stored as ``dtype``. ``rank``
+    (default: exact, ``r1 + r2``) truncates each module's update to that rank (``truncate_lora``). Returns the
+    share of each module's update energy kept (all 1.0 when exact)."""
     from safetensors.numpy import load_file, save_file
 
     bottom, top, out = Path(bottom), Path(top), Path(out)
     c1, c2 = _read_config(bottom), _read_config(top)
     tensors = stack_lora(load_file(bottom / ADAPTER_WEIGHTS), lora_scale(c1), load_file(top / ADAPTER_WEIGHTS),
                          fraction * lora_scale(c2))
-    rank = int(c1["r"]) + int(c2["r"])
+    stacked = int(c1["r"]) + int(c2["r"])
+    kept = {name[: -len(_A)]: 1.0 for name in tensors if name.endswith(_A)}
+    if rank is not None and rank < stacked:
+        tensors, kept = truncate_lora(tensors, rank)
+    rank = stacked if rank is None else min(rank, stacked)
     targets = list(dict.fromkeys([*_names(c1["target_modules"]), *_names(c2["target_modules"])]))  # both's modules
     config = {**c1, "r": rank, "lora_alpha": rank, "target_modules": targets}  # scale 1: the scales are folded into B
     out.mkdir(parents=True, exist_ok=True)
     save_file({k: np.ascontiguousarray(v.astype(dtype)) for k, v in tensors.items()}, str(out / ADAPTER_WEIGHTS))
     write_json(out / ADAPTER_CONFIG, config)
-    return out
+    return kept

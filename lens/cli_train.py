@@ -118,13 +118,16 @@ def cmd_merge(args: argparse.Namespace) -> None:
         from lens.model_dir import stack_model_dirs
 
         with DirectoryLock(args.out, "model directory"):
-            stack_model_dirs(args.model, args.onto, args.out, fraction=args.fraction)
+            stack_model_dirs(args.model, args.onto, args.out, fraction=args.fraction, rank=args.rank)
         part = "" if args.fraction == 1 else f"; the weights {args.fraction:g} of the way from {args.onto}'s, head too"
+        if args.rank is not None:
+            part += f"; cut to rank {args.rank}"
         print(f"wrote {args.out}: {args.onto}'s backbone reference and one adapter ({args.onto}'s and {args.model}'s "
               f"stacked{part}); load it with LensEncoder.from_pretrained({str(args.out)!r})")
         return
-    if args.fraction != 1:
-        raise ValueError("--fraction interpolates MODEL with the model it was trained from: give that with --onto")
+    if args.fraction != 1 or args.rank is not None:
+        raise ValueError("--fraction and --rank apply to two adapters stacked: give the model MODEL was trained from "
+                         "with --onto")
     import torch
 
     with DirectoryLock(args.out, "model directory"):
@@ -220,4 +223,8 @@ def register(subparsers) -> None:
                    help="with --onto: the model F of the way from ONTO's weights to MODEL's (adapter update and "
                         "cluster head alike; weight-space ensembling as in WiSE-FT), e.g. 0.5 to keep part of what "
                         "a continuation gained and part of what it lost; default 1 (MODEL itself)")
+    m.add_argument("--rank", type=positive_int, default=None, metavar="R",
+                   help="with --onto: write the stacked adapter at rank R instead of r1 + r2, each module's update "
+                        "cut to its best rank-R approximation (truncated SVD; the energy kept is recorded in "
+                        "config.json), so it keeps the size of one adapter trained at rank R; default exact")
     m.set_defaults(func=cmd_merge)

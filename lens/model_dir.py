@@ -206,7 +206,7 @@ _TRAINING_RECORDS = ("README.md", "train_config.json", "train_log.csv", "curves.
 
 
 def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str | os.PathLike,
-                     fraction: float = 1.0) -> Path:
+                     fraction: float = 1.0, rank: int | None = None) -> Path:
     """Write ``top`` -- trained with ``lens train`` from ``bottom`` merged (``lens merge``) -- in the small form:
     ``bottom``'s backbone reference and one adapter, the two stacked exactly (``lens.adapters``), with ``top``'s
     cluster head, settings and training records (``lens merge TOP --onto BOTTOM``).
@@ -215,7 +215,12 @@ def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str
     instead (``--fraction``; weight-space ensembling, as WiSE-FT does for fine-tuned models): ``top``'s adapter
     update times ``fraction``, and each head weight (centroids, term channel) ``bottom``'s + ``fraction`` x
     (``top``'s - ``bottom``'s). It keeps part of what a continuation learnt and part of what it lost, with one
-    model's cost at inference; the two must share their clusters."""
+    model's cost at inference; the two must share their clusters.
+
+    ``rank`` (``--rank``) writes the stacked adapter at that rank instead of the exact ``r1 + r2``: each module's
+    update cut to its best approximation of that rank (``lens.adapters.truncate_lora``), so the adapter keeps the
+    size of one trained at that rank; the least share of a module's update energy kept is recorded in
+    ``config.extra["stacked"]``."""
     from lens.adapters import stack_adapter_dirs
     from lens.backbone import load_tokenizer, resolve_backbone
 
@@ -240,11 +245,19 @@ def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str
             "note": "weights bottom + fraction x (top - bottom): lens merge TO --onto FROM --fraction F"}}
     records = {n: (top_files.directory / n).read_bytes() for n in _TRAINING_RECORDS
                if (top_files.directory / n).is_file()}
+
+    def adapter(dest: Path) -> None:  # called by write_model_dir before it saves the config
+        kept = stack_adapter_dirs(bottom_files.adapter_dir, top_files.adapter_dir, dest, fraction=fraction, rank=rank)
+        if rank is not None:
+            config.extra = {**config.extra, "stacked": {
+                "rank": rank, "min_energy_kept": round(min(kept.values()), 6),
+                "mean_energy_kept": round(float(np.mean(list(kept.values()))), 6),
+                "note": "each module's stacked LoRA update cut to its best approximation of this rank (truncated "
+                        "SVD); energy: the share of the update's squared Frobenius norm kept"}}
+
     return write_model_dir(out, config, top_files.assignment, centroids,
                            load_tokenizer(resolve_backbone(bottom_files.backbone)),
-                           centroids_dtype=top_files.centroids_dtype, term=term, files=records,
-                           adapter=lambda dest: stack_adapter_dirs(bottom_files.adapter_dir,
-                                                                   top_files.adapter_dir, dest, fraction=fraction))
+                           centroids_dtype=top_files.centroids_dtype, term=term, files=records, adapter=adapter)
 
 
 def _interpolated_head(bottom: ModelFiles, top: ModelFiles, fraction: float) -> tuple[np.ndarray, np.ndarray | None]:

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from lens.adapters import stack_adapter_dirs, stack_lora
+from lens.adapters import stack_adapter_dirs, stack_lora, truncate_lora
 
 NAME = "base_model.model.layers.0.self_attn.q_proj"
 
@@ -73,8 +73,10 @@ def test_stack_adapter_dirs_writes_one_peft_adapter(tmp_path):
 
     rng = np.random.default_rng(2)
     bottom, top = _pair(rng, 2), _pair(rng, 2)
-    out = stack_adapter_dirs(_adapter_dir(tmp_path / "b", bottom), _adapter_dir(tmp_path / "t", top, lora_alpha=2),
-                             tmp_path / "out", dtype=np.float32)
+    out = tmp_path / "out"
+    kept = stack_adapter_dirs(_adapter_dir(tmp_path / "b", bottom), _adapter_dir(tmp_path / "t", top, lora_alpha=2),
+                              out, dtype=np.float32)
+    assert kept == {NAME: 1.0}  # exact: nothing truncated
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["lora_alpha"] == 4 and config["base_model_name_or_path"] == "bottom-base"
     got = load_file(str(out / "adapter_model.safetensors"))
@@ -88,12 +90,55 @@ def test_a_fraction_of_the_top_adapter_is_the_weights_that_far_from_the_bottom(t
 
     rng = np.random.default_rng(4)
     bottom, top = _pair(rng, 2), _pair(rng, 2)
-    out = stack_adapter_dirs(_adapter_dir(tmp_path / "b", bottom), _adapter_dir(tmp_path / "t", top, lora_alpha=2),
-                             tmp_path / "out", dtype=np.float32, fraction=0.25)
+    out = tmp_path / "out"
+    stack_adapter_dirs(_adapter_dir(tmp_path / "b", bottom), _adapter_dir(tmp_path / "t", top, lora_alpha=2), out,
+                       dtype=np.float32, fraction=0.25)
     got = load_file(str(out / "adapter_model.safetensors"))
     delta = got[f"{NAME}.lora_B.weight"] @ got[f"{NAME}.lora_A.weight"]
     want = sum(s * t[f"{NAME}.lora_B.weight"] @ t[f"{NAME}.lora_A.weight"] for s, t in ((2.0, bottom), (0.25, top)))
     np.testing.assert_allclose(delta, want, rtol=1e-5, atol=1e-5)
+
+
+def test_truncate_lora_is_the_best_approximation_of_that_rank():
+    """Against the naive route: the update written out in full and cut by its own SVD (Eckart-Young)."""
+    rng = np.random.default_rng(5)
+    tensors = _pair(rng, 4, n_in=7, n_out=6)
+    out, kept = truncate_lora(tensors, 2)
+    a, b = out[f"{NAME}.lora_A.weight"], out[f"{NAME}.lora_B.weight"]
+    assert a.shape == (2, 7) and b.shape == (6, 2)
+    full = tensors[f"{NAME}.lora_B.weight"].astype(np.float64) @ tensors[f"{NAME}.lora_A.weight"]
+    u, s, vt = np.linalg.svd(full)
+    np.testing.assert_allclose(b @ a, (u[:, :2] * s[:2]) @ vt[:2], rtol=1e-5, atol=1e-5)
+    assert kept[NAME] == pytest.approx(float(np.sum(s[:2] ** 2) / np.sum(s ** 2)))
+    assert 0 < kept[NAME] < 1
+    same, kept_all = truncate_lora(tensors, 4)  # at its own rank: unchanged
+    assert kept_all == {NAME: 1.0} and same[f"{NAME}.lora_A.weight"] is tensors[f"{NAME}.lora_A.weight"]
+    with pytest.raises(ValueError, match="at least 1"):
+        truncate_lora(tensors, 0)
+    narrow = _pair(rng, 4, n_in=7, n_out=2)  # an update of rank 2 at most, cut to 3: exact, padded with zeros
+    out, kept = truncate_lora(narrow, 3)
+    assert out[f"{NAME}.lora_A.weight"].shape == (3, 7) and kept[NAME] == pytest.approx(1.0)
+    np.testing.assert_allclose(out[f"{NAME}.lora_B.weight"] @ out[f"{NAME}.lora_A.weight"],
+                               narrow[f"{NAME}.lora_B.weight"] @ narrow[f"{NAME}.lora_A.weight"], atol=1e-5)
+
+
+def test_stacked_adapter_dirs_truncated_to_a_rank(tmp_path):
+    """Two rank-2 adapters stacked (rank 4) and cut back to rank 2: the config says rank 2 at scale 1, and the
+    update is the best rank-2 approximation of the exact stacked one."""
+    from safetensors.numpy import load_file
+
+    rng = np.random.default_rng(6)
+    bottom, top = _pair(rng, 2), _pair(rng, 2)
+    kept = stack_adapter_dirs(_adapter_dir(tmp_path / "b", bottom), _adapter_dir(tmp_path / "t", top), tmp_path / "o",
+                              dtype=np.float32, fraction=0.5, rank=2)
+    config = json.loads((tmp_path / "o" / "adapter_config.json").read_text())
+    assert config["r"] == 2 and config["lora_alpha"] == 2
+    got = load_file(str(tmp_path / "o" / "adapter_model.safetensors"))
+    exact = sum(s * t[f"{NAME}.lora_B.weight"] @ t[f"{NAME}.lora_A.weight"] for s, t in ((2.0, bottom), (1.0, top)))
+    u, s, vt = np.linalg.svd(exact)
+    np.testing.assert_allclose(got[f"{NAME}.lora_B.weight"] @ got[f"{NAME}.lora_A.weight"],
+                               (u[:, :2] * s[:2]) @ vt[:2], rtol=1e-4, atol=1e-4)
+    assert 0 < kept[NAME] < 1
 
 
 @pytest.mark.parametrize("setting, message", [({"use_dora": True}, "use_dora"), ({"use_rslora": True}, "use_rslora"),

@@ -328,8 +328,20 @@ def test_cli_merge_onto_ships_a_continuation_as_one_adapter(tiny_lens_dir, data_
     assert LensConfig.load(half).extra["interpolated"]["fraction"] == 0.5
     vectors = LensEncoder.from_pretrained(half).encode_documents(texts)
     assert np.abs(vectors - want).max() > 1e-3 and np.abs(vectors - before).max() > 1e-3
+    # --rank: the stacked adapter cut back to the rank one adapter has, energy kept recorded, vectors near the exact
+    cut = tmp_path / "cut"
+    r = ranks[0]
+    assert main(["merge", str(top), "--onto", str(bottom), "--fraction", "0.5", "--rank", str(r), "--out", str(cut)]) == 0
+    assert json.loads((cut / "adapter" / "adapter_config.json").read_text())["r"] == r
+    stacked = LensConfig.load(cut).extra["stacked"]
+    assert stacked["rank"] == r and 0 < stacked["min_energy_kept"] <= stacked["mean_energy_kept"] <= 1
+    approx = update(cut)
+    for name in mid:  # no worse than the error the energy kept allows (Eckart-Young), in the Frobenius norm
+        err = np.linalg.norm(approx[name] - mid[name]) ** 2 / max(np.linalg.norm(mid[name]) ** 2, 1e-12)
+        assert err <= 1 - stacked["min_energy_kept"] + 2e-3
     for argv, message in ((["--onto", str(bottom), "--fraction", "0"], r"--fraction must be in \(0, 1\]"),
-                          (["--fraction", "0.5"], "give that with --onto")):
+                          (["--fraction", "0.5"], "trained from with --onto"), (["--rank", "4"], "give the model"),
+                          (["--onto", str(bottom), "--rank", "0"], "positive|at least")):
         assert main(["merge", str(top), *argv, "--out", str(tmp_path / "y")]) == 2
         assert re.search(message, capsys.readouterr().err)
 
