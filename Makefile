@@ -173,17 +173,20 @@ train-default-gpu-bm25: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.jso
 	$(LENS) -v train --config lens/train/configs/default-gpu-bm25.json --out train-out/default-gpu-bm25 --resume \
 		$(TRAIN_FLAGS)
 
-# Issue 39's GPU candidate (not shipped: its hybrid loses on SciFact; docs/studies.md): the run above merged,
-# continued 120 labelled steps with BM25 distillation (lens/train/configs/default-continue-gpu-bm25.json; about a
-# minute of steps on one H200), then written in the shipped form, one adapter (the two stacked exactly, `lens merge
-# --onto`) over the packaged GGUF. Needs CUDA.
+# The shipped default since issue 39 (lens/default_model/README.md): the run above merged, continued 120 labelled
+# steps with BM25 distillation (lens/train/configs/default-continue-gpu-bm25.json; about a minute of steps on one
+# H200), then written in the shipped form half way back (`lens merge --onto --fraction 0.5`: the weights half way
+# from the run above to the continuation, head too) as one rank-32 adapter over the packaged GGUF (`--rank 32`: the
+# two stacked, cut back to rank 32 by a truncated SVD). The continuation alone, train-out/default-continue-gpu-bm25,
+# is the candidate that lost SciFact's hybrid. Needs CUDA.
 $(TRAIN_DATA)/default-gpu-merged/config.json: train-default-gpu
 	$(LENS) merge train-out/default-gpu --out $(@D)
 
 train-default-continued-gpu: $(TRAIN_DATA)/default-gpu-merged/config.json
 	$(LENS) -v train --config lens/train/configs/default-continue-gpu-bm25.json --model $(<D) \
 		--out train-out/default-continue-gpu-bm25 --resume $(TRAIN_FLAGS)
-	$(LENS) merge train-out/default-continue-gpu-bm25 --onto train-out/default-gpu --out train-out/default-continued
+	$(LENS) merge train-out/default-continue-gpu-bm25 --onto train-out/default-gpu --fraction 0.5 --rank 32 \
+		--out train-out/default-continued
 
 # The shipped GPU recipe with attention both ways, after LLM2Vec's MNTP warm-up at its own length (1000 steps of 32
 # texts; lens/train/configs/mntp-gpu.json): the test issue 10's CPU studies could not make. Needs CUDA; resumable.

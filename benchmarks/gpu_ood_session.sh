@@ -30,7 +30,7 @@
 # SKIP_DEFAULT=1 judges the continuations only (a second run on the same warm machine, after one that judged the default);
 # then tars the results into $OUT/gpu-ood.tar.gz and the model directory of each continuation named in PACK
 # (default: the first of VARIANTS) into $OUT/model-NAME.tar.part-NN pieces of 15 MB (at most 8 files of 16 MiB come
-# back: about 3 pieces a model).
+# back: 4 pieces a model, so a second model's last pieces need a second call).
 set -uo pipefail
 
 cd "$(dirname "$0")/.." && root=$PWD && mode=${1:-}

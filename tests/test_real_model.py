@@ -131,7 +131,7 @@ def test_trained_default_beats_the_untrained_clusters_on_adi(default_clusters):
 def test_shipped_default_vectors_are_unchanged():
     """The shipped default's vectors of 20 SciFact documents and 5 queries, to 1e-5: refactors must not move them.
     Documents are ``Document.full_text``. ``tests/data/record_default_vectors.py`` records them when the shipped
-    model itself changes (last: the default trained for issue 10)."""
+    model itself changes (last: issue 39's default, the BM25 continuation half way back)."""
     from conftest import SHARED
     from lens.corpus import load_beir
     from lens.encoder import LensEncoder
