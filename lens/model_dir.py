@@ -221,7 +221,7 @@ def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str
     update cut to its best approximation of that rank (``lens.adapters.truncate_lora``), so the adapter keeps the
     size of one trained at that rank; the least share of a module's update energy kept is recorded in
     ``config.extra["stacked"]``."""
-    from lens.adapters import stack_adapter_dirs
+    from lens.adapters import ADAPTER_CONFIG, stack_adapter_dirs
     from lens.backbone import load_tokenizer, resolve_backbone
 
     if not 0 < fraction <= 1:
@@ -248,9 +248,10 @@ def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str
 
     def adapter(dest: Path) -> None:  # called by write_model_dir before it saves the config
         kept = stack_adapter_dirs(bottom_files.adapter_dir, top_files.adapter_dir, dest, fraction=fraction, rank=rank)
-        if rank is not None:
+        if rank is not None:  # the rank written: R, or r1 + r2 where that is smaller (nothing then cut)
+            written = int(read_json(dest / ADAPTER_CONFIG, "PEFT adapter config")["r"])
             config.extra = {**config.extra, "stacked": {
-                "rank": rank, "min_energy_kept": round(min(kept.values()), 6),
+                "rank": written, "min_energy_kept": round(min(kept.values()), 6),
                 "mean_energy_kept": round(float(np.mean(list(kept.values()))), 6),
                 "note": "each module's stacked LoRA update cut to its best approximation of this rank (truncated "
                         "SVD); energy: the share of the update's squared Frobenius norm kept"}}

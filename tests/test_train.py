@@ -339,6 +339,10 @@ def test_cli_merge_onto_ships_a_continuation_as_one_adapter(tiny_lens_dir, data_
     for name in mid:  # no worse than the error the energy kept allows (Eckart-Young), in the Frobenius norm
         err = np.linalg.norm(approx[name] - mid[name]) ** 2 / max(np.linalg.norm(mid[name]) ** 2, 1e-12)
         assert err <= 1 - stacked["min_energy_kept"] + 2e-3
+    wide = tmp_path / "wide"  # a rank above r1 + r2 cuts nothing: the exact stack, recorded at its own rank
+    assert main(["merge", str(top), "--onto", str(bottom), "--rank", str(4 * r), "--out", str(wide)]) == 0
+    assert LensConfig.load(wide).extra["stacked"]["rank"] == ranks[2]
+    assert LensConfig.load(wide).extra["stacked"]["min_energy_kept"] == 1.0
     for argv, message in ((["--onto", str(bottom), "--fraction", "0"], r"--fraction must be in \(0, 1\]"),
                           (["--fraction", "0.5"], "trained from with --onto"), (["--rank", "4"], "give the model"),
                           (["--onto", str(bottom), "--rank", "0"], "positive|at least")):
