@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from _common import RESULTS, data_dir, machine, write_results
+from lens.eval.report import output_file
 
 SCIFACT = data_dir() / "beir" / "scifact"
 INSTRUCTION = "Given a scientific claim, retrieve documents that support or refute the claim"
@@ -98,7 +99,7 @@ def main() -> None:
               "platform": m["platform"], "model": args.model, "docs": len(docs), "queries": len(queries),
               "float32_cpu_s": ref_s, "rows": rows}
     write_results(args.out, result, markdown(result), sort_keys=False)
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    print(f"wrote {output_file(args.out, '.json')} and {output_file(args.out, '.md')}")
 
 
 def markdown(r: dict) -> str:

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from _common import REPO, script_command, write_markdown as write_markdown_file, write_results
+from lens.eval.report import output_file
 
 logger = logging.getLogger("label_augmentation")
 
@@ -147,7 +148,7 @@ def main(argv=None) -> int:
         logger.info("ATEB for %s (%s)", label, model)
         evaluate(model, roots[label], args)
     rows = collect(roots)
-    study = read_json(study_out.with_suffix(".json"), "study results")
+    study = read_json(output_file(study_out, ".json"), "study results")
     command = script_command(argv, __file__)
     print(write_results(args.output, {"study": study, "ateb": rows, "command": command},
                         markdown_lines(rows, study, list(models), command, args)))

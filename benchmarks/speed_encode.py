@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from _common import RESULTS, data_dir, machine, write_markdown, write_results
+from lens.eval.report import output_file
 
 SCIFACT = data_dir() / "beir" / "scifact"
 
@@ -194,9 +195,10 @@ def main() -> None:
                     help="measure nothing: rewrite --out's .md from its saved .json (after a change of the table)")
     args = ap.parse_args()
     if args.markdown_only:
-        if not args.out.is_file():
-            ap.error(f"--markdown-only renders {args.out}, which does not exist: run the benchmark with --out first")
-        write_markdown(args.out.with_suffix(".md"), _markdown(json.loads(args.out.read_text())))
+        saved = output_file(args.out, ".json")
+        if not saved.is_file():
+            ap.error(f"--markdown-only renders {saved}, which does not exist: run the benchmark with --out first")
+        write_markdown(output_file(args.out, ".md"), _markdown(json.loads(saved.read_text())))
         return
 
     from lens.encoder import LensEncoder

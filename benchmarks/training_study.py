@@ -34,6 +34,7 @@ from pathlib import Path
 
 from _common import (REPO, add_data_dir_argument, data_dir, script_command, write_markdown as write_markdown_file,
                      write_results)
+from lens.eval.report import output_file
 
 logger = logging.getLogger("training_study")
 
@@ -496,7 +497,7 @@ def main(argv=None) -> int:
     sts = load_sts(shared / "sts" / "stsbenchmark" / "stsbenchmark.tsv.gz", "dev")
     val_file = validation_file(args.data, args.work / "validation.jsonl.gz")
     dense = dense_pools(rerank)
-    json_path = args.output.with_suffix(".json")
+    json_path = output_file(args.output, ".json")
     results = read_json(json_path, "study results") if json_path.is_file() else {}
     command = script_command(argv, __file__)
     commands = list(results.get("_meta", {}).get("commands") or [])  # the invocations that added rows
@@ -518,7 +519,7 @@ def main(argv=None) -> int:
         if command not in commands:
             commands.append(command)
         write_results(args.output, results, markdown_lines(results, command))
-    print(write_markdown(results, args.output.with_suffix(".md"), command))
+    print(write_markdown(results, output_file(args.output, ".md"), command))
     return 0
 
 

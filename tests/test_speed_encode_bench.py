@@ -45,3 +45,8 @@ def test_markdown_only_rewrites_the_table_from_saved_json(tmp_path):
     missing = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed_encode.py"), "--markdown-only",
                               "--out", str(tmp_path / "missing.json")], cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode == 2 and "does not exist: run the benchmark with --out first" in missing.stderr
+    dotted = tmp_path / "speed-f0.5"  # a name with a dot in it keeps it: speed-f0.5.json, speed-f0.5.md
+    (tmp_path / "speed-f0.5.json").write_text(json.dumps(_result()))
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed_encode.py"), "--markdown-only", "--out",
+                    str(dotted)], check=True, cwd=ROOT)
+    assert "| 4 | 3.00 (1.50) |" in (tmp_path / "speed-f0.5.md").read_text()
