@@ -114,6 +114,9 @@ def cmd_merge(args: argparse.Namespace) -> None:
     from lens.model_dir import check_model_target
 
     check_model_target(args.out)
+    if args.term_channel and args.onto is not None:
+        raise ValueError("--term-channel writes a start for training (`lens merge MODEL --out START --term-channel`, "
+                         "then `lens train --model START`); drop --onto")
     if args.onto is not None:
         from lens.model_dir import stack_model_dirs
 
@@ -135,7 +138,13 @@ def cmd_merge(args: argparse.Namespace) -> None:
         # hash the clusters are checked against, so the merged model could not be loaded or trained on)
         enc = LensEncoder.from_pretrained(args.model, dtype=torch.float32)
         if enc.config.adapter is None:
-            raise ValueError(f"{args.model} has no adapter to merge; it is already standalone")
+            hint = ("; to start a channel on it, copy it and set \"term_channel\": true in the copy's config.json"
+                    if args.term_channel else "")
+            raise ValueError(f"{args.model} has no adapter to merge; it is already standalone{hint}")
+        if args.term_channel:
+            if enc.config.term_channel:
+                raise ValueError(f"{args.model} has a term channel already; drop --term-channel")
+            enc.config.term_channel = True  # untrained: `lens train` starts it as any new model's channel
         enc.save_pretrained(args.out)
     print(f"wrote {args.out}: merged backbone in {args.out / 'backbone'}; load it with "
           f"LensEncoder.from_pretrained({str(args.out)!r})")
@@ -227,4 +236,8 @@ def register(subparsers) -> None:
                    help="with --onto: write the stacked adapter at rank R instead of r1 + r2, each module's update "
                         "cut to its best rank-R approximation (truncated SVD; the energy kept is recorded in "
                         "config.json), so it keeps the size of one adapter trained at rank R; default exact")
+    m.add_argument("--term-channel", action="store_true",
+                   help="write the merged model with an untrained explicit term channel (each of a text's own "
+                        "tokens' clusters gets a learned weight, merged by max with the expansion; docs/encoding.md), "
+                        "a start for `lens train --model OUT` to train it with the decoder and head")
     m.set_defaults(func=cmd_merge)

@@ -107,6 +107,12 @@ def test_trained_channel_is_saved_loaded_and_resumed(term_dir, data_file, tmp_pa
     cfg = _config(term_dir, data_file, lora_layers=1, train_head=True)
     t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)
     assert any(g["name"] == "term" for g in t.optimizer.param_groups)
+    rates = {g["name"]: g["base_lr"] for g in Trainer(_config(term_dir, data_file, lora_layers=1, head_lr=2e-3,
+                                                               term_lr=3e-2), tmp_path / "rates",
+                                                       show_progress_bar=False).optimizer.param_groups}
+    assert (rates["term"], rates["head"]) == (3e-2, 2e-3)  # term_lr is the channel's own; the head keeps its rate
+    with pytest.raises(ValueError, match="term_lr must be > 0"):
+        _config(term_dir, data_file, term_lr=0.0)
     out = t.train()
     trained = t.model.term_vector()
     assert not np.allclose(trained, np.r_[np.zeros(trained.size - 1), TERM_BIAS_INIT])  # it learnt
@@ -205,3 +211,37 @@ def test_a_frozen_run_needs_something_to_train(tiny_lens_dir, data_file, tmp_pat
                 show_progress_bar=False)
     with pytest.raises(ValueError, match="lora_layers must be >= 0"):
         _config(tiny_lens_dir, data_file, lora_layers=-1)
+
+
+def test_cli_merge_term_channel_writes_a_trainable_start(tiny_lens_dir, data_file, tmp_path, capsys):  # noqa: F811
+    """`lens merge MODEL --out START --term-channel`: the merged model with an untrained channel, whose vectors are
+    the merged model's raised on the own clusters only, and which `lens train` trains; refused with --onto and on a
+    model that has the channel already."""
+    from lens.cli import main
+    from lens.config import LensConfig
+    from lens.encoder import LensEncoder
+
+    trained, plain, start = tmp_path / "trained", tmp_path / "plain", tmp_path / "start"
+    train = ["--data", str(data_file), "--steps", "1", "--lora-layers", "1", "--batch-size", "4"]
+    assert main(["train", "--model", str(tiny_lens_dir), *train, "--out", str(trained)]) == 0
+    assert main(["merge", str(trained), "--out", str(plain)]) == 0
+    assert main(["merge", str(trained), "--out", str(start), "--term-channel"]) == 0
+    assert LensConfig.load(start).term_channel and not LensConfig.load(plain).term_channel
+    assert not LensConfig.load(trained).term_channel  # the source is left as it was
+    text = "cell protein gene"
+    a = LensEncoder.from_pretrained(plain).encode(text, normalize=False)
+    b = LensEncoder.from_pretrained(start).encode(text, normalize=False)
+    assert (b >= a - 1e-6).all() and (b > a + 1e-6).any()
+    assert b[a > float(np.log1p(TERM_BIAS_INIT)) + 1e-6] == pytest.approx(a[a > float(np.log1p(TERM_BIAS_INIT)) + 1e-6])
+    out = tmp_path / "again"
+    assert main(["train", "--model", str(start), *train, "--out", str(out)]) == 0
+    from safetensors import safe_open
+
+    with safe_open(str(out / "clusters.safetensors"), framework="np") as f:
+        assert {"term_weight", "term_bias"} <= set(f.keys())
+    capsys.readouterr()
+    assert main(["merge", str(out), "--out", str(tmp_path / "y"), "--term-channel"]) == 2
+    assert "has a term channel already" in capsys.readouterr().err
+    assert main(["merge", str(trained), "--onto", str(tiny_lens_dir), "--out", str(tmp_path / "x"),
+                 "--term-channel"]) == 2
+    assert "drop --onto" in capsys.readouterr().err

@@ -489,6 +489,13 @@ def test_shipped_configs_load():
     cpu = TrainConfig.load(configs / "default-continue-cpu-bm25.json")  # the same continuation on a CPU's budget
     assert cpu.stages[-1].loss == gpu.stages[-1].loss + "+bm25" and cpu.model == control.model
     assert (cpu.lora_layers, cpu.batch_size, cpu.stages[-1].max_negatives, cpu.stages[-1].steps) == (8, 16, 1, 100)
+    # the term-channel rows of the CPU continuation: its start with the channel, and each one change beside it
+    for name, term_lr, loss in (("terms", None, cpu.stages[-1].loss), ("terms-fast", 0.02, cpu.stages[-1].loss),
+                                ("terms-lr0.1", 0.1, cpu.stages[-1].loss), ("terms-no-flops", None, "infonce+bm25")):
+        row = TrainConfig.load(configs / f"default-continue-cpu-bm25-{name}.json")
+        assert (row.model, row.term_lr, row.stages[-1].loss) == (cpu.model + "-terms", term_lr, loss)
+        row.model, row.term_lr, row.stages[-1].loss, row.notes = cpu.model, None, cpu.stages[-1].loss, cpu.notes
+        assert row == cpu
     with pytest.raises(ValueError, match="cache_chunk"):
         TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)
 

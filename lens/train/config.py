@@ -53,6 +53,7 @@ class TrainConfig:
     # optimisation
     lr: float = 1e-4
     head_lr: float | None = None  # None: same as lr
+    term_lr: float | None = None  # the term channel's (LensConfig.term_channel); None: same as head_lr
     bias_lr: float = 0.05  # the BCE logit bias learns fast (SigLIP / BiXSE)
     # the bias at a BCE stage's start: "fitted" = SigLIP's -log(N-1) minus bce_scale x the mean cosine of the stage's
     # first batch (lexicon vectors are non-negative, so pairs do not start near cosine 0); "siglip" = -log(N-1)
@@ -120,6 +121,9 @@ class TrainConfig:
             raise ValueError(f"cache_chunk must be >= 1 (or null for no cached loss), got {self.cache_chunk}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        for name in ("lr", "head_lr", "term_lr"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 (or null where it may be), got {getattr(self, name)}")
         if self.bias_init not in BIAS_INITS:
             raise ValueError(f"bias_init must be one of {BIAS_INITS}, got {self.bias_init!r}")
 
