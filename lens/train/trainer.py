@@ -151,12 +151,13 @@ class Trainer:
         if self.peft_model is not None:
             groups.append({"params": [p for p in self.decoder.parameters() if p.requires_grad], "lr": cfg.lr,
                            "weight_decay": cfg.weight_decay, "name": "lora"})
+        head_lr = cfg.head_lr or cfg.lr
         if cfg.train_head:
-            groups.append({"params": [self.model.head.weight], "lr": cfg.head_lr or cfg.lr,
+            groups.append({"params": [self.model.head.weight], "lr": head_lr,
                            "weight_decay": cfg.weight_decay, "name": "head"})
         if self.model.term is not None:  # the term channel (LensConfig.term_channel): the head's rate unless told
             self.model.term.requires_grad_(True)
-            groups.append({"params": list(self.model.term.parameters()), "lr": cfg.term_lr or cfg.head_lr or cfg.lr,
+            groups.append({"params": list(self.model.term.parameters()), "lr": cfg.term_lr or head_lr,
                            "weight_decay": 0.0, "name": "term"})
         if any(o.uses_bias for o in self.objectives):
             groups.append({"params": [self.bias], "lr": cfg.bias_lr, "weight_decay": 0.0, "name": "bias"})
