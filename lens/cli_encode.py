@@ -22,7 +22,7 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
                           backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
                           attention=args.attention, text_normalization=args.text_normalization,
                           term_floor=args.term_floor, logit_position=args.logit_position,
-                          term_channel=args.term_channel, show_progress_bar=True)
+                          term_channel=args.term_channel, echo=args.echo, show_progress_bar=True)
     s = r.sizes
     print(
         f"wrote {args.out}: k={r.num_clusters} from {r.backbone} ({r.num_excluded} tokens excluded) in "
@@ -218,6 +218,10 @@ def register(subparsers) -> None:
                    help="give the model the explicit term channel: each of a text's own tokens' clusters gets a "
                         "learned weight from the token's own position, merged by max with the pooled weights "
                         "(lens.pooling.merge_terms); `lens train` learns it (untrained, every token weighs 0.69)")
+    c.add_argument("--echo", action="store_true",
+                   help="echo input: each text written twice and only the second copy pooled, so under causal "
+                        "attention the position standing for a token has read it (lens.inputs; about twice the "
+                        "compute per text), saved in the model; train it with `lens train`")
     c.add_argument("--compact", action="store_true",
                    help="omit the centroids (they are the cluster means, recomputed from the verified backbone)")
     c.add_argument("--out", required=True, type=Path, help="directory to write (LensEncoder.from_pretrained loads it)")

@@ -114,9 +114,10 @@ def cmd_merge(args: argparse.Namespace) -> None:
     from lens.model_dir import check_model_target
 
     check_model_target(args.out)
-    if args.term_channel and args.onto is not None:
-        raise ValueError("--term-channel writes a start for training (`lens merge MODEL --out START --term-channel`, "
-                         "then `lens train --model START`); drop --onto")
+    for flag, on in (("--term-channel", args.term_channel), ("--echo", args.echo)):
+        if on and args.onto is not None:
+            raise ValueError(f"{flag} writes a start for training (`lens merge MODEL --out START {flag}`, then "
+                             "`lens train --model START`); drop --onto")
     if args.onto is not None:
         from lens.model_dir import stack_model_dirs
 
@@ -138,13 +139,20 @@ def cmd_merge(args: argparse.Namespace) -> None:
         # hash the clusters are checked against, so the merged model could not be loaded or trained on)
         enc = LensEncoder.from_pretrained(args.model, dtype=torch.float32)
         if enc.config.adapter is None:
-            hint = ("; to start a channel on it, copy it and set \"term_channel\": true in the copy's config.json"
-                    if args.term_channel else "")
+            setting = "term_channel" if args.term_channel else "echo" if args.echo else None
+            hint = (f"; to turn on {setting}, copy it and set \"{setting}\": true in the copy's config.json"
+                    if setting else "")
             raise ValueError(f"{args.model} has no adapter to merge; it is already standalone{hint}")
         if args.term_channel:
             if enc.config.term_channel:
                 raise ValueError(f"{args.model} has a term channel already; drop --term-channel")
             enc.config.term_channel = True  # untrained: `lens train` starts it as any new model's channel
+        if args.echo:
+            if enc.config.echo:
+                raise ValueError(f"{args.model} reads its texts with echo already; drop --echo")
+            if enc.config.convention != "lens":
+                raise ValueError(f"--echo needs the LENS convention; {args.model} uses {enc.config.convention!r}")
+            enc.config.echo = True  # the weights as they are: `lens train` adapts them to the echoed input
         enc.save_pretrained(args.out)
     print(f"wrote {args.out}: merged backbone in {args.out / 'backbone'}; load it with "
           f"LensEncoder.from_pretrained({str(args.out)!r})")
@@ -240,4 +248,7 @@ def register(subparsers) -> None:
                    help="write the merged model with an untrained explicit term channel (each of a text's own "
                         "tokens' clusters gets a learned weight, merged by max with the expansion; docs/encoding.md), "
                         "a start for `lens train --model OUT` to train it with the decoder and head")
+    m.add_argument("--echo", action="store_true",
+                   help="write the merged model reading its texts with echo (each text twice, the second copy "
+                        "pooled; lens.inputs), a start for `lens train --model OUT` to adapt it to that input")
     m.set_defaults(func=cmd_merge)

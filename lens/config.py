@@ -70,6 +70,9 @@ class LensConfig:
     # weight from the token's own position (``term_weight`` / ``term_bias`` in clusters.safetensors; absent: their
     # starting values), merged by max with the pooled weights. Not written when False.
     term_channel: bool = False
+    # Echo input (lens.inputs): each text written twice, the second copy pooled, so under causal attention the
+    # position that stands for a token has read it. About twice the compute per text. Not written when False.
+    echo: bool = False
     format_version: int = FORMAT_VERSION
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. training provenance)
     convention: str = "lens"  # CONVENTIONS: "lens" or "paper" (the released checkpoints); not written when "lens"
@@ -82,7 +85,7 @@ class LensConfig:
         data = dataclasses.asdict(self)
         if data.get("convention") == "lens":  # the default is not written: such a config reads as it did before
             del data["convention"]
-        for name, default in (("logit_position", "next"), ("term_channel", False)):  # likewise
+        for name, default in (("logit_position", "next"), ("term_channel", False), ("echo", False)):  # likewise
             if data.get(name) == default:
                 del data[name]
         return data
@@ -103,6 +106,11 @@ class LensConfig:
             raise ValueError(f"{source} is not a LENS config ({e}); re-create it with `lens cluster-vocab`") from e
         if config.convention not in CONVENTIONS:
             raise ValueError(f"{source} has convention {config.convention!r}; valid: {', '.join(CONVENTIONS)}")
+        if not isinstance(config.echo, bool):
+            raise ValueError(f"{source} has echo {config.echo!r}; valid: true or false")
+        if config.echo and config.convention != "lens":
+            raise ValueError(f"{source} has echo on with convention {config.convention!r}: echo needs the LENS "
+                             "convention; set \"echo\": false")
         return config
 
     def save(self, directory: str | Path) -> None:

@@ -429,7 +429,7 @@ class LensEncoder:
         if todo:
             items = encode_texts(self.tokenizer, [texts[i] for i in todo], self.max_seq_length, prompt,
                                  normalization=self.config.text_normalization, convention=self.config.convention,
-                                 casing=self.casing_table)
+                                 casing=self.casing_table, echo=self.config.echo)
             n_cut = sum(it.truncated for it in items)
             tally = _TRUNCATIONS.get()
             if tally is not None:  # inside count_truncations: the caller reports the total
@@ -540,6 +540,8 @@ class LensEncoder:
             fp["lens_logit_position"] = self.config.logit_position
         if self.config.term_channel:  # likewise
             fp["lens_term_channel"] = True
+        if self.config.echo:  # likewise
+            fp["lens_echo"] = True
         if self.config.convention != "lens":  # likewise: the released checkpoints' tokenisation and pooling
             fp["lens_convention"] = self.config.convention
         return fp

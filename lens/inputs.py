@@ -3,6 +3,11 @@
 Each sequence is ``[BOS] + prompt + text + [EOS]``. The prompt and the text are tokenised separately, so the
 tokens that belong to the text are known exactly: the pooling mask covers the text's tokens and the appended
 EOS, never the BOS or the prompt (a query's instruction shapes its vector but is not part of it).
+
+With echo (``LensConfig.echo``) the text is written twice, ``[BOS] + prompt + text + text + [EOS]``, and only the
+second copy and the EOS are pooled: under causal attention every position of the second copy has read the whole
+text, so the position that stands for a token has seen that token (echo embeddings, Springer et al. 2024; the
+Mistral-SPLADE recipe).
 """
 
 from __future__ import annotations
@@ -88,14 +93,19 @@ def special_ids(tokenizer) -> tuple[int, int]:
 
 def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | None = None, *,
                  normalization: str | None = None, convention: str = "lens",
-                 casing: CasingTable | None = None) -> list[Encoded]:
-    """Tokenise ``texts`` behind an optional ``prompt``; texts are cut so each sequence fits ``max_length``.
+                 casing: CasingTable | None = None, echo: bool = False) -> list[Encoded]:
+    """Tokenise ``texts`` behind an optional ``prompt``; texts are cut so ``[BOS] prompt text [EOS]`` fits
+    ``max_length``.
 
     ``normalization`` names the model's text rule (``TEXT_NORMALIZATIONS``), applied to the texts, not the prompt:
     every path that tokenises for a model (encoding, training, MNTP, integrations) passes its config's rule here;
-    ``casing`` is the truecasing rules' table when not the packaged one (``normalize_texts``).
+    ``casing`` is the truecasing rules' table when not the packaged one (``normalize_texts``). ``echo`` writes the
+    (cut) text twice and pools the second copy (the module's docstring): the text is cut as without echo, so a
+    sequence holds up to ``2 * max_length - len(prompt) - 2`` tokens and costs about twice the compute.
     """
     if convention != "lens":  # the released checkpoints' own rule (lens.config.CONVENTIONS)
+        if echo:
+            raise ValueError(f"echo needs the LENS convention; this model uses {convention!r}")
         return encode_texts_paper(tokenizer, normalize_texts(list(texts), normalization, casing), max_length,
                                   prompt, convention)
     start, eos = special_ids(tokenizer)
@@ -110,8 +120,9 @@ def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | Non
     out = []
     for ids in text_ids:
         kept = ids[:budget]
-        seq = [start, *prompt_ids, *kept, eos]
-        pool = [0] * (1 + len(prompt_ids)) + [1] * (len(kept) + 1)
+        first = [*kept] if echo else []  # the copy that is read, not pooled
+        seq = [start, *prompt_ids, *first, *kept, eos]
+        pool = [0] * (1 + len(prompt_ids) + len(first)) + [1] * (len(kept) + 1)
         out.append(Encoded(seq, pool, truncated=len(ids) > budget))
     return out
 

@@ -50,6 +50,7 @@ def cluster_vocab(
     term_floor: float | None = None,
     logit_position: str = "next",
     term_channel: bool = False,
+    echo: bool = False,
     show_progress_bar: bool = False,
 ) -> VocabClustering:
     """KMeans on ``model``'s LM-head rows into ``clusters`` groups (``"vocab"``: one per token), written to ``out``.
@@ -59,7 +60,8 @@ def cluster_vocab(
     the config (the paper: ``"bidirectional"``; ``"causal"`` keeps the backbone's pretrained mask), and so are the
     text rule (``text_normalization``: ``lens.inputs.TEXT_NORMALIZATIONS``), the own-token floor (``term_floor``)
     and which position's logits stand for a token (``logit_position``: ``lens.pooling.LOGIT_POSITIONS``), and
-    whether the model gets the explicit term channel (``term_channel``, trained by ``lens train``).
+    whether the model gets the explicit term channel (``term_channel``, trained by ``lens train``) and echo input
+    (``echo``: each text written twice, the second copy pooled; ``lens.inputs``).
     """
     from lens.attention import MODES
     from lens.backbone import load_lm_head, load_tokenizer, matrix_sha256, resolve_backbone, special_token_ids
@@ -95,6 +97,7 @@ def cluster_vocab(
         term_floor=term_floor,
         logit_position=logit_position,
         term_channel=term_channel,
+        echo=echo,
         clustering=ClusteringConfig(
             num_clusters=k, vocab_size=int(matrix.shape[0]), hidden_size=int(matrix.shape[1]),
             lm_head_sha256=matrix_sha256(matrix), seed=seed, iterations=iterations, backend=backend,

@@ -61,7 +61,8 @@ def lens_space(resource) -> Space:
                                              show_progress_bar=False), dtype=np.float32)
 
     def token_dims(text):  # the tokens the encoder pools, as it cuts them (lens.inputs)
-        items = encode_texts(enc.tokenizer, [text], enc.max_seq_length, normalization=enc.config.text_normalization)
+        items = encode_texts(enc.tokenizer, [text], enc.max_seq_length, normalization=enc.config.text_normalization,
+                             echo=enc.config.echo)
         return assignment[np.asarray(text_ids(items[0]), dtype=np.int64)]
 
     c = enc.config

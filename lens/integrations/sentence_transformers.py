@@ -123,7 +123,7 @@ class LensSparseModule(InputModule):
         items = encode_texts(tokenizer, texts, self.max_seq_length,
                              query_prompt(self.encoder.config.query_template, prompt),
                              normalization=self.encoder.config.text_normalization,
-                             convention=self.encoder.config.convention)
+                             convention=self.encoder.config.convention, echo=self.encoder.config.echo)
         n_cut = sum(it.truncated for it in items)
         if n_cut:
             logger.warning("%d of %d texts were longer than max_seq_length=%d tokens and were truncated",

@@ -208,14 +208,17 @@ class Trainer:
         every = [self.data[step.stage][i] for step in self.plan for i in step.batch] + self.val
         by_prompt: dict[str, set[str]] = {}
         rule = self.encoder.config.text_normalization  # the model's text rule: train on the texts it will encode
+        echo = self.encoder.config.echo  # and its input form
         for e in every:
             by_prompt.setdefault(self._query_prompt(self._instruction(e)), set()).add(e.query)
         for prompt, queries in by_prompt.items():
             qs = sorted(queries)
-            for q, item in zip(qs, encode_texts(self.tokenizer, qs, cfg.query_max_length, prompt, normalization=rule)):
+            for q, item in zip(qs, encode_texts(self.tokenizer, qs, cfg.query_max_length, prompt, normalization=rule,
+                                                 echo=echo)):
                 self._items[(prompt, q)] = item
         docs = sorted({t for e in every for t in (e.positive, *self._negatives(e))})
-        for d, item in zip(docs, encode_texts(self.tokenizer, docs, cfg.doc_max_length, normalization=rule)):
+        for d, item in zip(docs, encode_texts(self.tokenizer, docs, cfg.doc_max_length, normalization=rule,
+                                              echo=echo)):
             self._items[("", d)] = item
         if self.split:
             fp = self.encoder.config.clustering.lm_head_sha256
@@ -453,12 +456,13 @@ class Trainer:
         from lens.encoder import encode_items
 
         self.decoder.eval()
-        rule = self.encoder.config.text_normalization
+        rule, echo = self.encoder.config.text_normalization, self.encoder.config.echo
         if instruction is None:
-            items = encode_texts(self.tokenizer, texts, max_length or self.config.doc_max_length, normalization=rule)
+            items = encode_texts(self.tokenizer, texts, max_length or self.config.doc_max_length, normalization=rule,
+                                 echo=echo)
         else:
             items = encode_texts(self.tokenizer, texts, max_length or self.config.query_max_length,
-                                 self._query_prompt(instruction), normalization=rule)
+                                 self._query_prompt(instruction), normalization=rule, echo=echo)
         if self.cache is not None:
             self.cache.fill(items, self.tokenizer.pad_token_id, show_progress_bar=self.show_progress_bar)
         lexicon, _ = encode_items(items, self._forward, self.model.num_clusters, self.decoder.config.hidden_size,
