@@ -496,6 +496,10 @@ def test_shipped_configs_load():
         assert (row.model, row.term_lr, row.stages[-1].loss) == (cpu.model + "-terms", term_lr, loss)
         row.model, row.term_lr, row.stages[-1].loss, row.notes = cpu.model, None, cpu.stages[-1].loss, cpu.notes
         assert row == cpu
+    echo = TrainConfig.load(configs / "default-continue-cpu-bm25-echo.json")  # echo input: the start alone differs
+    assert echo.model == cpu.model + "-echo"
+    echo.model, echo.notes = cpu.model, cpu.notes
+    assert echo == cpu
     with pytest.raises(ValueError, match="cache_chunk"):
         TrainConfig(stages=[StageConfig("s", ["x"])], cache_chunk=0)
 
