@@ -66,6 +66,20 @@ def tiny_lens_dir(tmp_path_factory, tiny_backbone_dir):
     return out
 
 
+def lens_dir_copy(source: Path, out: Path, **settings) -> Path:
+    """A copy of the LENS directory ``source`` at ``out`` with ``settings`` (``LensConfig`` fields) changed."""
+    import shutil
+
+    from lens.config import LensConfig
+
+    shutil.copytree(source, out)
+    config = LensConfig.load(out)
+    for name, value in settings.items():
+        setattr(config, name, value)
+    config.save(out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_encoder(tiny_lens_dir):
     from lens.encoder import LensEncoder

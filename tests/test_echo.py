@@ -3,7 +3,6 @@ attention the position that stands for a token has read it. The layout against a
 config, encoder, trainer and CLI that carry it."""
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import torch
 
 from lens.inputs import encode_texts, special_ids, text_ids
 
-from conftest import assert_close
+from conftest import assert_close, lens_dir_copy
 from test_train import _config, data_file  # noqa: F401  (the toy training file fixture)
 
 
@@ -54,15 +53,8 @@ def test_config_writes_echo_only_when_on_and_checks_it(tiny_lens_dir):
 
 @pytest.fixture
 def echo_dir(tiny_lens_dir, tmp_path):
-    from lens.config import LensConfig
-
-    out = tmp_path / "echo"
-    shutil.copytree(tiny_lens_dir, out)
-    config = LensConfig.load(out)
-    config.echo = True
-    config.attention = "causal"  # echo's point: under causal attention the second copy has read the whole text
-    config.save(out)
-    return out
+    # causal: echo's point is that under causal attention the second copy has read the whole text
+    return lens_dir_copy(tiny_lens_dir, tmp_path / "echo", echo=True, attention="causal")
 
 
 def test_encoder_pools_the_second_copy_of_an_echoed_forward(echo_dir):

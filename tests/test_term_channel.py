@@ -3,7 +3,6 @@ position, merged by max with the expansion; pure maths against a loop, then the 
 trainer that carry it."""
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import torch
 
 from lens.pooling import TERM_BIAS_INIT, merge_terms, term_weights
 
-from conftest import assert_close
+from conftest import assert_close, lens_dir_copy
 from test_train import _config, data_file  # noqa: F401  (the toy training file fixture)
 
 
@@ -50,14 +49,7 @@ def test_term_weights_are_saturated_and_differentiable():
 
 @pytest.fixture
 def term_dir(tiny_lens_dir, tmp_path):
-    from lens.config import LensConfig
-
-    out = tmp_path / "term"
-    shutil.copytree(tiny_lens_dir, out)
-    config = LensConfig.load(out)
-    config.term_channel = True
-    config.save(out)
-    return out
+    return lens_dir_copy(tiny_lens_dir, tmp_path / "term", term_channel=True)
 
 
 def test_untrained_channel_raises_each_own_tokens_cluster_to_its_start(tiny_lens_dir, term_dir):
