@@ -26,7 +26,7 @@ from lens.backbone import (BackboneRef, load_backbone, load_lm_head, matrix_sha2
 from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
-from lens.inputs import (NO_TEXT_RULE, PADDING_SIDE, Encoded, check_text_normalization, encode_texts,
+from lens.inputs import (NO_TEXT_RULE, PADDING_SIDE, Encoded, check_text_normalization, encode_model_texts,
                          length_sorted_batches, pad_batch, text_ids)
 from lens.fixed_shape import FixedShapeForward
 from lens.model import LensModel, LensOutput, decoder_of
@@ -427,9 +427,8 @@ class LensEncoder:
         dense = np.zeros((len(texts), self.model.decoder.config.hidden_size), dtype=np.float32)
         todo = [i for i, t in enumerate(texts) if t.strip()]
         if todo:
-            items = encode_texts(self.tokenizer, [texts[i] for i in todo], self.max_seq_length, prompt,
-                                 normalization=self.config.text_normalization, convention=self.config.convention,
-                                 casing=self.casing_table, echo=self.config.echo)
+            items = encode_model_texts(self.tokenizer, self.config, [texts[i] for i in todo], self.max_seq_length,
+                                       prompt, casing=self.casing_table)
             n_cut = sum(it.truncated for it in items)
             tally = _TRUNCATIONS.get()
             if tally is not None:  # inside count_truncations: the caller reports the total

@@ -127,6 +127,15 @@ def encode_texts(tokenizer, texts: list[str], max_length: int, prompt: str | Non
     return out
 
 
+def encode_model_texts(tokenizer, config, texts: list[str], max_length: int, prompt: str | None = None, *,
+                       casing: CasingTable | None = None) -> list[Encoded]:
+    """``encode_texts`` as the model whose ``LensConfig`` is ``config`` reads its texts: its text rule, convention
+    and echo, so every path that encodes or trains for a model tokenises the same way (the MNTP warm-up, whose
+    masked tokens an echo would give away, calls ``encode_texts`` itself)."""
+    return encode_texts(tokenizer, texts, max_length, prompt, normalization=config.text_normalization,
+                        convention=config.convention, casing=casing, echo=config.echo)
+
+
 PAPER_QUERY_MARKER = "<query>"  # convention "paper": a query is pooled from its last <query> token on
 PADDING_SIDE = {"lens": "right", "paper": "left"}  # how each convention pads a batch (lens.config.CONVENTIONS)
 

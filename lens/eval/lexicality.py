@@ -51,7 +51,7 @@ class Space:
 
 def lens_space(resource) -> Space:
     """A ``lens.eval.systems.LensResource``'s lexicon: dimensions are clusters, a token's is its cluster."""
-    from lens.inputs import encode_texts, text_ids
+    from lens.inputs import encode_model_texts, text_ids
 
     enc = resource.encoder
     assignment = np.asarray(enc.assignment)
@@ -61,8 +61,7 @@ def lens_space(resource) -> Space:
                                              show_progress_bar=False), dtype=np.float32)
 
     def token_dims(text):  # the tokens the encoder pools, as it cuts them (lens.inputs)
-        items = encode_texts(enc.tokenizer, [text], enc.max_seq_length, normalization=enc.config.text_normalization,
-                             echo=enc.config.echo)
+        items = encode_model_texts(enc.tokenizer, enc.config, [text], enc.max_seq_length)
         return assignment[np.asarray(text_ids(items[0]), dtype=np.int64)]
 
     c = enc.config

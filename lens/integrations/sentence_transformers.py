@@ -34,7 +34,7 @@ from torch import Tensor
 from lens.atomic import DirectoryLock
 from lens.encoder import LensEncoder, check_texts
 from lens.extras import require
-from lens.inputs import PADDING_SIDE, encode_texts, pad_batch
+from lens.inputs import PADDING_SIDE, encode_model_texts, pad_batch
 from lens.model_dir import (
     ST_CONFIG_NAME,
     ST_MODULES_NAME,
@@ -120,10 +120,8 @@ class LensSparseModule(InputModule):
         """Token ids, attention mask, pooling mask (the text and EOS, never BOS or prompt) and blank flags."""
         texts = check_texts(list(inputs), "inputs")
         tokenizer = self.encoder.tokenizer
-        items = encode_texts(tokenizer, texts, self.max_seq_length,
-                             query_prompt(self.encoder.config.query_template, prompt),
-                             normalization=self.encoder.config.text_normalization,
-                             convention=self.encoder.config.convention, echo=self.encoder.config.echo)
+        items = encode_model_texts(tokenizer, self.encoder.config, texts, self.max_seq_length,
+                                   query_prompt(self.encoder.config.query_template, prompt))
         n_cut = sum(it.truncated for it in items)
         if n_cut:
             logger.warning("%d of %d texts were longer than max_seq_length=%d tokens and were truncated",

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from index.vectors import l2_normalize
-from lens.inputs import Encoded, encode_texts, pad_batch, text_ids
+from lens.inputs import Encoded, encode_model_texts, pad_batch, text_ids
 from lens.layers import embed, num_layers
 from lens.train import losses as L
 from lens.train.checkpoint import load_checkpoint, save_checkpoint
@@ -207,18 +207,15 @@ class Trainer:
         # only the texts the planned steps and the validation use: a short run over a big mixture caches little
         every = [self.data[step.stage][i] for step in self.plan for i in step.batch] + self.val
         by_prompt: dict[str, set[str]] = {}
-        rule = self.encoder.config.text_normalization  # the model's text rule: train on the texts it will encode
-        echo = self.encoder.config.echo  # and its input form
+        config = self.encoder.config  # tokenised as the model reads its texts (rule, echo): train on what it encodes
         for e in every:
             by_prompt.setdefault(self._query_prompt(self._instruction(e)), set()).add(e.query)
         for prompt, queries in by_prompt.items():
             qs = sorted(queries)
-            for q, item in zip(qs, encode_texts(self.tokenizer, qs, cfg.query_max_length, prompt, normalization=rule,
-                                                 echo=echo)):
+            for q, item in zip(qs, encode_model_texts(self.tokenizer, config, qs, cfg.query_max_length, prompt)):
                 self._items[(prompt, q)] = item
         docs = sorted({t for e in every for t in (e.positive, *self._negatives(e))})
-        for d, item in zip(docs, encode_texts(self.tokenizer, docs, cfg.doc_max_length, normalization=rule,
-                                              echo=echo)):
+        for d, item in zip(docs, encode_model_texts(self.tokenizer, config, docs, cfg.doc_max_length)):
             self._items[("", d)] = item
         if self.split:
             fp = self.encoder.config.clustering.lm_head_sha256
@@ -456,13 +453,12 @@ class Trainer:
         from lens.encoder import encode_items
 
         self.decoder.eval()
-        rule, echo = self.encoder.config.text_normalization, self.encoder.config.echo
+        config = self.encoder.config
         if instruction is None:
-            items = encode_texts(self.tokenizer, texts, max_length or self.config.doc_max_length, normalization=rule,
-                                 echo=echo)
+            items = encode_model_texts(self.tokenizer, config, texts, max_length or self.config.doc_max_length)
         else:
-            items = encode_texts(self.tokenizer, texts, max_length or self.config.query_max_length,
-                                 self._query_prompt(instruction), normalization=rule, echo=echo)
+            items = encode_model_texts(self.tokenizer, config, texts, max_length or self.config.query_max_length,
+                                       self._query_prompt(instruction))
         if self.cache is not None:
             self.cache.fill(items, self.tokenizer.pad_token_id, show_progress_bar=self.show_progress_bar)
         lexicon, _ = encode_items(items, self._forward, self.model.num_clusters, self.decoder.config.hidden_size,
