@@ -41,7 +41,7 @@ from .manifest import (
     verify_stream,
 )
 from .metadata import DocTable, check_filter, check_ids
-from .store import HybridIndex, SearchResult, check_save_target
+from .store import HybridIndex, SearchResult, check_save_target, idf_weights
 from .bm25_fusion import split_weights
 from .vectors import mean_weights, weight_pair
 
@@ -162,11 +162,32 @@ class ShardedIndex:
 
     # ---- search and changes -----------------------------------------------------------------
 
+    @property
+    def idf(self) -> bool:
+        """Whether searches weigh the query lexicon by inverse document frequency by default (every shard's
+        default says so)."""
+        return all(s.idf for s in self._shards)
+
+    def document_frequencies(self) -> tuple[np.ndarray, int] | None:
+        """Every shard's cluster document frequencies summed, and the documents counted; None when a shard keeps
+        none."""
+        each = [s.document_frequencies() for s in self._shards]
+        if not each or any(f is None for f in each):
+            return None
+        return np.sum([f[0] for f in each], axis=0), sum(f[1] for f in each)
+
+    def query_idf(self, idf: bool | None) -> np.ndarray | None:
+        """``HybridIndex.query_idf`` over the whole index: the frequencies of all shards together, so every shard
+        weighs a query alike and their scores compare."""
+        return idf_weights(self, idf, self.document_frequencies())
+
     def search(self, lexicon: Any = None, dense: Any = None, k: int = 10, weights: Any = None,
                query_top_m: int | None = None, filter: Mapping[str, Any] | None = None,
-               texts: Sequence[str] | None = None, depth: int | None = None) -> list[SearchResult]:
-        """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``). A BM25 weight is refused:
-        each shard's BM25 part would weigh terms by its own statistics, so their scores would not compare."""
+               texts: Sequence[str] | None = None, depth: int | None = None,
+               idf: bool | None = None) -> list[SearchResult]:
+        """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``); ``idf`` weighs the query
+        lexicon by the whole index's frequencies (:meth:`query_idf`). A BM25 weight is refused: each shard's BM25
+        part would weigh terms by its own statistics, so their scores would not compare."""
         weights, w_bm25 = split_weights(weights)
         if w_bm25 > 0:
             raise ValueError("a sharded index cannot search with a BM25 weight (each shard's BM25 statistics differ, "
@@ -177,7 +198,8 @@ class ShardedIndex:
         allowed = [s.selection(filter) for s in self._shards]
         if checked is not None and not any(len(a) for a in allowed) and len(self):
             logger.warning("no document matches the filter %s: returning no hits", filter)
-        per_shard = [s.search_selection(lexicon, dense, k, weights, query_top_m, a)
+        weighing = self.query_idf(idf)
+        per_shard = [s.search_selection(lexicon, dense, k, weights, query_top_m, a, idf=weighing)
                      for s, a in zip(self._shards, allowed)]
         return [merge_hits([hits[q] for hits in per_shard], k) for q in range(len(per_shard[0]))]
 

@@ -91,15 +91,16 @@ from .manifest import (
 )
 from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, split_weights
 from .bm25_part import BM25_FILE, BM25Part
+from .df_part import DF_FILE, DocFrequencyPart
 from .metadata import DocTable, check_filter, check_ids, encode_metadata
 from . import ondisk
 from .ondisk import DATA_FILE
 from .rescore import stored_scores
 from .vectors import (
-    as_matrix, check_dim, check_finite, document_vectors, prune_top_m, query_vectors, weight_pair,
+    as_matrix, check_dim, check_finite, cluster_idf, document_vectors, prune_top_m, query_vectors, weight_pair,
 )
 
-__all__ = ["HybridIndex", "SearchResult", "check_save_target"]
+__all__ = ["HybridIndex", "SearchResult", "check_save_target", "idf_weights"]
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
 
 
 CASING_FILE = "casing.json.gz"  # the corpus's own casing table (lens.casing), when the index keeps one
-_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, BM25_FILE, CASING_FILE,
+_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, BM25_FILE, CASING_FILE, DF_FILE,
                             ".DS_Store"))  # .DS_Store: macOS junk
 
 
@@ -261,6 +262,9 @@ class HybridIndex:
             part.
         bm25: keep a BM25 part (``index.bm25_part``): :meth:`add` then takes each document's text (``texts=``) and
             :meth:`search` a third weight, for BM25 (``index.bm25_fusion``).
+        idf: weigh each query's lexicon by the clusters' inverse document frequency in this index
+            (:meth:`search`'s ``idf``) unless a search says otherwise; needs a lexicon part. Every index with a
+            lexicon part keeps its documents' frequencies (``index.df_part``), so any search may ask for it.
         **index_options: options of the index type, e.g. ``ef_search=128`` (hnsw), ``nlist=1024``
             (ivf); unknown names raise ValueError listing the valid ones.
     """
@@ -275,6 +279,7 @@ class HybridIndex:
         info: Mapping[str, Any] | None = None,
         top_m: int | None = None,
         bm25: bool = False,
+        idf: bool = False,
         **index_options: Any,
     ) -> None:
         self._dims = {"lexicon": _dim(lexicon_dim, "lexicon_dim"), "dense": _dim(dense_dim, "dense_dim")}
@@ -300,6 +305,12 @@ class HybridIndex:
         self._docs = DocTable()
         self._next_id = 0
         self._bm25: BM25Part | None = BM25Part.build([], []) if bm25 else None
+        if not isinstance(idf, (bool, np.bool_)):
+            raise ValueError(f"idf must be True or False, got {idf!r}")
+        if idf and not self._dims["lexicon"]:
+            raise ValueError("idf weighs the lexicon part of queries, but this is a dense-only index; leave idf out")
+        self._idf = bool(idf)
+        self._df: DocFrequencyPart | None = DocFrequencyPart(self._dims["lexicon"]) if self._dims["lexicon"] else None
         self._casing: CasingTable | None = None
         self._main: faiss.Index | None = None
         self._staging: faiss.Index | None = None
@@ -370,6 +381,21 @@ class HybridIndex:
     def has_bm25(self) -> bool:
         """Whether this index keeps a BM25 part (built with ``bm25=True``, ``lens index build --bm25``)."""
         return self._bm25 is not None
+
+    @property
+    def idf(self) -> bool:
+        """Whether searches weigh the query lexicon by inverse document frequency unless they say otherwise."""
+        return self._idf
+
+    def document_frequencies(self) -> tuple[np.ndarray, int] | None:
+        """How many documents weigh each lexicon cluster above zero, and how many documents there are; None for an
+        index that keeps no frequencies (dense-only, or saved before LENS kept them)."""
+        return None if self._df is None else (self._df.df, len(self._df))
+
+    def query_idf(self, idf: bool | None) -> np.ndarray | None:
+        """The per-cluster weights a search multiplies the query lexicon by: the index's BM25 inverse document
+        frequencies when ``idf`` (None: this index's default) is on, else None."""
+        return idf_weights(self, idf, self.document_frequencies())
 
     @property
     def is_trained(self) -> bool:
@@ -446,6 +472,16 @@ class HybridIndex:
         for name, arr in parts.items():
             for start in range(0, arr.shape[0], chunk):
                 check_finite(arr[start : start + chunk], name, row_offset=start)
+
+    def _df_rows(self, lexicon: np.ndarray, chunk: int) -> list[np.ndarray]:
+        """Each document's non-zero lexicon clusters as stored (after ``top_m``), for the frequency part."""
+        rows: list[np.ndarray] = []
+        for start in range(0, lexicon.shape[0], chunk):
+            block = lexicon[start : start + chunk]
+            if self._top_m is not None:
+                block = prune_top_m(block, self._top_m)
+            rows.extend(DocFrequencyPart.rows_of(block))
+        return rows
 
     def _doc_vectors(self, parts: dict[str, np.ndarray], sel: slice | np.ndarray) -> np.ndarray:
         lexicon = parts["lexicon"][sel] if "lexicon" in parts else None
@@ -560,6 +596,7 @@ class HybridIndex:
         metas = [encode_metadata(m, i) for m, i in zip(metadata, ids)] if metadata is not None else [None] * n
         terms = BM25Part.terms_of(texts, n) if self._bm25 is not None else None
         self._check_finite_chunked(parts, chunk_size)
+        df_rows = self._df_rows(parts["lexicon"], chunk_size) if self._df is not None else None
         if n == 0:
             return
 
@@ -592,6 +629,9 @@ class HybridIndex:
         if self._bm25 is not None:  # after the vectors, from terms made before anything changed
             self._bm25.remove(old_ids)
             self._bm25.add_terms(terms, new_ids)
+        if self._df is not None:
+            self._df.remove(old_ids)
+            self._df.add_rows(df_rows, new_ids)
         self._next_id += n
         logger.debug("added %d documents (%d replaced); %d in total", n, len(old_ids), len(self))
 
@@ -653,6 +693,8 @@ class HybridIndex:
                 raise RuntimeError(f"FAISS removed {removed} vectors, expected {len(int_ids)}")
         if self._bm25 is not None:
             self._bm25.remove(int_ids)
+        if self._df is not None:
+            self._df.remove(int_ids)
 
     # ---- search -----------------------------------------------------------------------------
 
@@ -678,6 +720,7 @@ class HybridIndex:
         filter: Mapping[str, Any] | None = None,
         texts: Sequence[str] | None = None,
         depth: int | None = None,
+        idf: bool | None = None,
     ) -> list[SearchResult]:
         """Top-``k`` documents for each query (rows of ``lexicon`` / ``dense``; 1-D = one query).
 
@@ -689,19 +732,23 @@ class HybridIndex:
         of each query's heaviest lexicon weights (default: none pruned, whatever ``top_m`` the documents had).
         ``filter``: search only the documents whose metadata matches, e.g. ``{"source": "wiki", "year": [2023,
         2024]}`` (``index.metadata.check_filter``); the same top-``k`` as searching an index of those documents
-        alone (exact types). Returns one :class:`SearchResult` per query; see the module docstring for
+        alone (exact types). ``idf``: multiply each query's lexicon weights by the clusters' BM25 inverse document
+        frequencies in this index before normalising it (None: the index's default, :attr:`idf`; see
+        :meth:`query_idf`). Returns one :class:`SearchResult` per query; see the module docstring for
         empty-index, zero-query and ``k > len(index)`` behaviour.
         """
         allowed = self.selection(filter)
         if allowed is not None and len(allowed) == 0 and len(self):
             logger.warning("no document matches the filter %s: returning no hits", filter)
-        return self.search_selection(lexicon, dense, k, weights, query_top_m, allowed, texts, depth)
+        return self.search_selection(lexicon, dense, k, weights, query_top_m, allowed, texts, depth,
+                                     self.query_idf(idf))
 
     def search_selection(self, lexicon: Any, dense: Any, k: int, weights: Any, query_top_m: int | None,
                          allowed: np.ndarray | None, texts: Sequence[str] | None = None,
-                         depth: int | None = None) -> list[SearchResult]:
+                         depth: int | None = None, idf: np.ndarray | None = None) -> list[SearchResult]:
         """:meth:`search` over the documents whose internal ids are ``allowed`` (:meth:`selection`; None: all),
-        with no warning when none are (``index.shards`` warns once for all of its shards)."""
+        with no warning when none are (``index.shards`` warns once for all of its shards). ``idf``: the weights
+        the query lexicon is multiplied by (:meth:`query_idf`; a sharded index gives all of its shards' ones)."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if self._spilled:
@@ -710,6 +757,8 @@ class HybridIndex:
         parts = self._parts(lexicon, dense, require_all=False)
         for name, arr in parts.items():
             check_finite(arr, f"query {name}")
+        if idf is not None and "lexicon" in parts:
+            parts["lexicon"] = parts["lexicon"] * idf  # before pruning: the heaviest weights as weighed
         if query_top_m is not None and "lexicon" in parts:
             parts["lexicon"] = prune_top_m(parts["lexicon"], query_top_m)
         nq = next(iter(parts.values())).shape[0]
@@ -815,7 +864,7 @@ class HybridIndex:
         if self._readonly is not None:
             raise ValueError(f"cannot clone this index: {self._readonly}")
         new = HybridIndex(self.lexicon_dim, self.dense_dim, self._type.name, self._weights, self._fingerprint,
-                          self._info, top_m=self._top_m, bm25=self.has_bm25, **self._options)
+                          self._info, top_m=self._top_m, bm25=self.has_bm25, idf=self._idf, **self._options)
         if self._type.needs_training and self._main is not None:
             new._main, new._staging = faiss.clone_index(self._main), None
         new._casing = self._casing
@@ -878,6 +927,11 @@ class HybridIndex:
             self._bm25.write(bm25_path)
             _fsync(bm25_path)
             files[BM25_FILE] = file_record(bm25_path)
+        if self._df is not None:
+            df_path = directory / DF_FILE
+            self._df.write(df_path)
+            _fsync(df_path)
+            files[DF_FILE] = file_record(df_path)
         if self._casing is not None:
             casing_path = directory / CASING_FILE
             casing_path.write_bytes(self._casing.to_bytes())
@@ -902,6 +956,8 @@ class HybridIndex:
         }
         if self._bm25 is not None:
             manifest["bm25"] = self._bm25.manifest_entry()
+        if self._df is not None:
+            manifest["df"], manifest["idf"] = self._df.manifest_entry(), self._idf
         write_json(directory / MANIFEST_FILE, manifest)
         return manifest
 
@@ -949,8 +1005,14 @@ class HybridIndex:
 
         obj = cls(
             m["lexicon_dim"], m["dense_dim"], m["index_type"], m["weights"], m["fingerprint"], m.get("info"),
-            top_m=m.get("top_m"), **m["index_options"],
+            top_m=m.get("top_m"), idf=bool(m.get("idf", False)), **m["index_options"],
         )
+        if m.get("df") is not None:
+            if DF_FILE not in m["files"]:
+                raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {DF_FILE}")
+            obj._df = DocFrequencyPart.read(files[DF_FILE], directory / DF_FILE, m["df"], obj.lexicon_dim)
+        else:
+            obj._df = None  # saved before LENS kept document frequencies: `idf` is refused (query_idf)
         if m.get("bm25") is not None:
             if BM25_FILE not in m["files"]:
                 raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {BM25_FILE}")
@@ -977,6 +1039,8 @@ class HybridIndex:
                 problems.append(f"the ids in {INDEX_FILE} and {DOCS_FILE} differ")
         if obj._bm25 is not None and not problems and not np.array_equal(np.sort(obj._bm25.labels), docs.int_ids()):
             problems.append(f"the documents of {BM25_FILE} and {DOCS_FILE} differ")
+        if obj._df is not None and not problems and not np.array_equal(np.sort(obj._df.labels), docs.int_ids()):
+            problems.append(f"the documents of {DF_FILE} and {DOCS_FILE} differ")
         if problems:
             raise ValueError(f"saved index {directory} is inconsistent: {'; '.join(problems)}; rebuild the index")
         if on_disk:
@@ -994,3 +1058,24 @@ class HybridIndex:
             itype.apply_search_options(obj._main, obj._options)
         logger.info("loaded %r from %s", obj, directory)
         return obj
+
+
+def idf_weights(index: Any, idf: bool | None, frequencies: tuple[np.ndarray, int] | None) -> np.ndarray | None:
+    """The query lexicon's weights for ``idf`` (None: ``index.idf``, the index's default) from ``frequencies``
+    (``(df, n)``: one index's, or a sharded index's summed); None when off. Refused with what to do when the index
+    has no lexicon part or keeps no frequencies."""
+    if idf is None:
+        idf = index.idf
+    if not isinstance(idf, (bool, np.bool_)):
+        raise ValueError(f"idf must be True, False or None (the index's default), got {idf!r}")
+    if not idf:
+        return None
+    if not index.lexicon_dim:
+        raise ValueError("idf weighs the lexicon part of queries, but this is a dense-only index; search without "
+                         "--idf")
+    if frequencies is None:
+        raise ValueError("this index was saved before LENS kept its documents' cluster frequencies, so it cannot "
+                         "weigh queries by them: rebuild it with `lens index build` (or search without --idf)")
+    df, n = frequencies
+    return cluster_idf(df, n)
+

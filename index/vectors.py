@@ -20,6 +20,7 @@ __all__ = [
     "cosine_spread",
     "check_dim",
     "check_finite",
+    "cluster_idf",
     "document_vectors",
     "l2_normalize",
     "mass_share",
@@ -305,3 +306,18 @@ def mass_share(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
     total = x.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, (x * mask).sum(axis=1) / total, np.nan)
+
+
+def cluster_idf(df: np.ndarray, n: int) -> np.ndarray:
+    """BM25's (Lucene's) inverse document frequency of each lexicon cluster, ``ln(1 + (n - df + 0.5) / (df +
+    0.5))`` (float32), from ``df`` (how many of the ``n`` documents weigh each cluster above zero).
+
+    A query's lexicon weights times this (``lens search --idf``) favour the clusters that are rare in *this*
+    corpus, as BM25 does: the model's weights were learnt on its training domains, where a cluster common in the
+    user's corpus (``flow`` in aeronautics) may have been a rare, telling one."""
+    df = np.asarray(df)
+    if df.ndim != 1 or (df.size and (df.min() < 0 or df.max() > n)):
+        raise ValueError(f"df must be one count per cluster between 0 and n = {n}")
+    d = df.astype(np.float64)
+    return np.log1p((n - d + 0.5) / (d + 0.5)).astype(np.float32)
+

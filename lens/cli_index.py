@@ -51,7 +51,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
                                    devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights,
-                                   bm25=args.bm25)
+                                   bm25=args.bm25, idf=args.idf)
         except KeyboardInterrupt:
             _interrupted(partial_dir(args.output))
     if manifest is None:  # a torchrun rank other than 0: rank 0 wrote the index and reports it
@@ -90,6 +90,9 @@ def cmd_index_info(args: argparse.Namespace) -> None:
     if any(name.split("/")[-1] == CASING_FILE for name in m["files"]):
         print(f"  casing: the corpus's own casing table ({CASING_FILE}): queries in capitals come back to the "
               "corpus's forms of their words")
+    if m.get("df") is not None:
+        print(f"  idf: the documents' cluster frequencies are kept; searches weigh the query lexicon by them "
+              f"{'by default (--no-idf: not)' if m.get('idf') else 'when asked (lens search --idf)'}")
     if m.get("bm25") is not None:
         print(f"  bm25: a BM25 part of {m['bm25'].get('documents')} documents, {m['bm25'].get('terms')} terms "
               "(lens search --weights LEX,DENSE,BM25)")
@@ -238,7 +241,7 @@ def cmd_search(args: argparse.Namespace) -> None:
     _quantize_mismatch(searcher.index, searcher.encoder.lens.quantize)  # as loaded: "auto" resolved
     results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
                               filter=_filter_of(args.filter), batch_size=args.batch_size, depth=args.depth,
-                              show_progress_bar=len(queries) > args.batch_size)
+                              idf=args.idf, show_progress_bar=len(queries) > args.batch_size)
     if args.run is not None:
         from lens.trec import write_run
 
@@ -273,7 +276,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from lens.serve import SearchService, make_server
 
     service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
-                            max_k=args.max_k, weights=args.weights)
+                            max_k=args.max_k, weights=args.weights, idf=args.idf)
     _quantize_mismatch(service.searcher.index, service.searcher.encoder.lens.quantize)
     service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
     try:
@@ -341,6 +344,10 @@ def register(subparsers) -> None:
                    help="also keep a BM25 part (bm25s, stemming, stopwords) of the documents' texts, searched with a "
                         "third weight (lens search --weights LEX,DENSE,BM25); one index only (not --shards); needs "
                         "the eval extra")
+    b.add_argument("--idf", action="store_true",
+                   help="searches weigh each query's lexicon by its clusters' inverse document frequencies in this "
+                        "corpus (BM25's idf) unless `lens search --no-idf` says otherwise; for a corpus unlike the "
+                        "model's training data (docs/index-and-search.md#idf)")
     b.add_argument("--weights", type=build_weights_arg, default=None, metavar="LEX,DENSE|balanced",
                    help="the index's default query weights (`lens search --weights` overrides them per search): two "
                         "numbers (default 0.5,0.5), or 'balanced': each part weighted inversely to the spread of its "
@@ -398,6 +405,7 @@ def register(subparsers) -> None:
                         "with --bm25). A value starting with '-' must be written --weights=VALUE")
     s.add_argument("--depth", type=positive_int, default=None, metavar="N",
                    help="with a BM25 weight: candidates taken from each of the vectors and BM25 (default max(k, 100))")
+    _add_idf_argument(s)
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
@@ -422,4 +430,12 @@ def register(subparsers) -> None:
     sv.add_argument("--weights", type=query_weights_arg, default=None, metavar="LEX,DENSE[,BM25]",
                     help="query weights of a request that gives none (default: the index's); a third, BM25, adds the "
                          "index's BM25 part (an index built with --bm25)")
+    _add_idf_argument(sv, " of a request that does not say (its \"idf\" field)")
     sv.set_defaults(func=cmd_serve)
+
+
+def _add_idf_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    parser.add_argument("--idf", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"weigh the query lexicon{what} by its clusters' inverse document frequencies in the "
+                             "index (BM25's idf; default: the index's setting, `lens index build --idf`)")
+

@@ -153,7 +153,8 @@ def build_index(docs: Sequence[Document], output: str | Path, encoder, **options
 def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_type: str = "flat",
                 chunk_size: int | None = None, batch_size: int | None = None, resume: bool = False,
                 info: dict | None = None, show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
-                shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool = False) -> dict | None:
+                shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool = False,
+                idf: bool = False) -> dict | None:
     """:func:`build_index` without loading the result: returns the saved manifest (None on a torchrun rank > 0).
 
     ``workers``: encoding processes (CPU; ``devices`` such as ``["cuda:0", "cuda:1"]`` puts one on each; under
@@ -164,16 +165,18 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     the spread of its cosines); an index of one part alone ignores them. ``info``: free-form facts for the
     manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself. ``bm25``: keep a
     BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one index only, not ``shards``).
-    ``chunk_size`` / ``batch_size`` None: ``build_sizes`` for the device that encodes.
+    ``idf``: searches weigh the query lexicon by the clusters' inverse document frequencies in the index unless
+    they say otherwise (``HybridIndex(idf=True)``). ``chunk_size`` / ``batch_size`` None: ``build_sizes`` for the device that encodes.
     """
     manifest, _ = _build(docs, Path(output), encoder, index_type=index_type, chunk_size=chunk_size,
                          batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar,
-                         workers=workers, devices=devices, shards=shards, top_m=top_m, weights=weights, bm25=bm25)
+                         workers=workers, devices=devices, shards=shards, top_m=top_m, weights=weights, bm25=bm25,
+                         idf=idf)
     return manifest
 
 
 def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, batch_size=None, resume=False, info=None,
-           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=False):
+           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=False, idf=False):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
     from index.store import check_save_target
@@ -197,7 +200,7 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, b
     state = _work_state(docs, chunk_size)
     record = EncoderRecord.of_encoder(encoder)  # before encoding: a spec's model directory is read now
     settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights, record=record,
-                    bm25=bool(bm25))
+                    bm25=bool(bm25), idf=bool(idf))
     if launch is not None:
         return _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_size, batch_size, resume,
                              show_progress_bar, settings)
@@ -526,7 +529,8 @@ class EncodedChunks:
 
 
 def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index_type: str, shards: int,
-              top_m: int | None, info: dict | None, record: EncoderRecord, weights: Any = None, bm25: bool = False):
+              top_m: int | None, info: dict | None, record: EncoderRecord, weights: Any = None, bm25: bool = False,
+              idf: bool = False):
     """Train (once), fill and save the index from the encoded chunks; returns (manifest, in-memory index or None).
     The manifest's ``info`` records the encoders (``record``) with the quantisation the chunks were encoded in."""
     from index import HybridIndex
@@ -553,7 +557,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
         info = {**(info or {}), "weights_source": "balanced (index.vectors.balanced_weights of the corpus)"}
         logger.info("balanced query weights for this corpus: lexicon %.3f, dense %.3f", *weights)
     template = HybridIndex(*chunks.dims, index_type, weights=weights, fingerprint=chunks.fingerprint, info=info,
-                           top_m=top_m, bm25=bm25, **options)
+                           top_m=top_m, bm25=bm25, idf=idf and bool(chunks.dims[0]), **options)
     template.set_casing_table(corpus_casing(docs, record))
     if train_size:
         template.train(*_sample(chunks, len(docs), train_size))

@@ -94,12 +94,14 @@ class Searcher:
     def search(self, queries: Sequence[str], k: int = 10, weights: Sequence[float] | str | None = None,
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
                show_progress_bar: bool = False, encode: Callable | None = None,
-               depth: int | None = None) -> list[SearchResult]:
+               depth: int | None = None, idf: bool | None = None) -> list[SearchResult]:
         """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's, and on an index with a BM25
         part to the index's pair and ``index.bm25_fusion.DEFAULT_BM25_WEIGHT``; three weights (lexicon, dense, BM25)
         add the index's BM25 part (built with ``bm25=True`` / ``--bm25``; ``depth``: candidates taken
         from each part, ``HybridIndex.search``); ``filter`` keeps the
-        documents whose metadata matches (``HybridIndex.search``). Queries are encoded and searched
+        documents whose metadata matches (``HybridIndex.search``); ``idf`` weighs the query lexicon by the
+        clusters' inverse document frequencies in the index (None: the index's default; ``HybridIndex.search``).
+        Queries are encoded and searched
         ``batch_size`` at a time, so a file of many queries needs one batch's vectors in memory. ``encode(texts,
         instruction)`` makes a batch's (lexicon, dense) vectors (default: this searcher's encoder; ``lens serve``
         passes one that batches concurrent requests together)."""
@@ -111,6 +113,7 @@ class Searcher:
 
         queries = check_queries(queries)
         check_filter(filter)  # before the queries are encoded
+        self.index.query_idf(idf)  # refused before the queries are encoded where the index cannot
         if weights is None and getattr(self.index, "has_bm25", False):
             weights = (*self.index.weights, DEFAULT_BM25_WEIGHT)
         if split_weights(weights)[1] > 0 and not getattr(self.index, "has_bm25", False):
@@ -123,6 +126,6 @@ class Searcher:
                 lexicon, dense = (encode(batch, instruction) if encode is not None
                                   else self.encoder.encode_queries(batch, instruction=instruction))
                 results += self.index.search(lexicon, dense, k=k, weights=weights, filter=filter, texts=batch,
-                                             depth=depth)
+                                             depth=depth, idf=idf)
                 bar.update(len(batch))
         return results

@@ -4,7 +4,8 @@ Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 
 
 - ``POST /search`` ``{"query": "text"}`` or ``{"queries": [...]}``, optional ``"k"``, ``"filter"`` (as
   ``HybridIndex.search``), ``"weights"`` ``[w_lex, w_dense]`` or ``[w_lex, w_dense, w_bm25]`` (an index with a BM25
-  part), ``"instruction"``; answers
+  part), ``"idf"`` (true / false: weigh the query lexicon by the index's inverse document frequencies; default:
+  the index's), ``"instruction"``; answers
   ``{"results": [{"query", "hits": [{"rank", "id", "score", "metadata"}]}], "documents", "took_ms"}``.
 - ``GET /search?q=...&k=...``: one query, for a quick look with curl or a browser.
 - ``GET /health``: ``{"status": "ok", "documents": N}`` (and ``"reload_error"`` when the index on disk could not be
@@ -129,19 +130,25 @@ class SearchService:
     ``model``: the LENS model to encode queries with (default: the one the index records); ``encoder``: a
     ``HybridEncoder`` to use as it is (``Searcher.open``); ``quantize``: ``"int8"`` to encode them with int8 layers
     (``LensEncoder.apply_quantize``). ``max_queries`` and ``max_k`` bound one request. ``weights``: the query
-    weights of a request that gives none (LEX,DENSE or LEX,DENSE,BM25; default: the index's)."""
+    weights of a request that gives none (LEX,DENSE or LEX,DENSE,BM25; default: the index's). ``idf``: whether a
+    request that does not say weighs the query lexicon by the index's inverse document frequencies (None: the
+    index's default; ``HybridIndex.search``)."""
 
     def __init__(self, directory: str | os.PathLike, model: str | os.PathLike | None = None,
                  quantize: str | None = None, max_queries: int = 256, max_k: int = 1000, encoder=None,
-                 weights=None) -> None:
+                 weights=None, idf: bool | None = None) -> None:
         self.directory = Path(directory)
         self.model, self.quantize, self.encoder = model, quantize, encoder
         self.max_queries, self.max_k = max_queries, max_k
         self.weights = None if weights is None else query_weights(weights, "weights")
+        if idf is not None and not isinstance(idf, bool):
+            raise ValueError(f"idf must be True, False or None (the index's default), got {idf!r}")
+        self.idf = idf
         self._batcher = QueryBatcher(max_batch=max(32, max_queries))
         self._reload_lock = threading.Lock()
         self._version = _version(self.directory)
         self._searcher = Searcher.open(self.directory, self.model, quantize, encoder=encoder)
+        self._searcher.index.query_idf(idf)  # an index that cannot weigh by idf is refused at the start
         self.reload_error: str | None = None
 
     @property
@@ -182,6 +189,7 @@ class SearchService:
         return {"directory": str(self.directory.resolve()), "documents": len(index), "index_type": index.index_type,
                 "mode": index.mode, "lexicon_dim": index.lexicon_dim, "dense_dim": index.dense_dim,
                 "weights": list(index.weights), "bm25": bool(getattr(index, "has_bm25", False)),
+                "idf": index.idf if self.idf is None else self.idf,
                 "lens_model": record.lens_model, "dense": record.dense,
                 # the mode in use ("auto" resolved to int8 or None), not the one asked for
                 "quantize": getattr(getattr(searcher.encoder, "lens", None), "quantize", self.quantize),
@@ -193,10 +201,10 @@ class SearchService:
         start = time.perf_counter()
         if not isinstance(body, Mapping):
             raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
-        unknown = set(body) - {"query", "queries", "k", "filter", "weights", "instruction"}
+        unknown = set(body) - {"query", "queries", "k", "filter", "weights", "instruction", "idf"}
         if unknown:
             raise RequestError(f"unknown field(s) {sorted(unknown)}; a search takes query or queries, k, filter, "
-                               "weights and instruction")
+                               "weights, idf and instruction")
         if ("query" in body) == ("queries" in body):
             raise RequestError('give "query" (one text) or "queries" (a list of texts), not both or neither')
         queries = [body["query"]] if "query" in body else body["queries"]
@@ -218,9 +226,12 @@ class SearchService:
             weights = query_weights(weights, '"weights"')
         else:
             weights = self.weights
+        idf = body.get("idf", self.idf)
+        if idf is not None and not isinstance(idf, bool):
+            raise RequestError(f'"idf" must be true, false or null (the index\'s default), got {idf!r}')
         searcher = self.searcher
         results = searcher.search(queries, k=k, weights=weights, instruction=instruction, filter=body.get("filter"),
-                                  batch_size=len(queries),
+                                  batch_size=len(queries), idf=idf,
                                   encode=lambda texts, instr: self._batcher.encode(searcher.encoder, texts, instr))
         return {"results": [{"query": q, "hits": hit_records(h)} for q, h in zip(queries, results)],
                 "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}

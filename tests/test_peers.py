@@ -19,7 +19,7 @@ from lens import peers
 from lens.eval import systems
 from lens.eval.cache import CacheResult
 from lens.eval.systems import (
-    ALL_SYSTEMS, BASE_SYSTEMS, INT8_SYSTEMS, PEER_SYSTEMS, SYSTEMS, FusionSystem, Resources, SpladeTiny, default_systems,
+    ALL_SYSTEMS, BASE_SYSTEMS, IDF_SYSTEMS, INT8_SYSTEMS, PEER_SYSTEMS, SYSTEMS, FusionSystem, Resources, SpladeTiny, default_systems,
     make_systems,
 )
 from lens.extras import MissingExtraError, MissingPackageError
@@ -250,7 +250,7 @@ def test_a_missing_peer_names_the_make_target_and_the_pip_command(no_peers):
 
 
 def test_registry_holds_the_peers():
-    assert ALL_SYSTEMS == BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS and tuple(SYSTEMS) == ALL_SYSTEMS
+    assert ALL_SYSTEMS == BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS + IDF_SYSTEMS and tuple(SYSTEMS) == ALL_SYSTEMS
     assert set(PEER_SYSTEMS) == {"splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet", "lens-hybrid-mpnet+bm25"}
 
 
@@ -290,7 +290,7 @@ def test_an_explicit_list_of_every_system_keeps_the_int8_ones(tmp_path, monkeypa
     monkeypatch.setattr(peers, "splade_available", lambda: True)
     monkeypatch.setattr(peers, "mpnet_available", lambda: True)
     made = [s.name for s in make_systems(list(ALL_SYSTEMS), Resources(cache_root=tmp_path), "")]
-    assert made == list(ALL_SYSTEMS) and set(INT8_SYSTEMS) <= set(made)
+    assert made == list(ALL_SYSTEMS) and set(INT8_SYSTEMS + IDF_SYSTEMS) <= set(made)
 
 
 # ------------------------------------------------------------------------------------------- the real peers on ADI

@@ -57,7 +57,7 @@ from lens.indexing import GPU_CHUNK_SIZE
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ALL_SYSTEMS", "BASE_SYSTEMS", "BM25", "INT8_SYSTEMS", "DenseResource", "DenseSystem", "FusionSystem", "LensResource", "MPNetResource",
+    "ALL_SYSTEMS", "BASE_SYSTEMS", "BM25", "IDF_SYSTEMS", "INT8_SYSTEMS", "DenseResource", "DenseSystem", "FusionSystem", "LensResource", "MPNetResource",
     "MiniLMResource", "PEER_SYSTEMS", "Resources", "SpladeResource", "SpladeTiny", "System", "default_systems",
     "make_systems", "missing_peers",
 ]
@@ -69,7 +69,11 @@ PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet", "lens
 # The LENS systems again with int8 linear layers (``lens.quantize``), for float32-vs-int8 quality in one run; only
 # when named in --systems (a default run would encode every corpus twice)
 INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8", "lens-hybrid-int8+bm25", "lens-hybrid-int8+bm25-rrf")
-ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS
+# the query lexicon weighed by the corpus's inverse document frequencies (``HybridIndex.search(idf=True)``, ``lens
+# search --idf``); run when named, like the int8 systems
+IDF_SYSTEMS = ("lens-lexicon-idf", "lens-hybrid-idf", "lens-lexicon-int8-idf", "lens-hybrid-int8-idf",
+               "lens-hybrid-int8-idf+bm25")
+ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS + IDF_SYSTEMS
 DEFAULT_DEPTH = 1000  # hits kept per query (and per component run before fusion)
 CPU_CHUNK_SIZE = 128  # LENS documents encoded and cached per call on a CPU; on CUDA lens.indexing's GPU_CHUNK_SIZE
 
@@ -495,11 +499,13 @@ class SpladeTiny(System):
 class LensLexicon(_VectorSystem):
     name = "lens-lexicon"
 
-    def __init__(self, lens: LensResource, instruction: str, name: str | None = None, own_resource: bool = False):
+    def __init__(self, lens: LensResource, instruction: str, name: str | None = None, own_resource: bool = False,
+                 idf: bool = False):
         super().__init__()
         self.lens, self.instruction = lens, instruction
         self.name = name or self.name
         self.own_resource = own_resource  # release() also frees the encoder (ablation variants)
+        self.idf = idf  # the query lexicon weighed by the corpus's inverse document frequencies
 
     def _build(self, docs):
         vecs = self.lens.documents([d.full_text for d in docs])
@@ -507,12 +513,13 @@ class LensLexicon(_VectorSystem):
         self._finish_costs([vecs], build_s)
 
     def search(self, query, k):
-        return self._run(self.index.search(lexicon=self.lens.query(query, self.instruction, "lexicon"), k=k)[0])
+        return self._run(self.index.search(lexicon=self.lens.query(query, self.instruction, "lexicon"), k=k,
+                                           idf=self.idf)[0])
 
     def describe(self):
         c = self.lens.encoder.config
         return (f"LENS {self.lens.model_path} lexicon (k={c.num_clusters}, {c.attention} attention, "
-                f"{c.pooling} pooling{_quantized(self.lens)}), cosine")
+                f"{c.pooling} pooling{_quantized(self.lens)}), cosine{_idf(self.idf)}")
 
     def release(self):
         super().release()
@@ -543,9 +550,10 @@ class LensHybrid(_VectorSystem):
     name = "lens-hybrid"
 
     def __init__(self, lens: LensResource, minilm: MiniLMResource, instruction: str, weights=(0.5, 0.5),
-                 name: str | None = None):
+                 name: str | None = None, idf: bool = False):
         super().__init__()
         self.lens, self.minilm, self.instruction = lens, minilm, instruction
+        self.idf = idf
         self.name = name or self.name
         self.spec = weights_spec(weights)  # a pair, or "balanced": resolved from each corpus's vectors in build
         self.weights = None if self.spec == BALANCED else self.spec
@@ -561,18 +569,22 @@ class LensHybrid(_VectorSystem):
     def search(self, query, k):
         lexicon = self.lens.query(query, self.instruction, "lexicon")
         dense = self.minilm.query(query)
-        return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=self.weights)[0])
+        return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=self.weights, idf=self.idf)[0])
 
     def describe(self):
         w = "unresolved" if self.weights is None else f"({self.weights[0]:.3f}, {self.weights[1]:.3f})"
         how = " (balanced on this corpus: index.vectors.balanced_weights)" if self.spec == BALANCED else ""
         return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + {self.minilm.label} "
                 f"dense, "
-                f"weights (lex, dense) = {w}{how}")
+                f"weights (lex, dense) = {w}{how}{_idf(self.idf)}")
 
 
 def _quantized(lens: LensResource) -> str:
     return f", {lens.quantize} linear layers" if lens.quantize else ""
+
+
+def _idf(on: bool) -> str:
+    return "; query lexicon weighed by the corpus's BM25 idf of each cluster (lens search --idf)" if on else ""
 
 
 class FusionSystem(System):
@@ -642,6 +654,15 @@ SYSTEMS = {
         "lens-hybrid-int8+bm25", [get("lens-hybrid-int8"), get("bm25")], "minmax", [0.5, 0.5], depth),
     "lens-hybrid-int8+bm25-rrf": lambda get, r, instr, w, depth: FusionSystem(
         "lens-hybrid-int8+bm25-rrf", [get("lens-hybrid-int8"), get("bm25")], "rrf", None, depth),
+    "lens-lexicon-idf": lambda get, r, instr, w, depth: LensLexicon(r.lens, instr, "lens-lexicon-idf", idf=True),
+    "lens-hybrid-idf": lambda get, r, instr, w, depth: LensHybrid(r.lens, r.minilm, instr, w, "lens-hybrid-idf",
+                                                                  idf=True),
+    "lens-lexicon-int8-idf": lambda get, r, instr, w, depth: LensLexicon(r.lens_int8, instr, "lens-lexicon-int8-idf",
+                                                                         idf=True),
+    "lens-hybrid-int8-idf": lambda get, r, instr, w, depth: LensHybrid(r.lens_int8, r.minilm, instr, w,
+                                                                       "lens-hybrid-int8-idf", idf=True),
+    "lens-hybrid-int8-idf+bm25": lambda get, r, instr, w, depth: FusionSystem(
+        "lens-hybrid-int8-idf+bm25", [get("lens-hybrid-int8-idf"), get("bm25")], "minmax", [0.5, 0.5], depth),
 }
 assert tuple(SYSTEMS) == ALL_SYSTEMS
 
@@ -676,7 +697,7 @@ def default_systems() -> list[str]:
     if missing and missing not in _warned:
         _warned.add(missing)
         logger.warning("skipping peer system(s) %s: not installed (make peers)", ", ".join(missing))
-    return [n for n in ALL_SYSTEMS if n not in missing and n not in INT8_SYSTEMS]
+    return [n for n in ALL_SYSTEMS if n not in missing and n not in INT8_SYSTEMS + IDF_SYSTEMS]
 
 
 def make_systems(names: Sequence[str], resources: Resources, instruction: str, *, weights=(0.5, 0.5),

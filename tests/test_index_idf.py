@@ -1,0 +1,239 @@
+"""Query lexicon weighed by the corpus's inverse document frequencies (`lens search --idf`, `HybridIndex.search(
+idf=True)`): the maths against a naive reference, search against brute force, the frequencies kept exact by
+additions, replacements and removals, saved and checked with the index, summed over shards, refused where they
+cannot be had; through Python, the CLI and `lens serve`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from index import HybridIndex, load_index
+from index.df_part import DF_FILE
+from index.shards import merge_indexes
+from index.vectors import cluster_idf, document_vectors, l2_normalize, prune_top_m, query_vectors
+from lens.cli import main
+from lens.corpus import load_corpus
+from lens.hybrid import HybridEncoder
+from lens.indexing import build_index
+from lens.search import Searcher
+
+from corpus_helpers import write_corpus
+
+QUERIES = ["cancer drug", "brain cell protein", "blood risk treatment"]
+
+
+def _vectors(n: int, seed: int = 0, dim: int = 12):
+    rng = np.random.default_rng(seed)
+    lex = np.abs(rng.standard_normal((n, dim))).astype(np.float32) * (rng.random((n, dim)) > 0.6)
+    dense = rng.standard_normal((n, 6)).astype(np.float32)
+    return [f"d{i}" for i in range(n)], lex, dense
+
+
+def naive_idf(lex: np.ndarray) -> np.ndarray:
+    n = lex.shape[0]
+    out = []
+    for c in range(lex.shape[1]):
+        df = sum(1 for row in lex if row[c] > 0)
+        out.append(math.log(1 + (n - df + 0.5) / (df + 0.5)))
+    return np.array(out)
+
+
+def brute_force(lex, dense, q_lex, q_dense, weights, k, idf=None):
+    q = q_lex * idf if idf is not None else q_lex
+    scores = document_vectors(lex, dense) @ query_vectors(q, q_dense, *weights)[0]
+    order = np.lexsort((np.arange(len(scores)), -scores))[:k]
+    return order, scores[order]
+
+
+# ---- maths ------------------------------------------------------------------------------------------------------
+
+def test_cluster_idf_is_bm25s_idf_of_each_cluster():
+    _, lex, _ = _vectors(30)
+    df = (lex > 0).sum(axis=0)
+    np.testing.assert_allclose(cluster_idf(df, 30), naive_idf(lex), rtol=1e-6)
+    assert cluster_idf(np.array([0, 30]), 30)[0] > cluster_idf(np.array([0, 30]), 30)[1] > 0  # rare weighs more
+    with pytest.raises(ValueError, match="between 0 and n"):
+        cluster_idf(np.array([3, 31]), 30)
+
+
+# ---- HybridIndex ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("index_type,atol", [("flat", 1e-5), ("hnsw", 1e-5), ("fp16", 2e-3)])
+@pytest.mark.parametrize("weights", [(1.0, 0.0), (0.5, 0.5), (0.2, 0.8)])
+def test_search_with_idf_equals_the_brute_force_reference(index_type, atol, weights):
+    ids, lex, dense = _vectors(40)
+    ix = HybridIndex(12, 6, index_type)
+    ix.add(ids, lex, dense)
+    _, q_lex, q_dense = _vectors(3, seed=5)
+    idf = naive_idf(lex)
+    for i, hit in enumerate(ix.search(q_lex, q_dense, k=7, weights=weights, idf=True)):
+        rows, scores = brute_force(lex, dense, q_lex[i : i + 1], q_dense[i : i + 1], weights, 7, idf)
+        np.testing.assert_allclose(hit.scores, scores, atol=atol)
+        assert hit.ids[0] == ids[rows[0]]
+    plain = ix.search(q_lex, q_dense, k=7, weights=weights)  # the default: not weighed
+    rows, scores = brute_force(lex, dense, q_lex[:1], q_dense[:1], weights, 7)
+    np.testing.assert_allclose(plain[0].scores, scores, atol=atol)
+
+
+def test_idf_changes_the_ranking_toward_rare_clusters():
+    """Two documents equally close to the query: the one sharing the query's rare cluster wins only with idf."""
+    lex = np.zeros((6, 4), np.float32)
+    lex[:, 0] = 1.0  # a cluster every document has
+    lex[0, 1] = 1.0  # a rare one
+    lex[1:, 2] = 1.0  # common to all but the first
+    ix = HybridIndex(4, None)
+    ix.add([f"d{i}" for i in range(6)], lex)
+    q = np.array([[1.0, 0.3, 0.6, 0.0]], np.float32)
+    assert ix.search(q, k=1)[0].ids == ["d1"]
+    assert ix.search(q, k=1, idf=True)[0].ids == ["d0"]
+
+
+def test_additions_replacements_and_removals_keep_the_frequencies_exact():
+    ids, lex, dense = _vectors(30)
+    ix = HybridIndex(12, 6, "flat", top_m=4)
+    ix.add(ids[:20], lex[:20], dense[:20])
+    ix.add(ids[20:], lex[20:], dense[20:])
+    new = _vectors(5, seed=9)[1]
+    ix.add(ids[:5], new, dense[:5], upsert=True)  # replaced
+    ix.remove(ids[25:])
+    held = np.concatenate([new, lex[5:25]])
+    df, n = ix.document_frequencies()
+    assert n == 25
+    np.testing.assert_array_equal(df, (prune_top_m(held, 4) > 0).sum(axis=0))  # as stored: after top_m
+    fresh = HybridIndex(12, 6, "flat", top_m=4)
+    fresh.add(ids[:25], held, np.concatenate([dense[:5], dense[5:25]]))
+    _, q_lex, q_dense = _vectors(2, seed=3)
+    for a, b in zip(ix.search(q_lex, q_dense, k=10, idf=True), fresh.search(q_lex, q_dense, k=10, idf=True)):
+        assert a.ids == b.ids
+        np.testing.assert_allclose(a.scores, b.scores, atol=1e-6)
+
+
+def test_saved_with_the_index_its_default_kept_and_tampering_refused(tmp_path):
+    ids, lex, dense = _vectors(20)
+    ix = HybridIndex(12, 6, idf=True)
+    ix.add(ids, lex, dense)
+    ix.save(tmp_path / "ix")
+    back = load_index(tmp_path / "ix")
+    assert back.idf is True
+    np.testing.assert_array_equal(back.document_frequencies()[0], (lex > 0).sum(axis=0))
+    _, q_lex, q_dense = _vectors(2, seed=4)
+    default, on, off = (back.search(q_lex, q_dense, k=5, idf=v) for v in (None, True, False))
+    assert [r.ids for r in default] == [r.ids for r in on] and default[0].scores.tolist() == on[0].scores.tolist()
+    assert off[0].scores.tolist() == ix.search(q_lex, q_dense, k=5, idf=False)[0].scores.tolist()
+    path = tmp_path / "ix" / DF_FILE
+    path.write_bytes(path.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(ValueError, match=DF_FILE):
+        load_index(tmp_path / "ix")
+
+
+def test_an_index_saved_without_frequencies_opens_and_refuses_idf(tmp_path):
+    ids, lex, dense = _vectors(10)
+    ix = HybridIndex(12, 6)
+    ix.add(ids, lex, dense)
+    ix.save(tmp_path / "ix")
+    manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    del manifest["df"], manifest["idf"], manifest["files"][DF_FILE]  # as LENS wrote indexes before it kept them
+    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "ix" / DF_FILE).unlink()
+    old = load_index(tmp_path / "ix")
+    assert old.document_frequencies() is None and old.idf is False
+    _, q_lex, q_dense = _vectors(1, seed=2)
+    assert len(old.search(q_lex, q_dense, k=3)[0].ids) == 3
+    with pytest.raises(ValueError, match="rebuild it with `lens index build`"):
+        old.search(q_lex, q_dense, k=3, idf=True)
+
+
+def test_a_dense_only_index_refuses_idf():
+    with pytest.raises(ValueError, match="dense-only"):
+        HybridIndex(None, 6, idf=True)
+    ix = HybridIndex(None, 6)
+    ix.add(["a"], dense=np.ones((1, 6), np.float32))
+    assert ix.document_frequencies() is None
+    with pytest.raises(ValueError, match="dense-only"):
+        ix.search(dense=np.ones(6, np.float32), idf=True)
+    with pytest.raises(ValueError, match="True, False or None"):
+        ix.search(dense=np.ones(6, np.float32), idf="yes")
+
+
+def test_merged_shards_weigh_by_the_whole_index(tmp_path):
+    """Each shard's frequencies alone would weigh a query differently in each; summed, a sharded search scores as
+    one index over every document."""
+    ids, lex, dense = _vectors(36)
+    for name, rows in (("a", slice(0, 12)), ("b", slice(12, 36))):
+        part = HybridIndex(12, 6)
+        part.add(ids[rows], lex[rows], dense[rows])
+        part.save(tmp_path / name)
+    merge_indexes(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
+    sharded = load_index(tmp_path / "all")
+    whole = HybridIndex(12, 6)
+    whole.add(ids, lex, dense)
+    np.testing.assert_array_equal(sharded.document_frequencies()[0], whole.document_frequencies()[0])
+    _, q_lex, q_dense = _vectors(3, seed=8)
+    for a, b in zip(sharded.search(q_lex, q_dense, k=8, idf=True), whole.search(q_lex, q_dense, k=8, idf=True)):
+        assert a.ids == b.ids
+        np.testing.assert_allclose(a.scores, b.scores, atol=1e-6)
+
+
+# ---- lens: build, Searcher, CLI, serve --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def built(tiny_encoder, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("idf")
+    docs = load_corpus(write_corpus(tmp / "corpus.jsonl", 24))
+    build_index(docs, tmp / "idf", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False,
+                idf=True)
+    build_index(docs, tmp / "plain", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False)
+    return tmp, docs
+
+
+def test_searcher_follows_the_index_default_and_the_call(built, tiny_encoder):
+    tmp, docs = built
+    on, plain = Searcher.open(tmp / "idf"), Searcher.open(tmp / "plain")
+    assert on.index.idf and not plain.index.idf
+    both = tiny_encoder.encode_documents([d.full_text for d in docs], output="both")
+    q = tiny_encoder.encode_queries(QUERIES, output="both")
+    idf = naive_idf(both.lexicon)
+    for i, (a, b) in enumerate(zip(on.search(QUERIES, k=5), plain.search(QUERIES, k=5, idf=True))):
+        rows, scores = brute_force(both.lexicon, both.dense, q.lexicon[i : i + 1], q.dense[i : i + 1], (0.5, 0.5),
+                                   5, idf)
+        assert a.ids == b.ids
+        np.testing.assert_allclose(a.scores, scores, atol=1e-4)
+    for a, b in zip(on.search(QUERIES, k=5, idf=False), plain.search(QUERIES, k=5)):
+        assert a.ids == b.ids
+
+
+def test_cli_build_info_and_search(built, tiny_lens_dir, tmp_path, capsys):
+    tmp, _ = built
+    corpus = write_corpus(tmp_path / "corpus.jsonl", 12)
+    ix = tmp_path / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "lens", "--idf"]) == 0
+    capsys.readouterr()
+    assert main(["index", "info", str(ix)]) == 0
+    assert "searches weigh the query lexicon by them by default" in capsys.readouterr().out
+    runs = {}
+    for flag in ("--idf", "--no-idf"):
+        assert main(["search", str(ix), "cancer drug", "-k", "12", "--json", flag]) == 0
+        runs[flag] = [h["score"] for h in json.loads(capsys.readouterr().out)[0]["hits"]]
+    assert main(["search", str(ix), "cancer drug", "-k", "12", "--json"]) == 0
+    assert [h["score"] for h in json.loads(capsys.readouterr().out)[0]["hits"]] == runs["--idf"]
+    assert runs["--idf"] != runs["--no-idf"]
+
+
+def test_serve_takes_idf_per_request(built):
+    from lens.serve import RequestError, SearchService
+
+    tmp, _ = built
+    service = SearchService(tmp / "plain")
+    want = Searcher.open(tmp / "plain").search(QUERIES[:2], k=4, idf=True)
+    got = service.search({"queries": QUERIES[:2], "k": 4, "idf": True})["results"]
+    for g, w in zip(got, want):
+        assert [h["id"] for h in g["hits"]] == w.ids
+        np.testing.assert_allclose([h["score"] for h in g["hits"]], w.scores, rtol=1e-6)
+    assert service.info()["idf"] is False and SearchService(tmp / "plain", idf=True).info()["idf"] is True
+    with pytest.raises(RequestError, match='"idf" must be true, false or null'):
+        service.search({"query": "cancer", "idf": "yes"})
