@@ -10,6 +10,10 @@ nDCG@10 of the lexicon, of the lexicon with the query's own clusters removed (ex
 of the queries' weight (`index.vectors.mass_share`, as `lens bench lexicality`), the hybrid with MiniLM (0.5/0.5 on
 cosines, as lens-hybrid) and that hybrid fused with BM25 (min-max 0.5/0.5, as lens-hybrid+bm25); BM25 and
 bm25+minilm beside them. No training: what the rule alone does to the shipped model.
+
+`--idf` weighs every query's lexicon by its clusters' BM25 idf over the set's documents first (`lens search --idf`:
+`index.vectors.cluster_idf` of the stored vectors' non-zero clusters), so the same table reads for an index searched
+that way.
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ def study_set(name: str, args, resources) -> dict:
 
     doc_own, q_own = own(texts), own(qtexts)
     queries = enc.encode_queries(qtexts, instruction=instruction, batch_size=16, show_progress_bar=False)
+    if args.idf:  # as HybridIndex.search(idf=True): the query's weights times the corpus's idf, then normalised
+        from index.vectors import cluster_idf
+
+        queries = l2_normalize(queries * cluster_idf((docs > 0).sum(axis=0), docs.shape[0]))
     dense = getattr(resources, args.dense)  # the index's dense part: MiniLM (the default) or mpnet (--dense mpnet)
     dense_d = dense.documents(texts).arrays["vectors"]
     dense_q = dense.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
@@ -112,9 +120,10 @@ def study_set(name: str, args, resources) -> dict:
 
 def render(meta: dict) -> list[str]:
     dense = meta.get("dense", "minilm")
+    idf = " Queries weighed by the corpus's idf (`--idf`, as `lens search --idf`)." if meta.get("idf") else ""
     lines = ["# Own-token floor (`term_floor`), untrained, on the development suite", "",
              f"Command: `{meta['command']}`", "", f"Model: `{meta['model']}`, {meta['quantize'] or 'float32'}; "
-             "nDCG@10 on the test qrels; share = mean share of a query's lexicon weight on its own tokens' clusters.",
+             f"nDCG@10 on the test qrels; share = mean share of a query's lexicon weight on its own tokens' clusters.{idf}",
              f"Dense part: {dense}. hybrid: 0.5 cos_lex + 0.5 cos_dense (lens-hybrid); hybrid+bm25: its min-max fusion with BM25 "
              "(lens-hybrid+bm25); index +BM25 w: a saved index's three-part score with BM25 weight w "
              "(0.5 cos_lex + 0.5 cos_dense + w BM25/max over the corpus).", "",
@@ -146,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the dense part of the hybrid and of the index (mpnet: `make peers`, as lens index build "
                         "--dense mpnet)")
     p.add_argument("--quantize", default="int8", choices=["int8", "none"])
+    p.add_argument("--idf", action="store_true",
+                   help="weigh each query's lexicon by the corpus's idf of its clusters (lens search --idf)")
     add_data_dir_argument(p)
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
     p.add_argument("--threads", type=int, default=2)
@@ -156,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     resources = Resources(model=args.model, cache_root=args.cache_dir, lens_batch_size=4)
     rows = [study_set(s, args, resources) for s in args.sets.split(",")]
     meta = {"command": script_command(argv, "benchmarks/term_floor.py"), "model": args.model, "dense": args.dense,
-            "quantize": args.quantize, "bm25_weights": args.bm25_weights, "machine": machine(torch=True), "rows": rows}
+            "quantize": args.quantize, "idf": args.idf, "bm25_weights": args.bm25_weights, "machine": machine(torch=True), "rows": rows}
     print(write_results(args.out, meta, render(meta)))
     return 0
 

@@ -16,6 +16,9 @@ Optional fields (format 1 still; a reader that predates them refuses a sharded i
 * an ``ivf-ondisk`` index records a third data file, ``index.ivfdata`` (its memory-mapped inverted lists).
 * ``bm25``: the index keeps a BM25 part (``index.bm25_part``): its version, BM25 settings, documents and terms; its
   data file ``bm25.npz`` is recorded in ``files`` like the others.
+* ``df`` and ``idf``: the index keeps its documents' non-zero lexicon clusters (``index.df_part``; its version,
+  lexicon width and documents; data file ``df.npz``), and whether searches weigh the query lexicon by their idf by
+  default. An index without them (saved before) searches as before and refuses idf.
 * ``"layout": "sharded"``: the directory holds ``shard-00000/``, ``shard-00001/``, ... each a complete saved index
   with its own manifest; ``shards`` lists them (``dir``, ``count``) and ``files`` records the checksum of every
   shard's manifest and data files (``shard-00000/index.faiss``, ...). See :mod:`index.shards`.

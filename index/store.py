@@ -43,6 +43,11 @@ takes ``texts=``, and removals drop them), and ``search`` takes a third weight, 
 candidates from the FAISS and BM25 top ``depth``, each scored exactly (:mod:`index.bm25_fusion`,
 :mod:`index.rescore`). A BM25 weight of 0 is the two-part search.
 
+IDF (``idf``). An index with a lexicon part keeps each document's non-zero clusters (:mod:`index.df_part`, kept
+exact by additions and removals), so :meth:`HybridIndex.search` can multiply a query's lexicon by each cluster's BM25
+inverse document frequency in this corpus (``idf=True``, or the index's default, ``HybridIndex(idf=True)``) before
+normalising it; a sharded index sums its shards' counts.
+
 Corpus casing (``set_casing_table``). An index built by a LENS model whose text rule truecases (``lens.casing``) keeps
 its corpus's own casing table (``casing.json.gz``, counted over the documents at the build, checksummed like the
 other files), so a query in capitals is brought back to the corpus's forms of its words (``lens.search``); adding

@@ -20,7 +20,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     import contextlib
 
     from lens.corpus import load_corpus
-    from lens.indexing import build_saved, check_build_options, partial_dir
+    from lens.indexing import DEFAULT_IDF, build_saved, check_build_options, partial_dir
     from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
     from index.store import check_save_target
@@ -51,7 +51,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
                                    devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights,
-                                   bm25=args.bm25, idf=args.idf)
+                                   bm25=args.bm25, idf=DEFAULT_IDF if args.idf is None else args.idf)
         except KeyboardInterrupt:
             _interrupted(partial_dir(args.output))
     if manifest is None:  # a torchrun rank other than 0: rank 0 wrote the index and reports it
@@ -344,10 +344,10 @@ def register(subparsers) -> None:
                    help="also keep a BM25 part (bm25s, stemming, stopwords) of the documents' texts, searched with a "
                         "third weight (lens search --weights LEX,DENSE,BM25); one index only (not --shards); needs "
                         "the eval extra")
-    b.add_argument("--idf", action="store_true",
+    b.add_argument("--idf", action=argparse.BooleanOptionalAction, default=None,
                    help="searches weigh each query's lexicon by its clusters' inverse document frequencies in this "
-                        "corpus (BM25's idf) unless `lens search --no-idf` says otherwise; for a corpus unlike the "
-                        "model's training data (docs/index-and-search.md#idf)")
+                        "corpus (BM25's idf) unless `lens search --no-idf` says otherwise; on unless --no-idf "
+                        "(docs/index-and-search.md#idf)")
     b.add_argument("--weights", type=build_weights_arg, default=None, metavar="LEX,DENSE|balanced",
                    help="the index's default query weights (`lens search --weights` overrides them per search): two "
                         "numbers (default 0.5,0.5), or 'balanced': each part weighted inversely to the spread of its "

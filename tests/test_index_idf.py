@@ -184,16 +184,16 @@ def test_merged_shards_weigh_by_the_whole_index(tmp_path):
 def built(tiny_encoder, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("idf")
     docs = load_corpus(write_corpus(tmp / "corpus.jsonl", 24))
-    build_index(docs, tmp / "idf", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False,
-                idf=True)
-    build_index(docs, tmp / "plain", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False)
+    build_index(docs, tmp / "idf", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False)
+    build_index(docs, tmp / "plain", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False,
+                idf=False)
     return tmp, docs
 
 
 def test_searcher_follows_the_index_default_and_the_call(built, tiny_encoder):
     tmp, docs = built
     on, plain = Searcher.open(tmp / "idf"), Searcher.open(tmp / "plain")
-    assert on.index.idf and not plain.index.idf
+    assert on.index.idf and not plain.index.idf  # a build weighs by idf unless told not to (DEFAULT_IDF)
     both = tiny_encoder.encode_documents([d.full_text for d in docs], output="both")
     q = tiny_encoder.encode_queries(QUERIES, output="both")
     idf = naive_idf(both.lexicon)
@@ -211,7 +211,7 @@ def test_cli_build_info_and_search(built, tiny_lens_dir, tmp_path, capsys):
     corpus = write_corpus(tmp_path / "corpus.jsonl", 12)
     ix = tmp_path / "ix"
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
-                 "--dense", "lens", "--idf"]) == 0
+                 "--dense", "lens"]) == 0
     capsys.readouterr()
     assert main(["index", "info", str(ix)]) == 0
     assert "searches weigh the query lexicon by them by default" in capsys.readouterr().out
@@ -222,6 +222,11 @@ def test_cli_build_info_and_search(built, tiny_lens_dir, tmp_path, capsys):
     assert main(["search", str(ix), "cancer drug", "-k", "12", "--json"]) == 0
     assert [h["score"] for h in json.loads(capsys.readouterr().out)[0]["hits"]] == runs["--idf"]
     assert runs["--idf"] != runs["--no-idf"]
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "off"), "--model",
+                 str(tiny_lens_dir), "--dense", "lens", "--no-idf"]) == 0
+    capsys.readouterr()
+    assert main(["search", str(tmp_path / "off"), "cancer drug", "-k", "12", "--json"]) == 0
+    assert [h["score"] for h in json.loads(capsys.readouterr().out)[0]["hits"]] == runs["--no-idf"]
 
 
 def test_serve_takes_idf_per_request(built):

@@ -36,11 +36,18 @@ def test_build_and_search_match_the_encoder(tiny_encoder, corpus_file, tmp_path)
     both = tiny_encoder.encode_documents([d.full_text for d in docs], output="both")
     q = tiny_encoder.encode_queries(["cancer drug"], output="both")
     expected = 0.3 * (both.lexicon @ q.lexicon[0]) + 0.7 * (both.dense @ q.dense[0])
-    (hits,) = HybridIndex.load(tmp_path / "ix").search(q.lexicon, q.dense, k=5, weights=(0.3, 0.7))
+    (hits,) = HybridIndex.load(tmp_path / "ix").search(q.lexicon, q.dense, k=5, weights=(0.3, 0.7), idf=False)
     order = np.argsort(-expected)[:5]
     assert hits.ids == [docs[i].id for i in order]
     np.testing.assert_allclose(hits.scores, expected[order], atol=1e-5)
     assert hits.metadata[0]["title"] == docs[order[0]].title
+    # the build's default (DEFAULT_IDF): the query lexicon weighed by the corpus's idf, then normalised
+    df = (both.lexicon > 0).sum(axis=0)
+    idf = np.log1p((len(docs) - df + 0.5) / (df + 0.5))
+    q_idf = q.lexicon[0] * idf / np.linalg.norm(q.lexicon[0] * idf)
+    expected = 0.3 * (both.lexicon @ q_idf) + 0.7 * (both.dense @ q.dense[0])
+    (hits,) = HybridIndex.load(tmp_path / "ix").search(q.lexicon, q.dense, k=5, weights=(0.3, 0.7))
+    np.testing.assert_allclose(hits.scores, expected[np.argsort(-expected)[:5]], atol=1e-5)
 
 
 def test_default_weights_equal_balanced_on_the_corpus_or_as_given(tiny_encoder, tiny_lens_dir, corpus_file, tmp_path,

@@ -231,13 +231,17 @@ def test_cli_sharded_build_with_top_m(tiny_lens_dir, tiny_encoder, corpus_file, 
     w = balanced_weights(pruned, both.dense)
     assert all(s.weights == pytest.approx(w, abs=1e-6) for s in index.shards)
     assert index.weights == pytest.approx(w, abs=1e-6)
-    expected = w[0] * (pruned @ q.lexicon[0]) + w[1] * (both.dense @ q.dense[0])
+    # the build's default idf: the query lexicon times each cluster's idf over every shard's pruned documents
+    assert index.idf
+    df = (pruned > 0).sum(axis=0)
+    q_idf = l2_normalize(q.lexicon * np.log1p((len(docs) - df + 0.5) / (df + 0.5)))
+    expected = w[0] * (pruned @ q_idf[0]) + w[1] * (both.dense @ q.dense[0])
     assert main(["search", str(ix), "cancer drug", "-k", "5", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)[0]["hits"]
     order = np.argsort(-expected)[:5]
     assert [h["id"] for h in hits] == [docs[i].id for i in order]
     np.testing.assert_allclose([h["score"] for h in hits], expected[order], atol=1e-5)
-    (pruned_q,) = index.search(q.lexicon, q.dense, k=5, query_top_m=2)
+    (pruned_q,) = index.search(q.lexicon, q.dense, k=5, query_top_m=2, idf=False)
     q_lex = prune_top_m(q.lexicon, 2)
     assert (q_lex != 0).sum() == 2
     again = 0.5 * (l2_normalize(prune_top_m(both.lexicon, 4)) @ l2_normalize(q_lex)[0]) + 0.5 * (both.dense @ q.dense[0])
@@ -263,7 +267,8 @@ def test_ivf_ondisk_round_trip_and_recall(tmp_path):
     with pytest.raises(ValueError, match="save it and load the saved index"):
         ix.search(lex[:1], dense[:1])
     ix.save(tmp_path / "ix")
-    assert sorted(os.listdir(tmp_path / "ix")) == ["docs.sqlite", "index.faiss", "index.ivfdata", "manifest.json"]
+    assert sorted(os.listdir(tmp_path / "ix")) == ["df.npz", "docs.sqlite", "index.faiss", "index.ivfdata",
+                                                   "manifest.json"]
     loaded = load_index(tmp_path / "ix")
     assert is_mapped(loaded.faiss_index) and len(loaded) == n and loaded.index_options["nprobe"] == 4
     flat = HybridIndex(32, 8)
@@ -325,7 +330,9 @@ def test_merge_equals_one_build(tiny_encoder, corpus_file, tmp_path, capsys):
     one = HybridIndex(merged.lexicon_dim, merged.dense_dim, "flat")
     one.add(*(lambda v: ([d.id for d in docs], v.lexicon, v.dense))(
         tiny_encoder.encode_documents([d.full_text for d in docs], output="both")))
-    for a, b in zip(merged.search(q.lexicon, q.dense, k=23), one.search(q.lexicon, q.dense, k=23, weights=expected)):
+    assert merged.idf  # each input built with the default; the shards' counts summed weigh as one index's
+    for a, b in zip(merged.search(q.lexicon, q.dense, k=23),
+                    one.search(q.lexicon, q.dense, k=23, weights=expected, idf=True)):
         np.testing.assert_allclose(a.scores, b.scores, atol=1e-5, rtol=0)
     assert main(["index", "info", str(tmp_path / "m")]) == 0
     out = capsys.readouterr().out
