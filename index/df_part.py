@@ -2,7 +2,7 @@
 
 ``lens search --idf`` multiplies a query's lexicon weights by each cluster's inverse document frequency in the
 index's own corpus (``index.vectors.cluster_idf``), the BM25 weighting the model cannot know for a corpus it never
-saw. The part keeps every document's non-zero clusters (as stored: after ``top_m`` pruning), not only the counts,
+saw. An index built with idf (``lens index build``'s default; ``--no-idf``: none) keeps the part. It keeps every document's non-zero clusters (as stored: after ``top_m`` pruning), not only the counts,
 so adding, replacing or removing documents changes the frequencies exactly: after any change they are those of an
 index built from the documents it holds. A sharded index sums its shards' counts (``index.shards``).
 

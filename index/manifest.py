@@ -18,7 +18,7 @@ Optional fields (format 1 still; a reader that predates them refuses a sharded i
   data file ``bm25.npz`` is recorded in ``files`` like the others.
 * ``df`` and ``idf``: the index keeps its documents' non-zero lexicon clusters (``index.df_part``; its version,
   lexicon width and documents; data file ``df.npz``), and whether searches weigh the query lexicon by their idf by
-  default. An index without them (saved before) searches as before and refuses idf.
+  default. An index without them (built with ``--no-idf``, or saved before) searches as before and refuses idf.
 * ``"layout": "sharded"``: the directory holds ``shard-00000/``, ``shard-00001/``, ... each a complete saved index
   with its own manifest; ``shards`` lists them (``dir``, ``count``) and ``files`` records the checksum of every
   shard's manifest and data files (``shard-00000/index.faiss``, ...). See :mod:`index.shards`.

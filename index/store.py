@@ -43,10 +43,10 @@ takes ``texts=``, and removals drop them), and ``search`` takes a third weight, 
 candidates from the FAISS and BM25 top ``depth``, each scored exactly (:mod:`index.bm25_fusion`,
 :mod:`index.rescore`). A BM25 weight of 0 is the two-part search.
 
-IDF (``idf``). An index with a lexicon part keeps each document's non-zero clusters (:mod:`index.df_part`, kept
-exact by additions and removals), so :meth:`HybridIndex.search` can multiply a query's lexicon by each cluster's BM25
-inverse document frequency in this corpus (``idf=True``, or the index's default, ``HybridIndex(idf=True)``) before
-normalising it; a sharded index sums its shards' counts.
+IDF (``idf=True``). The index keeps each document's non-zero lexicon clusters (:mod:`index.df_part`, kept exact by
+additions and removals), and :meth:`HybridIndex.search` multiplies a query's lexicon by each cluster's BM25 inverse
+document frequency in this corpus before normalising it, unless the search says ``idf=False``; a sharded index sums
+its shards' counts. An index made without it keeps no counts and refuses ``idf=True``.
 
 Corpus casing (``set_casing_table``). An index built by a LENS model whose text rule truecases (``lens.casing``) keeps
 its corpus's own casing table (``casing.json.gz``, counted over the documents at the build, checksummed like the
@@ -267,9 +267,10 @@ class HybridIndex:
             part.
         bm25: keep a BM25 part (``index.bm25_part``): :meth:`add` then takes each document's text (``texts=``) and
             :meth:`search` a third weight, for BM25 (``index.bm25_fusion``).
-        idf: weigh each query's lexicon by the clusters' inverse document frequency in this index
-            (:meth:`search`'s ``idf``) unless a search says otherwise; needs a lexicon part. Every index with a
-            lexicon part keeps its documents' frequencies (``index.df_part``), so any search may ask for it.
+        idf: keep each document's non-zero lexicon clusters (``index.df_part``: about 2 bytes per non-zero, in
+            memory and on disk) and weigh each query's lexicon by the clusters' inverse document frequency in this
+            index (:meth:`search`'s ``idf``) unless a search says otherwise; needs a lexicon part. Without it the
+            index keeps no frequencies and refuses ``idf=True``.
         **index_options: options of the index type, e.g. ``ef_search=128`` (hnsw), ``nlist=1024``
             (ivf); unknown names raise ValueError listing the valid ones.
     """
@@ -315,7 +316,7 @@ class HybridIndex:
         if idf and not self._dims["lexicon"]:
             raise ValueError("idf weighs the lexicon part of queries, but this is a dense-only index; leave idf out")
         self._idf = bool(idf)
-        self._df: DocFrequencyPart | None = DocFrequencyPart(self._dims["lexicon"]) if self._dims["lexicon"] else None
+        self._df: DocFrequencyPart | None = DocFrequencyPart(self._dims["lexicon"]) if idf else None
         self._casing: CasingTable | None = None
         self._main: faiss.Index | None = None
         self._staging: faiss.Index | None = None
@@ -394,7 +395,7 @@ class HybridIndex:
 
     def document_frequencies(self) -> tuple[np.ndarray, int] | None:
         """How many documents weigh each lexicon cluster above zero, and how many documents there are; None for an
-        index that keeps no frequencies (dense-only, or saved before LENS kept them)."""
+        index that keeps no frequencies (built without ``idf``)."""
         return None if self._df is None else (self._df.df, len(self._df))
 
     def query_idf(self, idf: bool | None) -> np.ndarray | None:
@@ -1017,7 +1018,7 @@ class HybridIndex:
                 raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {DF_FILE}")
             obj._df = DocFrequencyPart.read(files[DF_FILE], directory / DF_FILE, m["df"], obj.lexicon_dim)
         else:
-            obj._df = None  # saved before LENS kept document frequencies: `idf` is refused (query_idf)
+            obj._df = None  # built without idf (or before LENS kept frequencies): `idf` is refused (query_idf)
         if m.get("bm25") is not None:
             if BM25_FILE not in m["files"]:
                 raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {BM25_FILE}")
@@ -1079,8 +1080,9 @@ def idf_weights(index: Any, idf: bool | None, frequencies: tuple[np.ndarray, int
         raise ValueError("idf weighs the lexicon part of queries, but this is a dense-only index; search without "
                          "--idf")
     if frequencies is None:
-        raise ValueError("this index was saved before LENS kept its documents' cluster frequencies, so it cannot "
-                         "weigh queries by them: rebuild it with `lens index build` (or search without --idf)")
+        raise ValueError("this index keeps no document frequencies to weigh queries by (built with --no-idf, or "
+                         "before LENS kept them): rebuild it with `lens index build` without --no-idf (Python: "
+                         "HybridIndex(..., idf=True)), or search without --idf")
     df, n = frequencies
     return cluster_idf(df, n)
 

@@ -260,6 +260,23 @@ def test_int8_systems_beside_float32_in_one_run(tmp_path, tiny_lens_dir):
     assert {None, "int8-v2"} <= fingerprints  # int8 vectors keyed by the versioned recipe (lens.quantize.recipe)
 
 
+def test_idf_systems_weigh_queries_by_the_corpus_idf(tmp_path, tiny_lens_dir):
+    """lens-lexicon-idf searches the same cached vectors with the query weighed by the corpus's idf (as ``lens search
+    --idf``); it is never in a default run."""
+    from lens.eval.systems import IDF_SYSTEMS, default_systems
+
+    assert not set(IDF_SYSTEMS) & set(default_systems())
+    ds = write_beir(tmp_path / "tiny")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    run_bench([str(ds), "--systems", "lens-lexicon,lens-lexicon-idf,lens-hybrid-idf", "--model", str(tiny_lens_dir),
+               "--output-dir", str(out), "--cache-dir", str(cache), "--no-plot"])
+    res = read(out / "tiny" / "results.json")
+    idf = res["systems"]["lens-lexicon-idf"]
+    assert idf["docs_encoded"] == res["systems"]["lens-lexicon"]["docs_encoded"]  # the same vectors, encoded once
+    assert "idf" in idf["description"] and "idf" not in res["systems"]["lens-lexicon"]["description"]
+    assert "idf" in res["systems"]["lens-hybrid-idf"]["description"]
+
+
 def test_ablations_with_the_tiny_model(tmp_path, tiny_lens_dir):
     ds = write_beir(tmp_path / "tiny")
     out, cache = tmp_path / "out", tmp_path / "cache"

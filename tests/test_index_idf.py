@@ -66,7 +66,7 @@ def test_cluster_idf_is_bm25s_idf_of_each_cluster():
 @pytest.mark.parametrize("weights", [(1.0, 0.0), (0.5, 0.5), (0.2, 0.8)])
 def test_search_with_idf_equals_the_brute_force_reference(index_type, atol, weights):
     ids, lex, dense = _vectors(40)
-    ix = HybridIndex(12, 6, index_type)
+    ix = HybridIndex(12, 6, index_type, idf=True)
     ix.add(ids, lex, dense)
     _, q_lex, q_dense = _vectors(3, seed=5)
     idf = naive_idf(lex)
@@ -74,7 +74,7 @@ def test_search_with_idf_equals_the_brute_force_reference(index_type, atol, weig
         rows, scores = brute_force(lex, dense, q_lex[i : i + 1], q_dense[i : i + 1], weights, 7, idf)
         np.testing.assert_allclose(hit.scores, scores, atol=atol)
         assert hit.ids[0] == ids[rows[0]]
-    plain = ix.search(q_lex, q_dense, k=7, weights=weights)  # the default: not weighed
+    plain = ix.search(q_lex, q_dense, k=7, weights=weights, idf=False)
     rows, scores = brute_force(lex, dense, q_lex[:1], q_dense[:1], weights, 7)
     np.testing.assert_allclose(plain[0].scores, scores, atol=atol)
 
@@ -85,16 +85,16 @@ def test_idf_changes_the_ranking_toward_rare_clusters():
     lex[:, 0] = 1.0  # a cluster every document has
     lex[0, 1] = 1.0  # a rare one
     lex[1:, 2] = 1.0  # common to all but the first
-    ix = HybridIndex(4, None)
+    ix = HybridIndex(4, None, idf=True)
     ix.add([f"d{i}" for i in range(6)], lex)
     q = np.array([[1.0, 0.3, 0.6, 0.0]], np.float32)
-    assert ix.search(q, k=1)[0].ids == ["d1"]
-    assert ix.search(q, k=1, idf=True)[0].ids == ["d0"]
+    assert ix.search(q, k=1, idf=False)[0].ids == ["d1"]
+    assert ix.search(q, k=1)[0].ids == ["d0"]
 
 
 def test_additions_replacements_and_removals_keep_the_frequencies_exact():
     ids, lex, dense = _vectors(30)
-    ix = HybridIndex(12, 6, "flat", top_m=4)
+    ix = HybridIndex(12, 6, "flat", top_m=4, idf=True)
     ix.add(ids[:20], lex[:20], dense[:20])
     ix.add(ids[20:], lex[20:], dense[20:])
     new = _vectors(5, seed=9)[1]
@@ -104,7 +104,7 @@ def test_additions_replacements_and_removals_keep_the_frequencies_exact():
     df, n = ix.document_frequencies()
     assert n == 25
     np.testing.assert_array_equal(df, (prune_top_m(held, 4) > 0).sum(axis=0))  # as stored: after top_m
-    fresh = HybridIndex(12, 6, "flat", top_m=4)
+    fresh = HybridIndex(12, 6, "flat", top_m=4, idf=True)
     fresh.add(ids[:25], held, np.concatenate([dense[:5], dense[5:25]]))
     _, q_lex, q_dense = _vectors(2, seed=3)
     for a, b in zip(ix.search(q_lex, q_dense, k=10, idf=True), fresh.search(q_lex, q_dense, k=10, idf=True)):
@@ -130,20 +130,20 @@ def test_saved_with_the_index_its_default_kept_and_tampering_refused(tmp_path):
         load_index(tmp_path / "ix")
 
 
-def test_an_index_saved_without_frequencies_opens_and_refuses_idf(tmp_path):
+def test_an_index_without_frequencies_keeps_no_part_and_refuses_idf(tmp_path):
+    """Made without idf (``--no-idf``; also every index saved before LENS kept frequencies): no df.npz, no
+    ``df`` in the manifest, searched as before, and idf refused with what to do."""
     ids, lex, dense = _vectors(10)
     ix = HybridIndex(12, 6)
     ix.add(ids, lex, dense)
     ix.save(tmp_path / "ix")
     manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
-    del manifest["df"], manifest["idf"], manifest["files"][DF_FILE]  # as LENS wrote indexes before it kept them
-    (tmp_path / "ix" / "manifest.json").write_text(json.dumps(manifest))
-    (tmp_path / "ix" / DF_FILE).unlink()
+    assert "df" not in manifest and not (tmp_path / "ix" / DF_FILE).exists()
     old = load_index(tmp_path / "ix")
     assert old.document_frequencies() is None and old.idf is False
     _, q_lex, q_dense = _vectors(1, seed=2)
     assert len(old.search(q_lex, q_dense, k=3)[0].ids) == 3
-    with pytest.raises(ValueError, match="rebuild it with `lens index build`"):
+    with pytest.raises(ValueError, match="rebuild it with `lens index build` without --no-idf"):
         old.search(q_lex, q_dense, k=3, idf=True)
 
 
@@ -152,7 +152,7 @@ def test_a_dense_only_index_refuses_idf():
         HybridIndex(None, 6, idf=True)
     ix = HybridIndex(None, 6)
     ix.add(["a"], dense=np.ones((1, 6), np.float32))
-    assert ix.document_frequencies() is None
+    assert ix.document_frequencies() is None and not ix.idf
     with pytest.raises(ValueError, match="dense-only"):
         ix.search(dense=np.ones(6, np.float32), idf=True)
     with pytest.raises(ValueError, match="True, False or None"):
@@ -164,16 +164,17 @@ def test_merged_shards_weigh_by_the_whole_index(tmp_path):
     one index over every document."""
     ids, lex, dense = _vectors(36)
     for name, rows in (("a", slice(0, 12)), ("b", slice(12, 36))):
-        part = HybridIndex(12, 6)
+        part = HybridIndex(12, 6, idf=True)
         part.add(ids[rows], lex[rows], dense[rows])
         part.save(tmp_path / name)
     merge_indexes(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
     sharded = load_index(tmp_path / "all")
-    whole = HybridIndex(12, 6)
+    whole = HybridIndex(12, 6, idf=True)
     whole.add(ids, lex, dense)
     np.testing.assert_array_equal(sharded.document_frequencies()[0], whole.document_frequencies()[0])
     _, q_lex, q_dense = _vectors(3, seed=8)
-    for a, b in zip(sharded.search(q_lex, q_dense, k=8, idf=True), whole.search(q_lex, q_dense, k=8, idf=True)):
+    assert sharded.idf
+    for a, b in zip(sharded.search(q_lex, q_dense, k=8), whole.search(q_lex, q_dense, k=8)):
         assert a.ids == b.ids
         np.testing.assert_allclose(a.scores, b.scores, atol=1e-6)
 
@@ -197,7 +198,9 @@ def test_searcher_follows_the_index_default_and_the_call(built, tiny_encoder):
     both = tiny_encoder.encode_documents([d.full_text for d in docs], output="both")
     q = tiny_encoder.encode_queries(QUERIES, output="both")
     idf = naive_idf(both.lexicon)
-    for i, (a, b) in enumerate(zip(on.search(QUERIES, k=5), plain.search(QUERIES, k=5, idf=True))):
+    with pytest.raises(ValueError, match="keeps no document frequencies"):
+        plain.search(QUERIES, k=5, idf=True)
+    for i, (a, b) in enumerate(zip(on.search(QUERIES, k=5), on.search(QUERIES, k=5, idf=True))):
         rows, scores = brute_force(both.lexicon, both.dense, q.lexicon[i : i + 1], q.dense[i : i + 1], (0.5, 0.5),
                                    5, idf)
         assert a.ids == b.ids
@@ -233,12 +236,14 @@ def test_serve_takes_idf_per_request(built):
     from lens.serve import RequestError, SearchService
 
     tmp, _ = built
-    service = SearchService(tmp / "plain")
-    want = Searcher.open(tmp / "plain").search(QUERIES[:2], k=4, idf=True)
-    got = service.search({"queries": QUERIES[:2], "k": 4, "idf": True})["results"]
+    service = SearchService(tmp / "idf")
+    want = Searcher.open(tmp / "idf").search(QUERIES[:2], k=4, idf=False)
+    got = service.search({"queries": QUERIES[:2], "k": 4, "idf": False})["results"]
     for g, w in zip(got, want):
         assert [h["id"] for h in g["hits"]] == w.ids
         np.testing.assert_allclose([h["score"] for h in g["hits"]], w.scores, rtol=1e-6)
-    assert service.info()["idf"] is False and SearchService(tmp / "plain", idf=True).info()["idf"] is True
+    assert service.info()["idf"] is True and SearchService(tmp / "idf", idf=False).info()["idf"] is False
+    with pytest.raises(ValueError, match="keeps no document frequencies"):
+        SearchService(tmp / "plain", idf=True)  # refused at the start, not at the first request
     with pytest.raises(RequestError, match='"idf" must be true, false or null'):
         service.search({"query": "cancer", "idf": "yes"})

@@ -74,7 +74,7 @@ def test_manifest_contents(tmp_path):
     assert m["index_options"] == {"m": 32, "ef_construction": 40, "ef_search": 64} and m["fingerprint"] == FP
     assert m["files"]["index.faiss"]["sha256"] == sha256_file(tmp_path / "ix" / "index.faiss")
     assert m["files"]["docs.sqlite"]["bytes"] == (tmp_path / "ix" / "docs.sqlite").stat().st_size
-    assert sorted(os.listdir(tmp_path / "ix")) == ["df.npz", "docs.sqlite", "index.faiss", "manifest.json"]
+    assert sorted(os.listdir(tmp_path / "ix")) == ["docs.sqlite", "index.faiss", "manifest.json"]
 
 
 def test_load_overrides_search_options(tmp_path):

@@ -267,8 +267,7 @@ def test_ivf_ondisk_round_trip_and_recall(tmp_path):
     with pytest.raises(ValueError, match="save it and load the saved index"):
         ix.search(lex[:1], dense[:1])
     ix.save(tmp_path / "ix")
-    assert sorted(os.listdir(tmp_path / "ix")) == ["df.npz", "docs.sqlite", "index.faiss", "index.ivfdata",
-                                                   "manifest.json"]
+    assert sorted(os.listdir(tmp_path / "ix")) == ["docs.sqlite", "index.faiss", "index.ivfdata", "manifest.json"]
     loaded = load_index(tmp_path / "ix")
     assert is_mapped(loaded.faiss_index) and len(loaded) == n and loaded.index_options["nprobe"] == 4
     flat = HybridIndex(32, 8)
@@ -327,12 +326,12 @@ def test_merge_equals_one_build(tiny_encoder, corpus_file, tmp_path, capsys):
     expected = mean_weights([p.weights for p in parts], [len(p) for p in parts])
     assert merged.weights == pytest.approx(expected, abs=1e-9)
     # a search without weights uses the merged default on every shard: the scores of one index with those weights
-    one = HybridIndex(merged.lexicon_dim, merged.dense_dim, "flat")
+    one = HybridIndex(merged.lexicon_dim, merged.dense_dim, "flat", idf=True)
     one.add(*(lambda v: ([d.id for d in docs], v.lexicon, v.dense))(
         tiny_encoder.encode_documents([d.full_text for d in docs], output="both")))
     assert merged.idf  # each input built with the default; the shards' counts summed weigh as one index's
     for a, b in zip(merged.search(q.lexicon, q.dense, k=23),
-                    one.search(q.lexicon, q.dense, k=23, weights=expected, idf=True)):
+                    one.search(q.lexicon, q.dense, k=23, weights=expected)):
         np.testing.assert_allclose(a.scores, b.scores, atol=1e-5, rtol=0)
     assert main(["index", "info", str(tmp_path / "m")]) == 0
     out = capsys.readouterr().out

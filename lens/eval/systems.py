@@ -398,12 +398,12 @@ class BM25(System):
 class _VectorSystem(System):
     """A system answering from an ``index.HybridIndex`` over cached document vectors."""
 
-    def _index(self, ids, lexicon, dense, weights=None, fingerprint=None):
+    def _index(self, ids, lexicon, dense, weights=None, fingerprint=None, idf=False):
         from index import HybridIndex
 
         t0 = time.perf_counter()
         index = HybridIndex(None if lexicon is None else lexicon.shape[1], None if dense is None else dense.shape[1],
-                            "flat", weights=weights, fingerprint=fingerprint)
+                            "flat", weights=weights, fingerprint=fingerprint, idf=idf)
         index.add(ids, lexicon=lexicon, dense=dense)
         return index, time.perf_counter() - t0
 
@@ -509,7 +509,7 @@ class LensLexicon(_VectorSystem):
 
     def _build(self, docs):
         vecs = self.lens.documents([d.full_text for d in docs])
-        self.index, build_s = self._index([d.id for d in docs], vecs.arrays["lexicon"], None)
+        self.index, build_s = self._index([d.id for d in docs], vecs.arrays["lexicon"], None, idf=self.idf)
         self._finish_costs([vecs], build_s)
 
     def search(self, query, k):
@@ -563,7 +563,7 @@ class LensHybrid(_VectorSystem):
         lex, dense = self.lens.documents(texts), self.minilm.documents(texts)
         self.weights = resolve_weights(self.spec, lex.arrays["lexicon"], dense.arrays["vectors"]) or (0.5, 0.5)
         self.index, build_s = self._index([d.id for d in docs], lex.arrays["lexicon"], dense.arrays["vectors"],
-                                          weights=self.weights)
+                                          weights=self.weights, idf=self.idf)
         self._finish_costs([lex, dense], build_s)
 
     def search(self, query, k):
