@@ -171,7 +171,8 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself. ``bm25``: keep a
     BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one index only, not ``shards``).
     ``idf``: searches weigh the query lexicon by the clusters' inverse document frequencies in the index unless
-    they say otherwise (``HybridIndex(idf=True)``; default ``DEFAULT_IDF``). ``chunk_size`` / ``batch_size`` None: ``build_sizes`` for the device that encodes.
+    they say otherwise (``HybridIndex(idf=True)``; default ``DEFAULT_IDF``). ``chunk_size`` / ``batch_size`` None:
+    ``build_sizes`` for the device that encodes.
     """
     manifest, _ = _build(docs, Path(output), encoder, index_type=index_type, chunk_size=chunk_size,
                          batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar,
@@ -181,7 +182,8 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
 
 
 def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, batch_size=None, resume=False, info=None,
-           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=False, idf=DEFAULT_IDF):
+           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=False,
+           idf=DEFAULT_IDF):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
     from index.store import check_save_target
@@ -535,7 +537,7 @@ class EncodedChunks:
 
 def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index_type: str, shards: int,
               top_m: int | None, info: dict | None, record: EncoderRecord, weights: Any = None, bm25: bool = False,
-              idf: bool = False):
+              idf: bool = DEFAULT_IDF):
     """Train (once), fill and save the index from the encoded chunks; returns (manifest, in-memory index or None).
     The manifest's ``info`` records the encoders (``record``) with the quantisation the chunks were encoded in."""
     from index import HybridIndex
