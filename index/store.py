@@ -479,16 +479,6 @@ class HybridIndex:
             for start in range(0, arr.shape[0], chunk):
                 check_finite(arr[start : start + chunk], name, row_offset=start)
 
-    def _df_rows(self, lexicon: np.ndarray, chunk: int) -> list[np.ndarray]:
-        """Each document's non-zero lexicon clusters as stored (after ``top_m``), for the frequency part."""
-        rows: list[np.ndarray] = []
-        for start in range(0, lexicon.shape[0], chunk):
-            block = lexicon[start : start + chunk]
-            if self._top_m is not None:
-                block = prune_top_m(block, self._top_m)
-            rows.extend(DocFrequencyPart.rows_of(block))
-        return rows
-
     def _doc_vectors(self, parts: dict[str, np.ndarray], sel: slice | np.ndarray) -> np.ndarray:
         lexicon = parts["lexicon"][sel] if "lexicon" in parts else None
         if lexicon is not None and self._top_m is not None:
@@ -602,7 +592,6 @@ class HybridIndex:
         metas = [encode_metadata(m, i) for m, i in zip(metadata, ids)] if metadata is not None else [None] * n
         terms = BM25Part.terms_of(texts, n) if self._bm25 is not None else None
         self._check_finite_chunked(parts, chunk_size)
-        df_rows = self._df_rows(parts["lexicon"], chunk_size) if self._df is not None else None
         if n == 0:
             return
 
@@ -614,6 +603,7 @@ class HybridIndex:
         new_ids = np.arange(self._next_id, self._next_id + n, dtype=np.int64)
         old_ids = np.array(sorted(existing.values()), dtype=np.int64)
         added = 0
+        df_rows: list[np.ndarray] = []  # each document's non-zero clusters as stored, for the frequency part
         try:
             with self._docs.transaction():
                 if len(old_ids):
@@ -621,7 +611,10 @@ class HybridIndex:
                 self._docs.insert(new_ids, ids, metas)
                 for start in range(0, n, chunk_size):
                     stop = min(start + chunk_size, n)
-                    target.add_with_ids(self._doc_vectors(parts, slice(start, stop)), new_ids[start:stop])
+                    vectors = self._doc_vectors(parts, slice(start, stop))
+                    target.add_with_ids(vectors, new_ids[start:stop])
+                    if self._df is not None:  # the lexicon part leads the stored row, pruned and normalised
+                        df_rows.extend(DocFrequencyPart.rows_of(vectors[:, : self.lexicon_dim]))
                     added = stop
                 if len(old_ids):
                     target.remove_ids(old_ids)

@@ -240,17 +240,22 @@ def test_max_length_overrides_the_models_and_keys_the_cache(tmp_path, tiny_lens_
     assert all(0 <= v <= 1 for v in ndcg)
 
 
+def _tiny_run(tmp_path, model, systems: str) -> tuple[dict, Path]:
+    """A ``lens bench beir`` run of ``systems`` on the tiny set with ``model``: (its results.json, the cache dir)."""
+    ds = write_beir(tmp_path / "tiny")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    run_bench([str(ds), "--systems", systems, "--model", str(model), "--output-dir", str(out), "--cache-dir",
+               str(cache), "--no-plot"])
+    return read(out / "tiny" / "results.json"), cache
+
+
 def test_int8_systems_beside_float32_in_one_run(tmp_path, tiny_lens_dir):
     """lens-lexicon-int8 runs the same model with int8 linear layers in the same run, cached apart from float32's;
     it is never in a default run (it would encode every corpus twice)."""
     from lens.eval.systems import INT8_SYSTEMS, default_systems
 
     assert not set(INT8_SYSTEMS) & set(default_systems())
-    ds = write_beir(tmp_path / "tiny")
-    out, cache = tmp_path / "out", tmp_path / "cache"
-    run_bench([str(ds), "--systems", "lens-lexicon,lens-lexicon-int8", "--model", str(tiny_lens_dir),
-               "--output-dir", str(out), "--cache-dir", str(cache), "--no-plot"])
-    res = read(out / "tiny" / "results.json")
+    res, cache = _tiny_run(tmp_path, tiny_lens_dir, "lens-lexicon,lens-lexicon-int8")
     assert set(res["systems"]) == {"lens-lexicon", "lens-lexicon-int8"}
     int8 = res["systems"]["lens-lexicon-int8"]
     assert int8["docs_encoded"] > 0 and "measured in this run" in int8["docs_per_s_source"]  # not fp32's cache
@@ -266,11 +271,7 @@ def test_idf_systems_weigh_queries_by_the_corpus_idf(tmp_path, tiny_lens_dir):
     from lens.eval.systems import IDF_SYSTEMS, default_systems
 
     assert not set(IDF_SYSTEMS) & set(default_systems())
-    ds = write_beir(tmp_path / "tiny")
-    out, cache = tmp_path / "out", tmp_path / "cache"
-    run_bench([str(ds), "--systems", "lens-lexicon,lens-lexicon-idf,lens-hybrid-idf", "--model", str(tiny_lens_dir),
-               "--output-dir", str(out), "--cache-dir", str(cache), "--no-plot"])
-    res = read(out / "tiny" / "results.json")
+    res, _ = _tiny_run(tmp_path, tiny_lens_dir, "lens-lexicon,lens-lexicon-idf,lens-hybrid-idf")
     idf = res["systems"]["lens-lexicon-idf"]
     assert idf["docs_encoded"] == res["systems"]["lens-lexicon"]["docs_encoded"]  # the same vectors, encoded once
     assert "idf" in idf["description"] and "idf" not in res["systems"]["lens-lexicon"]["description"]
