@@ -19,13 +19,13 @@ from .store import HybridIndex
 __all__ = ["load_index"]
 
 
-def load_index(directory: str | os.PathLike, expected_fingerprint: Mapping[str, Any] | None = None,
-               **search_options: Any) -> HybridIndex | ShardedIndex:
+def load_index(directory: str | os.PathLike, expected_fingerprint: Mapping[str, Any] | None = None, *,
+               read_only: bool = False, **search_options: Any) -> HybridIndex | ShardedIndex:
     """Load the saved index at ``directory``, verified before it is trusted: a ``HybridIndex``, or a
-    ``ShardedIndex`` for a sharded directory (same search interface). ``expected_fingerprint`` and
-    ``search_options`` are those of ``HybridIndex.load``."""
+    ``ShardedIndex`` for a sharded directory (same search interface). ``expected_fingerprint``, ``read_only``
+    and ``search_options`` are those of ``HybridIndex.load``."""
     directory = Path(directory)
     m, gen = open_index(directory)
     with gen:
         cls = ShardedIndex if layout_of(m) == "sharded" else HybridIndex
-        return cls.from_files(directory, m, gen.files, expected_fingerprint, search_options)
+        return cls.from_files(directory, m, gen.files, expected_fingerprint, search_options, read_only)

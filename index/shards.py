@@ -223,6 +223,8 @@ class ShardedIndex:
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise KeyError(f"document {missing[0]!r}{more} is not in the index; nothing was removed")
+        for shard in {id(s): s for s in where.values()}.values():  # refused before any shard changes
+            shard._check_writable("remove documents")
         for shard in self._shards:
             mine = [i for i, s in where.items() if s is shard]
             if mine:
@@ -232,6 +234,8 @@ class ShardedIndex:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Save every shard and the top manifest to ``directory`` atomically (as ``HybridIndex.save``)."""
+        for shard in self._shards:
+            shard.check_savable()
         check_save_target(directory)
         with atomic_dir(directory, what="index") as tmp:
             writer = ShardWriter(tmp)
@@ -242,20 +246,22 @@ class ShardedIndex:
         return Path(directory)
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, expected_fingerprint: Mapping[str, Any] | None = None,
-             **search_options: Any) -> "ShardedIndex":
-        """Load a sharded index directory (``index.load_index`` loads either layout)."""
+    def load(cls, directory: str | os.PathLike, expected_fingerprint: Mapping[str, Any] | None = None, *,
+             read_only: bool = False, **search_options: Any) -> "ShardedIndex":
+        """Load a sharded index directory (``index.load_index`` loads either layout); ``read_only`` as
+        ``HybridIndex.load``, for every shard."""
         directory = Path(directory)
         m, gen = open_index(directory)
         with gen:
             if layout_of(m) != "sharded":
                 raise ValueError(f"{directory} holds one index, not shards; load it with HybridIndex.load (or "
                                  "index.load_index, which loads either layout)")
-            return cls.from_files(directory, m, gen.files, expected_fingerprint, search_options)
+            return cls.from_files(directory, m, gen.files, expected_fingerprint, search_options, read_only)
 
     @classmethod
     def from_files(cls, directory: Path, m: dict[str, Any], files: Mapping[str, BinaryIO | None],
-                   expected_fingerprint: Mapping[str, Any] | None, search_options: dict[str, Any]) -> "ShardedIndex":
+                   expected_fingerprint: Mapping[str, Any] | None, search_options: dict[str, Any],
+                   read_only: bool = False) -> "ShardedIndex":
         """Verify and parse one version's open files of a sharded directory (``index.manifest.open_index``)."""
         check_fingerprint(expected_fingerprint, m["fingerprint"], directory)
         shards = []
@@ -265,7 +271,8 @@ class ShardedIndex:
             if shard_m["count"] != entry["count"]:
                 raise ValueError(f"saved index {directory} is inconsistent: {entry['dir']} holds {shard_m['count']} "
                                  f"documents, the manifest says {entry['count']}; rebuild the index")
-            shards.append(HybridIndex.from_files(directory / entry["dir"], shard_m, sub, None, search_options))
+            shards.append(HybridIndex.from_files(directory / entry["dir"], shard_m, sub, None, search_options,
+                                                 read_only))
         index = cls(shards, m.get("info"), m["weights"])
         diffs = _differences(_settings_of(m), _settings(shards[0]))
         if diffs:

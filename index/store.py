@@ -896,11 +896,18 @@ class HybridIndex:
         that is not an index (``FileExistsError``); raises ``LockedError`` if another process is saving there
         and ``StorageError`` on a full disk or a missing permission (nothing changed either way).
         """
+        self.check_savable()
         check_save_target(directory)
         with atomic_dir(directory, what="index") as tmp:
             self.write_files(tmp)
         logger.info("saved %d documents to %s", len(self), directory)
         return Path(directory)
+
+    def check_savable(self) -> None:
+        """Refuse (ValueError) to save an index loaded read-only with idf counts alone (``load(read_only=True)``):
+        it no longer holds every document's clusters, so a save would lose them."""
+        if self._df is not None and self._df.counts_only:
+            raise ValueError(f"cannot save this index: {self._readonly}")
 
     def write_files(self, directory: Path) -> dict[str, Any]:
         """Write this index's data files and manifest into the existing, empty ``directory``; return the manifest.
@@ -965,6 +972,8 @@ class HybridIndex:
         cls,
         directory: str | os.PathLike,
         expected_fingerprint: Mapping[str, Any] | None = None,
+        *,
+        read_only: bool = False,
         **search_options: Any,
     ) -> "HybridIndex":
         """Load a saved index, verifying it before trusting it.
@@ -972,8 +981,10 @@ class HybridIndex:
         Refuses (ValueError) a different format version, a fingerprint other than
         ``expected_fingerprint`` (:class:`~index.manifest.FingerprintMismatchError`, listing the
         differing keys), and any damaged file: checksums are verified before FAISS or SQLite parse
-        anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones. A sharded
-        directory is refused, saying to load it with ``index.load_index`` (either layout).
+        anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones. ``read_only``: load
+        what searching needs and refuse changes and saves (the idf part then holds its counts, not every
+        document's clusters: :mod:`index.df_part`). A sharded directory is refused, saying to load it with
+        ``index.load_index`` (either layout).
         """
         directory = Path(directory)
         m, gen = open_index(directory)
@@ -981,13 +992,14 @@ class HybridIndex:
             if layout_of(m) != "single":
                 raise ValueError(f"{directory} is a sharded index ({len(m['shards'])} shards), not one index: load "
                                  "it with index.load_index(directory), which loads either layout")
-            return cls.from_files(directory, m, gen.files, expected_fingerprint, search_options)
+            return cls.from_files(directory, m, gen.files, expected_fingerprint, search_options, read_only)
 
     @classmethod
     def from_files(cls, directory: Path, m: dict[str, Any], files: Mapping[str, Any],
-                   expected_fingerprint: Mapping[str, Any] | None, search_options: dict[str, Any]) -> "HybridIndex":
+                   expected_fingerprint: Mapping[str, Any] | None, search_options: dict[str, Any],
+                   read_only: bool = False) -> "HybridIndex":
         """Verify and parse one version's open files of a single index (``index.manifest.open_index``: ``m`` its
-        validated manifest, ``files`` its data files by name)."""
+        validated manifest, ``files`` its data files by name); ``read_only`` as :meth:`load`."""
         mpath = directory / MANIFEST_FILE
         check_fingerprint(expected_fingerprint, m["fingerprint"], directory)
         try:
@@ -1009,7 +1021,11 @@ class HybridIndex:
         if m.get("df") is not None:
             if DF_FILE not in m["files"]:
                 raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {DF_FILE}")
-            obj._df = DocFrequencyPart.read(files[DF_FILE], directory / DF_FILE, m["df"], obj.lexicon_dim)
+            obj._df = DocFrequencyPart.read(files[DF_FILE], directory / DF_FILE, m["df"], obj.lexicon_dim,
+                                            counts_only=read_only)
+            if read_only and len(obj._df) != m["count"]:
+                raise ValueError(f"saved index {directory} is inconsistent: {DF_FILE} counts {len(obj._df)} "
+                                 f"documents, the manifest {m['count']}; rebuild the index")
         else:
             obj._df = None  # built without idf (or before LENS kept frequencies): `idf` is refused (query_idf)
         if m.get("bm25") is not None:
@@ -1038,7 +1054,8 @@ class HybridIndex:
                 problems.append(f"the ids in {INDEX_FILE} and {DOCS_FILE} differ")
         if obj._bm25 is not None and not problems and not np.array_equal(np.sort(obj._bm25.labels), docs.int_ids()):
             problems.append(f"the documents of {BM25_FILE} and {DOCS_FILE} differ")
-        if obj._df is not None and not problems and not np.array_equal(np.sort(obj._df.labels), docs.int_ids()):
+        if (obj._df is not None and not obj._df.counts_only and not problems
+                and not np.array_equal(np.sort(obj._df.labels), docs.int_ids())):
             problems.append(f"the documents of {DF_FILE} and {DOCS_FILE} differ")
         if problems:
             raise ValueError(f"saved index {directory} is inconsistent: {'; '.join(problems)}; rebuild the index")
@@ -1047,6 +1064,9 @@ class HybridIndex:
             obj._readonly = (f"the index loaded from {directory} keeps its inverted lists memory-mapped from "
                              f"{DATA_FILE}, read-only; build a new index (lens index build) or merge saved ones "
                              "(lens index merge)")
+        elif read_only:
+            obj._readonly = (f"the index at {directory} was loaded read-only (read_only=True, as lens search and lens "
+                             "serve load it); load it with read_only=False to change it")
         obj._docs, obj._next_id = docs, m["next_id"]
         if needs_staging:
             obj._staging, obj._main = raw, None

@@ -150,7 +150,7 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
     if args.dry_run:
         from index import load_index
 
-        index = load_index(args.dir)
+        index = load_index(args.dir, read_only=True)
         found = index.ids_matching(flt) if flt is not None else [i for i in dict.fromkeys(ids) if i in index]
         shown = ", ".join(found[:10]) + (f", ... ({len(found) - 10} more)" if len(found) > 10 else "")
         print(f"would remove {len(found)} of {len(index)} documents from {args.dir}" + (f": {shown}" if found else ""))

@@ -66,7 +66,7 @@ class Searcher:
     @classmethod
     def open(cls, directory: str | os.PathLike, model: str | os.PathLike | None = None,
              quantize: str | None = None, reuse: "Searcher | None" = None,
-             encoder: HybridEncoder | None = None) -> "Searcher":
+             encoder: HybridEncoder | None = None, read_only: bool = True) -> "Searcher":
         """Load the index at ``directory`` with the encoders its manifest records, refusing other encoders.
 
         The index is loaded first, so the encoders named in its manifest and its vectors come from one version
@@ -75,10 +75,13 @@ class Searcher:
         encoder made in memory, which names no model to load). Either must still match the index's fingerprint and
         text rule. ``quantize``: encode queries with int8 layers (``LensEncoder.apply_quantize``; to encoders
         loaded here). ``reuse``: a searcher of an earlier version whose encoders (already quantized as asked) are
-        kept when the index names the same ones (or ``model`` / ``encoder`` is given), instead of loading them."""
+        kept when the index names the same ones (or ``model`` / ``encoder`` is given), instead of loading them.
+        ``read_only`` (default): load only what searching needs and refuse changes (``HybridIndex.load``; the idf
+        part's counts, not every document's clusters); False for a caller that changes the index
+        (``lens.updating``)."""
         from lens.encoder import LATER_FINGERPRINT_KEYS
 
-        index = load_index(directory)
+        index = load_index(directory, read_only=read_only)
         record = EncoderRecord.of_index(index)
         if encoder is None and reuse is not None and (model is not None or record.same_encoders(reuse.record)):
             encoder = reuse.encoder

@@ -66,7 +66,7 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
     check_documents(docs)
     directory = Path(directory)
     with DirectoryLock(directory, "index"):
-        searcher = Searcher.open(directory, model, encoder=encoder)
+        searcher = Searcher.open(directory, model, encoder=encoder, read_only=False)
         index, encoder = searcher.index, searcher.encoder
         replaced = len(index.check_add([d.id for d in docs], upsert))  # before the encoding, not after it
         _match_quantize(encoder, searcher.record.quantize, directory)

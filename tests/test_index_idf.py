@@ -130,6 +130,83 @@ def test_saved_with_the_index_its_default_kept_and_tampering_refused(tmp_path):
         load_index(tmp_path / "ix")
 
 
+def _rewrite_df(directory, version: int, **arrays):
+    """Rewrite ``directory``'s df.npz with ``arrays`` (numpy arrays by member name) and its manifest's records
+    to match (checksum, part version), as a save of that version would have written them."""
+    from index.manifest import file_record
+    from lens.atomic.writes import write_json
+
+    with open(directory / DF_FILE, "wb") as f:
+        np.savez(f, **arrays)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    manifest["files"][DF_FILE] = file_record(directory / DF_FILE)
+    manifest["df"]["version"] = version
+    write_json(directory / "manifest.json", manifest)
+
+
+def test_a_read_only_load_keeps_the_counts_alone_searches_alike_and_refuses_changes(tmp_path):
+    """``load(read_only=True)`` (lens search, lens serve) reads df.npz's counts, not every document's clusters:
+    the same search, and every change or save refused with what to do, the saved index left as it was."""
+    ids, lex, dense = _vectors(30)
+    ix = HybridIndex(12, 6, top_m=5, idf=True)
+    ix.add(ids, lex, dense)
+    ix.save(tmp_path / "ix")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "ix").iterdir() if p.is_file()}
+    full, ro = load_index(tmp_path / "ix"), load_index(tmp_path / "ix", read_only=True)
+    assert ro._df.counts_only and not full._df.counts_only and len(ro._df.labels) == 0
+    np.testing.assert_array_equal(ro.document_frequencies()[0], full.document_frequencies()[0])
+    assert ro.document_frequencies()[1] == 30 and ro.idf
+    _, q_lex, q_dense = _vectors(3, seed=6)
+    for a, b in zip(ro.search(q_lex, q_dense, k=8), full.search(q_lex, q_dense, k=8)):
+        assert a.ids == b.ids and a.scores.tolist() == b.scores.tolist()
+    for change in (lambda: ro.add(["new"], lex[:1], dense[:1]), lambda: ro.add(ids[:1], lex[:1], dense[:1], upsert=True),
+                   lambda: ro.remove(ids[:2]), lambda: ro.save(tmp_path / "ix"), lambda: ro.save(tmp_path / "copy")):
+        with pytest.raises(ValueError, match="read-only.*read_only=False"):
+            change()
+    assert not (tmp_path / "copy").exists() and len(ro) == 30
+    assert {p.name: p.read_bytes() for p in (tmp_path / "ix").iterdir() if p.is_file()} == before
+    full.remove(ids[:2])  # the full load still changes and saves
+    full.save(tmp_path / "ix")
+    assert load_index(tmp_path / "ix", read_only=True).document_frequencies()[1] == 28
+
+
+def test_a_first_version_part_without_counts_still_loads_both_ways(tmp_path):
+    """df.npz of version 1 (saved before the counts were kept) holds the rows alone: both loads count them."""
+    ids, lex, dense = _vectors(20)
+    ix = HybridIndex(12, 6, idf=True)
+    ix.add(ids, lex, dense)
+    ix.save(tmp_path / "ix")
+    with np.load(tmp_path / "ix" / DF_FILE) as z:
+        rows = {k: z[k] for k in ("labels", "clusters", "offsets")}
+    _rewrite_df(tmp_path / "ix", 1, **rows)
+    for read_only in (False, True):
+        back = load_index(tmp_path / "ix", read_only=read_only)
+        np.testing.assert_array_equal(back.document_frequencies()[0], (lex > 0).sum(axis=0))
+    full = load_index(tmp_path / "ix")
+    full.save(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "manifest.json").read_text())["df"]["version"] == 2
+
+
+@pytest.mark.parametrize("read_only,bad,words", [
+    (False, "df_plus_one", "counts are not those of its rows"),
+    (True, "df_above_n", "do not fit"),
+    (True, "df_shape", "do not fit"),
+])
+def test_counts_that_disagree_are_refused(tmp_path, read_only, bad, words):
+    """A df.npz whose checksum is right but whose counts are wrong (written by a broken tool) is refused."""
+    ids, lex, dense = _vectors(10)
+    ix = HybridIndex(12, 6, idf=True)
+    ix.add(ids, lex, dense)
+    ix.save(tmp_path / "ix")
+    with np.load(tmp_path / "ix" / DF_FILE) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["df"] = {"df_plus_one": arrays["df"] + 1, "df_above_n": arrays["df"] + 11,
+                    "df_shape": arrays["df"][:-1]}[bad]
+    _rewrite_df(tmp_path / "ix", 2, **arrays)
+    with pytest.raises(ValueError, match=words):
+        load_index(tmp_path / "ix", read_only=read_only)
+
+
 def test_an_index_without_frequencies_keeps_no_part_and_refuses_idf(tmp_path):
     """Made without idf (``--no-idf``; also every index saved before LENS kept frequencies): no df.npz, no
     ``df`` in the manifest, searched as before, and idf refused with what to do."""
@@ -179,6 +256,26 @@ def test_merged_shards_weigh_by_the_whole_index(tmp_path):
         np.testing.assert_allclose(a.scores, b.scores, atol=1e-6)
 
 
+def test_a_sharded_index_loads_read_only_too(tmp_path):
+    ids, lex, dense = _vectors(24)
+    for name, rows in (("a", slice(0, 10)), ("b", slice(10, 24))):
+        part = HybridIndex(12, 6, idf=True)
+        part.add(ids[rows], lex[rows], dense[rows])
+        part.save(tmp_path / name)
+    merge_indexes(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
+    full, ro = load_index(tmp_path / "all"), load_index(tmp_path / "all", read_only=True)
+    np.testing.assert_array_equal(ro.document_frequencies()[0], full.document_frequencies()[0])
+    _, q_lex, q_dense = _vectors(2, seed=1)
+    for a, b in zip(ro.search(q_lex, q_dense, k=6), full.search(q_lex, q_dense, k=6)):
+        assert a.ids == b.ids and a.scores.tolist() == b.scores.tolist()
+    with pytest.raises(ValueError, match="read-only"):
+        ro.remove([ids[0], ids[20]])  # one in each shard: refused before either changes
+    assert ids[0] in ro and ids[20] in ro and len(ro) == 24
+    with pytest.raises(ValueError, match="read-only"):
+        ro.save(tmp_path / "copy")
+    assert not (tmp_path / "copy").exists()
+
+
 # ---- lens: build, Searcher, CLI, serve --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -207,6 +304,8 @@ def test_searcher_follows_the_index_default_and_the_call(built, tiny_encoder):
         np.testing.assert_allclose(a.scores, scores, atol=1e-4)
     for a, b in zip(on.search(QUERIES, k=5, idf=False), plain.search(QUERIES, k=5)):
         assert a.ids == b.ids
+    assert on.index._df.counts_only  # a searcher loads the index read-only: the counts, not the rows
+    assert not Searcher.open(tmp / "idf", read_only=False).index._df.counts_only
 
 
 def test_cli_build_info_and_search(built, tiny_lens_dir, tmp_path, capsys):
