@@ -11,9 +11,9 @@ of the queries' weight (`index.vectors.mass_share`, as `lens bench lexicality`),
 cosines, as lens-hybrid) and that hybrid fused with BM25 (min-max 0.5/0.5, as lens-hybrid+bm25); BM25 and
 bm25+minilm beside them. No training: what the rule alone does to the shipped model.
 
-`--idf` weighs every query's lexicon by its clusters' BM25 idf over the set's documents first (`lens search --idf`:
-`index.vectors.cluster_idf` of the stored vectors' non-zero clusters), so the same table reads for an index searched
-that way.
+`--idf` then weighs every query's lexicon by its clusters' BM25 idf over the set's documents (`lens search --idf`:
+`index.vectors.cluster_idf` of the stored, floored vectors' non-zero clusters), in the product's order: the encoder
+floors both sides, the index weighs the query; so the same table reads for an index searched that way.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _fuse(runs, method: str = "minmax") -> dict[str, dict[str, float]]:
 
 
 def study_set(name: str, args, resources) -> dict:
-    from index.vectors import l2_normalize, mass_share, support_mask
+    from index.vectors import cluster_idf, l2_normalize, mass_share, support_mask
     from lens.bm25 import BM25Index, tokenize
     from lens.eval.beir import load_dataset, resolve_dataset
     from lens.inputs import encode_texts, text_ids
@@ -77,10 +77,6 @@ def study_set(name: str, args, resources) -> dict:
 
     doc_own, q_own = own(texts), own(qtexts)
     queries = enc.encode_queries(qtexts, instruction=instruction, batch_size=16, show_progress_bar=False)
-    if args.idf:  # as HybridIndex.search(idf=True): the query's weights times the corpus's idf, then normalised
-        from index.vectors import cluster_idf
-
-        queries = l2_normalize(queries * cluster_idf((docs > 0).sum(axis=0), docs.shape[0]))
     dense = getattr(resources, args.dense)  # the index's dense part: MiniLM (the default) or mpnet (--dense mpnet)
     dense_d = dense.documents(texts).arrays["vectors"]
     dense_q = dense.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
@@ -92,13 +88,18 @@ def study_set(name: str, args, resources) -> dict:
     bm25_run = {}
     for q, (rows, scores) in zip(qids, bm25.search(qtexts, DEPTH)):
         bm25_run[q] = {ids[int(r)]: float(s) for r, s in zip(rows, scores)}
-    row = {"set": data.name, "documents": len(ids), "queries": len(qids), "bm25": _ndcg(data.qrels, bm25_run),
+    given = Path(name)  # a variant's directory (lens data variant) is named by its set and its variant
+    label = f"{data.name} ({given.parent.name})" if given.is_dir() and given.name == data.name else data.name
+    row = {"set": label, "documents": len(ids), "queries": len(qids), "bm25": _ndcg(data.qrels, bm25_run),
            "dense": _ndcg(data.qrels, dense_run), "bm25+dense": _ndcg(data.qrels, _fuse([bm25_run, dense_run])),
            "floors": {}}
     q_mask = support_mask([np.asarray(c)[np.asarray(c) >= 0] for c in q_own], docs.shape[1])
     for f in args.floors:
         d = l2_normalize(term_floor(docs, doc_own, f)) if f > 0 else docs
         q = l2_normalize(term_floor(queries, q_own, f)) if f > 0 else queries
+        if args.idf:  # as HybridIndex.search(idf=True) over the floored documents the index stores: the (floored)
+            # query's weights times the corpus's idf, then normalised
+            q = l2_normalize(q * cluster_idf((d > 0).sum(axis=0), d.shape[0]))
         lex = q @ d.T
         lex_run = _run(lex, qids, ids)
         expansion = np.where(q_mask, 0.0, q).astype(np.float32) @ d.T
