@@ -267,10 +267,11 @@ def test_int8_systems_beside_float32_in_one_run(tmp_path, tiny_lens_dir):
 
 def test_idf_systems_weigh_queries_by_the_corpus_idf(tmp_path, tiny_lens_dir):
     """lens-lexicon-idf searches the same cached vectors with the query weighed by the corpus's idf (as ``lens search
-    --idf``); it is never in a default run."""
-    from lens.eval.systems import IDF_SYSTEMS, default_systems
+    --idf``); the float32 pair is in a default run (a built index searches so), the int8 ones only when named."""
+    from lens.eval.systems import DEFAULT_IDF_SYSTEMS, IDF_SYSTEMS, default_systems
 
-    assert not set(IDF_SYSTEMS) & set(default_systems())
+    assert set(IDF_SYSTEMS) & set(default_systems()) == set(DEFAULT_IDF_SYSTEMS) == {"lens-lexicon-idf",
+                                                                                    "lens-hybrid-idf"}
     res, _ = _tiny_run(tmp_path, tiny_lens_dir, "lens-lexicon,lens-lexicon-idf,lens-hybrid-idf")
     idf = res["systems"]["lens-lexicon-idf"]
     assert idf["docs_encoded"] == res["systems"]["lens-lexicon"]["docs_encoded"]  # the same vectors, encoded once

