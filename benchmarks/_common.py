@@ -94,6 +94,13 @@ def add_data_dir_argument(parser: argparse.ArgumentParser) -> None:
                         help=f"the shared data (default: ${DATA_DIR_ENV}, else ../shared/data beside the checkout)")
 
 
+def set_label(given: str | os.PathLike, name: str) -> str:
+    """How a study's table names the set given as ``given`` (a name, or a directory) whose dataset is ``name``: a
+    variant's directory (``lens data variant``, ``.../VARIANT/SET`` as ``ood.py`` writes it) as ``SET (VARIANT)``."""
+    path = Path(given)
+    return f"{name} ({path.parent.name})" if path.is_dir() and path.name == name else name
+
+
 # ---------------------------------------------------------------------------------------------- dev studies
 def add_dev_study_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of a study on held-out SciFact train queries over the benchmark cache (``doc_length.py``,

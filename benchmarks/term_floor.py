@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, add_data_dir_argument, machine, script_command, write_results
+from _common import RESULTS, add_data_dir_argument, machine, script_command, set_label, write_results
 
 OUT = RESULTS / "term_floor"
 DEPTH = 100
@@ -88,8 +88,7 @@ def study_set(name: str, args, resources) -> dict:
     bm25_run = {}
     for q, (rows, scores) in zip(qids, bm25.search(qtexts, DEPTH)):
         bm25_run[q] = {ids[int(r)]: float(s) for r, s in zip(rows, scores)}
-    given = Path(name)  # a variant's directory (lens data variant) is named by its set and its variant
-    label = f"{data.name} ({given.parent.name})" if given.is_dir() and given.name == data.name else data.name
+    label = set_label(name, data.name)
     row = {"set": label, "documents": len(ids), "queries": len(qids), "bm25": _ndcg(data.qrels, bm25_run),
            "dense": _ndcg(data.qrels, dense_run), "bm25+dense": _ndcg(data.qrels, _fuse([bm25_run, dense_run])),
            "floors": {}}

@@ -1,0 +1,70 @@
+"""The pure parts of benchmarks/feedback.py (Rocchio on LENS vectors, BM25 with RM3) and benchmarks/df_load.py,
+and the set labels the suite's studies print."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from bench_helpers import load_script
+
+
+@pytest.fixture(scope="module")
+def feedback():
+    return load_script("feedback")
+
+
+def test_rocchio_moves_each_query_toward_its_documents_mean(feedback):
+    rng = np.random.default_rng(0)
+    docs, queries = rng.random((6, 5)).astype(np.float32), rng.random((2, 5)).astype(np.float32)
+    top, weights = np.array([[0, 2], [5, 1]]), rng.random(5).astype(np.float32)
+    got = feedback.rocchio(queries, docs, top, 0.5, weights)
+    for i in range(2):
+        centroid = (docs[top[i, 0]] + docs[top[i, 1]]) / 2 * weights
+        want = queries[i] + 0.5 * centroid / np.linalg.norm(centroid)
+        np.testing.assert_allclose(got[i], want / np.linalg.norm(want), rtol=1e-5)
+    np.testing.assert_allclose(feedback.rocchio(queries, docs, top, 0.0),
+                               queries / np.linalg.norm(queries, axis=1, keepdims=True), rtol=1e-6)
+
+
+TEXTS = ["wing flutter at supersonic speed", "flutter of thin panels in supersonic flow",
+         "boundary layer transition on a flat plate", "heat transfer in the boundary layer of a cone"]
+
+
+def test_rm3_without_feedback_weight_ranks_as_bm25(feedback):
+    from lens.bm25 import BM25Index, tokenize
+
+    bm25, q = BM25Index(TEXTS), tokenize(["supersonic flutter", "boundary layer heat"])
+    first = np.stack([bm25.scores(t) for t in q])
+    got = feedback.rm3_scores(bm25, q, tokenize(TEXTS), original_weight=1.0)
+    np.testing.assert_allclose(got, first / np.array([[len(t)] for t in q]), rtol=1e-5)
+
+
+def test_rm3_brings_in_the_feedback_documents_terms(feedback):
+    """A query matching one document only: its feedback adds that document's other terms, so a document sharing
+    them but no query term is scored above zero."""
+    from lens.bm25 import BM25Index, tokenize
+
+    bm25, q = BM25Index(TEXTS), tokenize(["wing"])
+    plain = bm25.scores(q[0])
+    got = feedback.rm3_scores(bm25, q, tokenize(TEXTS), fb_docs=1, fb_terms=3)[0]
+    assert plain[1] == 0 and got[1] > 0  # "flutter", "supersonic" came from the wing document
+    assert np.argmax(got) == 0 and got[2] == 0 == got[3]
+
+
+def test_set_labels_name_a_variant_by_its_directory(tmp_path):
+    common = load_script("_common")
+    (tmp_path / "title-only" / "adi").mkdir(parents=True)
+    assert common.set_label(tmp_path / "title-only" / "adi", "adi") == "adi (title-only)"
+    assert common.set_label("adi", "adi") == "adi"
+
+
+def test_df_load_measures_both_loads(tmp_path):
+    df_load = load_script("df_load")
+    out = tmp_path / "df"
+    assert df_load.main(["--docs", "300", "--nonzeros", "20", "--clusters", "64", "--out", str(out)]) == 0
+    meta = json.loads(out.with_suffix(".json").read_text())
+    rows, counts = (meta["loads"][k] for k in ("with its rows (read_only=False)", "counts only (read_only=True)"))
+    assert rows["df_sum"] == counts["df_sum"] == 300 * 20
+    assert counts["retained_bytes"] < rows["retained_bytes"]
