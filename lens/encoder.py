@@ -27,10 +27,9 @@ from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
 from lens.inputs import (NO_TEXT_RULE, PADDING_SIDE, Encoded, check_text_normalization, encode_model_texts,
-                         length_sorted_batches, pad_batch, text_ids)
+                         length_sorted_batches, pad_batch)
 from lens.fixed_shape import FixedShapeForward
 from lens.model import LensModel, LensOutput, decoder_of
-from lens.pooling import term_floor
 from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
 from lens.paper_models import is_released_dir, load_released_decoder
 from lens.quantize import AUTO, quantize_decoder, resolve_quantize
@@ -320,13 +319,14 @@ class LensEncoder:
         # in float32, the pooled weights never rounded to 8 bits of mantissa
         low_precision = next(decoder.parameters()).dtype in (torch.bfloat16, torch.float16)
         term_clusters = None
-        if config.term_channel:
-            if config.convention != "lens":
-                raise ValueError(f"term_channel needs the LENS convention; this model uses {config.convention!r}")
+        if config.term_channel and config.convention != "lens":
+            raise ValueError(f"term_channel needs the LENS convention; this model uses {config.convention!r}")
+        if config.term_channel or config.term_floor is not None:
             term_clusters = torch.from_numpy(term_clusters_of(files.assignment, tokenizer))
         model = LensModel(decoder, torch.from_numpy(centroids), pooling=config.pooling, attention=config.attention,
                           upcast_logits=config.convention == "paper" or low_precision,
-                          logit_position=config.logit_position, term_clusters=term_clusters)
+                          logit_position=config.logit_position, term_clusters=term_clusters,
+                          term_channel=bool(config.term_channel), term_floor=config.term_floor)
         if files.term is not None:
             model.load_term_vector(files.term)
         encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
@@ -443,9 +443,6 @@ class LensEncoder:
             else:
                 lexicon[todo], dense[todo] = encode_items(items, self._forward, self.num_clusters, dense.shape[1],
                                                           batch_size, show_progress_bar, self._max_tokens())
-            if self.config.term_floor is not None:
-                own = [self.assignment[np.asarray(text_ids(it), dtype=np.int64)] for it in items]
-                lexicon[todo] = term_floor(lexicon[todo], own, self.config.term_floor)
         if normalize:
             lexicon = l2_normalize(lexicon)
             dense = l2_normalize(dense)

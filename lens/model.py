@@ -12,8 +12,8 @@ from torch import Tensor, nn
 from lens.attention import set_attention_mode
 from lens.inputs import position_ids
 from lens.layers import upper
-from lens.pooling import (DEFAULT_CHUNK_ELEMENTS, TERM_BIAS_INIT, check_logit_position, get_pooling, logit_mask,
-                          mean_pool, merge_terms, term_weights)
+from lens.pooling import (DEFAULT_CHUNK_ELEMENTS, TERM_BIAS_INIT, check_logit_position, floor_terms, get_pooling,
+                          logit_mask, mean_pool, merge_terms, term_weights)
 from lens.quantize import is_quantized
 
 
@@ -44,10 +44,16 @@ class LensModel(nn.Module):
         upcast_logits: bool = False,
         logit_position: str = "next",
         term_clusters: Tensor | None = None,
+        term_channel: bool | None = None,
+        term_floor: float | None = None,
     ):
-        """``term_clusters`` (vocab,) turns on the explicit term channel: each pooled token's cluster (negative: none,
-        e.g. special tokens) gets a learned weight from its own position, merged by max (``lens.pooling.merge_terms``);
-        its weights start at ``TERM_BIAS_INIT`` for every token (``self.term``, trained with the head)."""
+        """``term_clusters`` (vocab,): each token's cluster (negative: none, e.g. special tokens), for the two
+        own-token rules. ``term_channel`` (default: on when ``term_clusters`` is given) turns on the explicit term
+        channel: each pooled token's cluster gets a learned weight from its own position, merged by max
+        (``lens.pooling.merge_terms``); its weights start at ``TERM_BIAS_INIT`` for every token (``self.term``, trained
+        with the head). ``term_floor`` (``LensConfig.term_floor``) raises each pooled token's cluster to at least
+        that share of the vector's heaviest weight (``lens.pooling.floor_terms``), after the channel, in training as
+        at inference."""
         super().__init__()
         check_logit_position(logit_position)
         hidden = decoder.config.hidden_size
@@ -64,9 +70,17 @@ class LensModel(nn.Module):
         self.upcast_logits = upcast_logits  # log1p(relu) of the logits in float32 (the released checkpoints')
         self.logit_position = logit_position  # lens.pooling.LOGIT_POSITIONS: "next" (the paper's shift) or "own"
         self.term: nn.Linear | None = None
+        if term_channel is None:
+            term_channel = term_clusters is not None
+        if (term_channel or term_floor is not None) and term_clusters is None:
+            raise ValueError("the term channel and the term floor need term_clusters (each token's cluster)")
+        if term_floor is not None and not 0.0 <= float(term_floor) <= 1.0:
+            raise ValueError(f"term_floor must be within [0, 1] (a share of the heaviest weight), got {term_floor!r}")
+        self.term_floor = None if term_floor is None else float(term_floor)
         if term_clusters is not None:
             self.register_buffer("term_clusters", term_clusters.to(device=param.device, dtype=torch.long),
                                  persistent=False)
+        if term_channel:
             self.term = nn.Linear(hidden, 1, device=param.device, dtype=torch.float32)
             with torch.no_grad():
                 self.term.weight.zero_()
@@ -116,17 +130,20 @@ class LensModel(nn.Module):
         """Lexicon and dense vectors from last hidden states (B, L, H); ``pool_mask`` marks the pooled tokens.
 
         A token's feature sits at its left neighbour (the logits predicting it), hence the shift; with
-        ``logit_position="own"`` at its own position. The term channel (when on) needs ``input_ids``.
+        ``logit_position="own"`` at its own position. The term channel and the term floor (when on) need
+        ``input_ids``.
         """
         tokens = pool_mask * attention_mask
         mask = logit_mask(tokens, self.logit_position)
         extra = {"upcast": True} if self.upcast_logits else {}
         lexicon = self._pool(hidden, self.head.weight, mask, self.chunk_elements, **extra)
+        if (self.term is not None or self.term_floor is not None) and input_ids is None:
+            raise ValueError("this model has a term channel or a term floor, which needs the input_ids to pool")
         if self.term is not None:
-            if input_ids is None:
-                raise ValueError("this model has a term channel, which needs the input_ids to pool")
             weights = term_weights(hidden.float(), self.term.weight[0].float(), self.term.bias[0].float())
             lexicon = merge_terms(lexicon.float(), self.term_clusters[input_ids], weights, tokens)
+        if self.term_floor is not None:
+            lexicon = floor_terms(lexicon, self.term_clusters[input_ids], tokens, self.term_floor)
         return LensOutput(lexicon, mean_pool(hidden, mask))
 
     def forward_from_layer(self, hidden: Tensor, attention_mask: Tensor, pool_mask: Tensor, layer: int,

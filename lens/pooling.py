@@ -145,6 +145,16 @@ def merge_terms(lexicon: Tensor, clusters: Tensor, weights: Tensor, mask: Tensor
     return lexicon.scatter_reduce(1, clusters.clamp(min=0), w, reduce="amax", include_self=True)
 
 
+def floor_terms(lexicon: Tensor, clusters: Tensor, mask: Tensor, floor: float) -> Tensor:
+    """``term_floor`` on pooled weights in torch, differentiable (the model applies it, so training sees it): each
+    masked position's token cluster (``clusters`` (B, L), negative: none) raised to at least ``floor`` x its row's
+    largest weight, merged by max (``merge_terms``)."""
+    if not 0.0 <= floor <= 1.0:
+        raise ValueError(f"term floor must be within [0, 1] (a share of the heaviest weight), got {floor!r}")
+    weights = (floor * lexicon.amax(dim=1, keepdim=True)).expand(-1, clusters.shape[1])
+    return merge_terms(lexicon, clusters, weights, mask)
+
+
 POOLING: dict[str, Callable[..., Tensor]] = {"max": max_pool, "sum": sum_pool, "last": last_pool}
 
 # Which position's logits stand for a token (``LensConfig.logit_position``): "next", the paper's, is the position

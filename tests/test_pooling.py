@@ -161,6 +161,27 @@ def test_term_floor_against_a_loop():
     assert np.array_equal(term_floor(w, own, 0.0), w)
 
 
+def test_floor_terms_in_torch_is_the_numpy_floor_and_differentiable():
+    """The model's floor (``floor_terms``, applied in the forward so training sees it) against ``term_floor``, the
+    numpy reference, on the same own tokens given as positions, with padding and special tokens (-1) masked out."""
+    import numpy as np
+    import torch
+
+    from lens.pooling import floor_terms, term_floor
+
+    g = torch.Generator().manual_seed(2)
+    lexicon = torch.relu(torch.randn(3, 10, generator=g)).requires_grad_(True)
+    clusters = torch.randint(-1, 10, (3, 6), generator=g)
+    mask = torch.rand(3, 6, generator=g) > 0.3
+    got = floor_terms(lexicon, clusters, mask, 0.4)
+    own = [clusters[b][mask[b]].numpy() for b in range(3)]
+    np.testing.assert_allclose(got.detach().numpy(), term_floor(lexicon.detach().numpy(), own, 0.4), rtol=1e-6)
+    got.sum().backward()
+    assert lexicon.grad is not None and float(lexicon.grad.abs().sum()) > 0
+    with pytest.raises(ValueError, match=r"within \[0, 1\]"):
+        floor_terms(lexicon, clusters, mask, 1.5)
+
+
 def test_term_floor_refuses_bad_input():
     import numpy as np
 

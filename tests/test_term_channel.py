@@ -133,6 +133,34 @@ def test_trained_channel_is_saved_loaded_and_resumed(term_dir, data_file, tmp_pa
         read_model_dir(tmp_path / "copy")
 
 
+def test_a_floored_model_trains_with_its_floor_and_keeps_it(tiny_lens_dir, data_file, tmp_path):  # noqa: F811
+    """``term_floor`` in a model's config is applied in the model's forward, so a run from that model trains the
+    floored vectors its encoder will give, and the trained model keeps the floor."""
+    from lens.config import LensConfig
+    from lens.encoder import LensEncoder
+    from lens.pooling import term_floor
+    from lens.train.trainer import Trainer
+
+    floored = lens_dir_copy(tiny_lens_dir, tmp_path / "floored", term_floor=0.5)
+    texts = ["cancer drug trial", "mouse gene expression levels"]
+    plain = LensEncoder.from_pretrained(tiny_lens_dir)
+    enc = LensEncoder.from_pretrained(floored)
+    assert enc.model.term_floor == 0.5 and enc.model.term is None  # the floor without the channel
+    items = plain.encode_documents(texts, normalize=False)
+    own = [plain.assignment[np.asarray(plain.tokenizer(t, add_special_tokens=False)["input_ids"])] for t in texts]
+    want = term_floor(items, own, 0.5)
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    assert_close(enc.encode_documents(texts), want, atol=1e-5)
+    t = Trainer(_config(floored, data_file, lora_layers=1), tmp_path / "out", show_progress_bar=False)
+    assert t.model.term_floor == 0.5
+    out = t.train()
+    assert LensConfig.load(out).term_floor == 0.5
+    with torch.no_grad():
+        t.decoder.eval()
+        trained = t.encode(texts)
+    assert_close(LensEncoder.from_pretrained(out).encode_documents(texts), trained, atol=1e-4)
+
+
 def test_cluster_vocab_writes_the_flag(tiny_backbone_dir, tmp_path):
     from lens.cli import main
 
