@@ -94,6 +94,28 @@ def add_data_dir_argument(parser: argparse.ArgumentParser) -> None:
                         help=f"the shared data (default: ${DATA_DIR_ENV}, else ../shared/data beside the checkout)")
 
 
+def study_set_data(name: str, args: argparse.Namespace, resources):
+    """What a study over a set's cached vectors starts from: ``(dataset, doc ids, doc texts, query ids, query texts,
+    the LENS resource)`` for the set ``name`` (a name or a directory; ``args.data_dir``), its test split, the LENS
+    resource int8 or float32 as ``args.quantize`` says (``lens.eval.systems.Resources``)."""
+    from lens.eval.beir import load_dataset, resolve_dataset
+
+    data = load_dataset(resolve_dataset(name, args.data_dir), "test")
+    qids = list(data.queries)
+    lens = resources.lens_int8 if args.quantize == "int8" else resources.lens
+    return (data, [d.id for d in data.docs], [d.full_text for d in data.docs], qids,
+            [data.queries[q] for q in qids], lens)
+
+
+def top_run(scores, qids: Sequence[str], ids: Sequence[str], depth: int = 100) -> dict[str, dict[str, float]]:
+    """The run of a (queries, documents) score matrix: each query's top ``depth`` documents with their scores."""
+    import numpy as np
+
+    depth = min(depth, scores.shape[1])
+    top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
+    return {q: {ids[j]: float(scores[i, j]) for j in top[i]} for i, q in enumerate(qids)}
+
+
 def set_label(given: str | os.PathLike, name: str) -> str:
     """How a study's table names the set given as ``given`` (a name, or a directory) whose dataset is ``name``: a
     variant's directory (``lens data variant``, ``.../VARIANT/SET`` as ``ood.py`` writes it) as ``SET (VARIANT)``."""

@@ -26,22 +26,16 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, add_data_dir_argument, machine, script_command, set_label, write_results
+from _common import (RESULTS, add_data_dir_argument, machine, script_command, set_label, study_set_data,
+                     top_run, write_results)
 
 OUT = RESULTS / "feedback"
-DEPTH = 100
-
-
-def _run(scores: np.ndarray, qids: list[str], ids: list[str], depth: int = DEPTH) -> dict[str, dict[str, float]]:
-    depth = min(depth, scores.shape[1])
-    top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
-    return {q: {ids[j]: float(scores[i, j]) for j in top[i]} for i, q in enumerate(qids)}
 
 
 def _ndcg(qrels, scores, qids, ids) -> float:
     from lens.metrics import evaluate
 
-    return evaluate(qrels, _run(scores, qids, ids), ("ndcg@10",)).mean["ndcg@10"]
+    return evaluate(qrels, top_run(scores, qids, ids), ("ndcg@10",)).mean["ndcg@10"]
 
 
 def _top(scores: np.ndarray, n: int) -> np.ndarray:
@@ -103,14 +97,9 @@ def rm3_scores(bm25, query_terms: list[list[str]], doc_terms: list[list[str]], f
 def study_set(name: str, args, resources) -> dict:
     from index.vectors import cluster_idf, l2_normalize
     from lens.bm25 import BM25Index, tokenize
-    from lens.eval.beir import load_dataset, resolve_dataset
     from lens.instructions import lookup
 
-    data = load_dataset(resolve_dataset(name, args.data_dir), "test")
-    ids, texts = [d.id for d in data.docs], [d.full_text for d in data.docs]
-    qids = list(data.queries)
-    qtexts = [data.queries[q] for q in qids]
-    lens = resources.lens_int8 if args.quantize == "int8" else resources.lens
+    data, ids, texts, qids, qtexts, lens = study_set_data(name, args, resources)
     docs = lens.documents(texts).arrays["lexicon"].astype(np.float32)
     idf = cluster_idf((docs > 0).sum(axis=0), docs.shape[0]).astype(np.float32)
     queries = l2_normalize(lens.encoder.encode_queries(qtexts, instruction=lookup(data.name).text, batch_size=16,

@@ -236,16 +236,21 @@ def test_a_dense_only_index_refuses_idf():
         ix.search(dense=np.ones(6, np.float32), idf="yes")
 
 
-def test_merged_shards_weigh_by_the_whole_index(tmp_path):
-    """Each shard's frequencies alone would weigh a query differently in each; summed, a sharded search scores as
-    one index over every document."""
-    ids, lex, dense = _vectors(36)
-    for name, rows in (("a", slice(0, 12)), ("b", slice(12, 36))):
+def _merged(tmp_path, ids, lex, dense, split: int):
+    """Two saved indexes (the rows before ``split``, the rest) merged into the sharded index ``tmp_path / "all"``."""
+    for name, rows in (("a", slice(0, split)), ("b", slice(split, len(ids)))):
         part = HybridIndex(12, 6, idf=True)
         part.add(ids[rows], lex[rows], dense[rows])
         part.save(tmp_path / name)
     merge_indexes(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
-    sharded = load_index(tmp_path / "all")
+    return tmp_path / "all"
+
+
+def test_merged_shards_weigh_by_the_whole_index(tmp_path):
+    """Each shard's frequencies alone would weigh a query differently in each; summed, a sharded search scores as
+    one index over every document."""
+    ids, lex, dense = _vectors(36)
+    sharded = load_index(_merged(tmp_path, ids, lex, dense, 12))
     whole = HybridIndex(12, 6, idf=True)
     whole.add(ids, lex, dense)
     np.testing.assert_array_equal(sharded.document_frequencies()[0], whole.document_frequencies()[0])
@@ -258,12 +263,8 @@ def test_merged_shards_weigh_by_the_whole_index(tmp_path):
 
 def test_a_sharded_index_loads_read_only_too(tmp_path):
     ids, lex, dense = _vectors(24)
-    for name, rows in (("a", slice(0, 10)), ("b", slice(10, 24))):
-        part = HybridIndex(12, 6, idf=True)
-        part.add(ids[rows], lex[rows], dense[rows])
-        part.save(tmp_path / name)
-    merge_indexes(tmp_path / "all", [tmp_path / "a", tmp_path / "b"])
-    full, ro = load_index(tmp_path / "all"), load_index(tmp_path / "all", read_only=True)
+    merged = _merged(tmp_path, ids, lex, dense, 10)
+    full, ro = load_index(merged), load_index(merged, read_only=True)
     np.testing.assert_array_equal(ro.document_frequencies()[0], full.document_frequencies()[0])
     _, q_lex, q_dense = _vectors(2, seed=1)
     for a, b in zip(ro.search(q_lex, q_dense, k=6), full.search(q_lex, q_dense, k=6)):
