@@ -20,7 +20,7 @@ records its checksum like the other data files, and ``df`` holds :meth:`DocFrequ
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping, Sequence
+from typing import Any, BinaryIO, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -34,15 +34,24 @@ READABLE_VERSIONS = (1, 2)  # version 1 has no ``df`` array: its counts come fro
 _COUNT_CHUNK = 1 << 22  # clusters counted at a time when reading the rows (32 MB of int64 at most)
 
 
+class _Block(NamedTuple):
+    """Rows added together (or read together): ``labels`` (n,), their clusters one row after another, and
+    ``offsets`` (n + 1,) into them. Flat arrays, no object per document."""
+
+    labels: np.ndarray
+    clusters: np.ndarray
+    offsets: np.ndarray
+
+
 class DocFrequencyPart:
     """Each document's non-zero lexicon clusters, keyed by the index's internal ids (``labels``), and the
     document frequency of every cluster (``df``), kept in step; or, read with ``counts_only``, the counts alone
-    (searchable, not changeable)."""
+    (searchable, not changeable). The rows are held as flat blocks (one per addition, one per read), so memory is
+    the saved file's and a change is vectorised, with no Python object per document."""
 
     def __init__(self, dim: int) -> None:
         self.dim = int(dim)
-        self.labels = np.zeros(0, np.int64)
-        self._rows: list[np.ndarray] | None = []
+        self._blocks: list[_Block] | None = []
         self._documents = 0  # the count of a counts-only part (it keeps no labels)
         self.df = np.zeros(self.dim, np.int64)
 
@@ -50,16 +59,27 @@ class DocFrequencyPart:
     def counts_only(self) -> bool:
         """True when read with ``counts_only``: the counts without the rows, so no document can be added,
         removed or written."""
-        return self._rows is None
+        return self._blocks is None
 
-    def _check_rows(self, action: str) -> list[np.ndarray]:
-        if self._rows is None:
+    @property
+    def labels(self) -> np.ndarray:
+        """The internal ids of the documents held, in the order added (empty for a counts-only part)."""
+        if not self._blocks:
+            return np.zeros(0, np.int64)
+        return np.concatenate([b.labels for b in self._blocks])
+
+    def _check_rows(self, action: str) -> list[_Block]:
+        if self._blocks is None:
             raise ValueError(f"cannot {action}: the document frequencies were loaded without their rows "
                              "(a read-only load); load the index with read_only=False to change or save it")
-        return self._rows
+        return self._blocks
 
     def _dtype(self) -> type:
         return np.uint16 if self.dim <= 1 << 16 else np.uint32
+
+    def _count(self, clusters: np.ndarray, sign: int = 1) -> None:
+        for start in range(0, len(clusters), _COUNT_CHUNK):  # bincount widens to int64: a chunk at a time
+            self.df += sign * np.bincount(clusters[start : start + _COUNT_CHUNK], minlength=self.dim)
 
     @staticmethod
     def rows_of(lexicon: np.ndarray) -> list[np.ndarray]:
@@ -67,36 +87,45 @@ class DocFrequencyPart:
         return [np.flatnonzero(row) for row in lexicon]
 
     def add_rows(self, rows: Sequence[np.ndarray], labels: Sequence[int]) -> None:
-        """Add documents given as their non-zero clusters (:meth:`rows_of`); labels must be new."""
+        """Add documents given as their non-zero clusters (:meth:`rows_of`: distinct, within ``dim``); labels must
+        be new."""
         labels = np.asarray(labels, dtype=np.int64)
-        held = self._check_rows("add documents")
+        blocks = self._check_rows("add documents")
         if len(rows) != len(labels):
             raise ValueError(f"the document-frequency part needs one row per document: got {len(rows)} rows for "
                              f"{len(labels)} documents")
-        if np.isin(labels, self.labels).any() or len(np.unique(labels)) != len(labels):
+        if len(np.unique(labels)) != len(labels) or any(np.isin(labels, b.labels).any() for b in blocks):
             raise ValueError("the document-frequency part already holds some of these documents' internal ids")
         if not len(labels):
             return
-        rows = [np.asarray(r).astype(self._dtype()) for r in rows]
-        for r in rows:
-            self.df[r.astype(np.int64)] += 1  # a row's clusters are distinct (flatnonzero)
-        held.extend(rows)
-        self.labels = np.concatenate([self.labels, labels])
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum([len(r) for r in rows], out=offsets[1:])
+        clusters = (np.concatenate([np.asarray(r) for r in rows]) if offsets[-1] else np.zeros(0)).astype(self._dtype())
+        self._count(clusters)
+        blocks.append(_Block(labels, clusters, offsets))
 
     def remove(self, labels: Sequence[int]) -> None:
         """Drop the rows of these internal ids (those not held are ignored)."""
-        self._check_rows("remove documents")
-        drop = np.isin(self.labels, np.asarray(labels, dtype=np.int64))
-        if not drop.any():
-            return
-        for r, d in zip(self._rows, drop):
-            if d:
-                self.df[r.astype(np.int64)] -= 1
-        self._rows = [r for r, d in zip(self._rows, drop) if not d]
-        self.labels = self.labels[~drop]
+        blocks = self._check_rows("remove documents")
+        gone = np.asarray(labels, dtype=np.int64)
+        kept = []
+        for b in blocks:
+            drop = np.isin(b.labels, gone)
+            if not drop.any():
+                kept.append(b)
+                continue
+            lengths = np.diff(b.offsets)
+            element_dropped = np.repeat(drop, lengths)
+            self._count(b.clusters[element_dropped], -1)
+            if drop.all():
+                continue
+            offsets = np.zeros(int((~drop).sum()) + 1, dtype=np.int64)
+            np.cumsum(lengths[~drop], out=offsets[1:])
+            kept.append(_Block(b.labels[~drop], b.clusters[~element_dropped], offsets))
+        self._blocks = kept
 
     def __len__(self) -> int:
-        return self._documents if self._rows is None else len(self.labels)
+        return self._documents if self._blocks is None else sum(len(b.labels) for b in self._blocks)
 
     def idf(self) -> np.ndarray:
         """Each cluster's BM25 inverse document frequency over the documents held (``cluster_idf``)."""
@@ -110,10 +139,12 @@ class DocFrequencyPart:
 
     def write(self, path: Path) -> None:
         """Write ``df.npz`` to ``path`` (inside the save's temporary directory)."""
-        rows = self._check_rows("save the index")
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum([len(r) for r in rows], out=offsets[1:])
-        clusters = np.concatenate(rows) if rows else np.zeros(0, self._dtype())
+        blocks = self._check_rows("save the index")
+        lengths = [np.diff(b.offsets) for b in blocks]
+        offsets = np.zeros(len(self) + 1, dtype=np.int64)
+        if blocks:
+            np.cumsum(np.concatenate(lengths), out=offsets[1:])
+        clusters = np.concatenate([b.clusters for b in blocks]) if blocks else np.zeros(0, self._dtype())
         with open(path, "wb") as f:
             np.savez(f, labels=self.labels, clusters=clusters.astype(self._dtype()), offsets=offsets, df=self.df)
 
@@ -153,12 +184,11 @@ class DocFrequencyPart:
             elif len(clusters) and int(clusters.max()) >= dim:
                 problems.append("a cluster id lies outside the lexicon part")
             else:
-                counted = np.zeros(dim, np.int64)
-                for start in range(0, len(clusters), _COUNT_CHUNK):  # bincount widens to int64: a chunk at a time
-                    counted += np.bincount(clusters[start : start + _COUNT_CHUNK], minlength=dim)
-                if df is not None and not np.array_equal(df, counted):
+                counter = cls(dim)
+                counter._count(clusters)
+                if df is not None and not np.array_equal(df, counter.df):
                     problems.append("its counts are not those of its rows")
-                df = counted
+                df = counter.df
         elif df.shape != (dim,) or not isinstance(documents, int) or (df < 0).any() or (df > documents).any():
             problems.append(f"its counts (shape {df.shape}) do not fit {dim} clusters of {documents!r} documents")
         if problems:
@@ -167,8 +197,8 @@ class DocFrequencyPart:
         part = cls(dim)
         part.df = df.astype(np.int64)
         if counts_only:
-            part._rows, part._documents = None, int(documents)
-        else:
-            part.labels = labels.astype(np.int64)
-            part._rows = [clusters[offsets[i] : offsets[i + 1]] for i in range(len(labels))]
+            part._blocks, part._documents = None, int(documents)
+        elif len(labels):
+            part._blocks = [_Block(labels.astype(np.int64), clusters.astype(part._dtype(), copy=False),
+                                   offsets.astype(np.int64, copy=False))]
         return part

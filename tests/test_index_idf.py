@@ -112,6 +112,43 @@ def test_additions_replacements_and_removals_keep_the_frequencies_exact():
         np.testing.assert_allclose(a.scores, b.scores, atol=1e-6)
 
 
+def test_the_part_follows_a_naive_reference_through_random_changes(tmp_path):
+    """DocFrequencyPart (flat blocks, one per addition) against a dict of sets, through random additions and
+    removals, a save and a read: the same counts, documents and rows."""
+    from index.df_part import DocFrequencyPart
+
+    rng = np.random.default_rng(7)
+    part, ref, next_label = DocFrequencyPart(20), {}, 0
+    for step in range(30):
+        if ref and rng.random() < 0.4:
+            gone = rng.choice(list(ref), size=min(len(ref), int(rng.integers(1, 4))), replace=False).tolist()
+            part.remove(gone + [10_000])  # an id not held is ignored
+            for g in gone:
+                del ref[g]
+        else:
+            n = int(rng.integers(0, 4))
+            rows = [np.flatnonzero(rng.random(20) < 0.3) for _ in range(n)]
+            labels = list(range(next_label, next_label + n))
+            next_label += n
+            part.add_rows(rows, labels)
+            ref.update({lab: set(r.tolist()) for lab, r in zip(labels, rows)})
+        want = np.zeros(20, np.int64)
+        for clusters in ref.values():
+            want[list(clusters)] += 1
+        np.testing.assert_array_equal(part.df, want)
+        assert len(part) == len(ref) and sorted(part.labels.tolist()) == sorted(ref)
+    part.add_rows([np.array([1, 4])], [next_label])
+    ref[next_label] = {1, 4}
+    with pytest.raises(ValueError, match="already holds"):
+        part.add_rows([np.array([1])], [next_label])
+    part.write(tmp_path / DF_FILE)
+    with open(tmp_path / DF_FILE, "rb") as f:
+        back = DocFrequencyPart.read(f, tmp_path / DF_FILE, part.manifest_entry(), 20)
+    np.testing.assert_array_equal(back.df, part.df)
+    back.remove(list(ref))  # every row read back is its own: removing them all leaves nothing counted
+    assert len(back) == 0 and not back.df.any()
+
+
 def test_saved_with_the_index_its_default_kept_and_tampering_refused(tmp_path):
     ids, lex, dense = _vectors(20)
     ix = HybridIndex(12, 6, idf=True)
