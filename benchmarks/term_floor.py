@@ -36,6 +36,16 @@ def _ndcg(qrels, run) -> float:
     return evaluate(qrels, run, ("ndcg@10",)).mean["ndcg@10"]
 
 
+def _paired(qrels, run_a, run_b) -> dict[str, float]:
+    """Run a against run b over the same queries (``lens.metrics.paired_test`` of their nDCG@10 per query)."""
+    from lens.metrics import evaluate, paired_test
+
+    a, b = (evaluate(qrels, r, ("ndcg@10",)).per_query for r in (run_a, run_b))
+    t = paired_test([a[q]["ndcg@10"] for q in a], [b[q]["ndcg@10"] for q in a])
+    return {"diff": t.diff, "wins": t.wins, "losses": t.losses, "p_ttest": t.p_ttest,
+            "p_randomization": t.p_randomization}
+
+
 def _fuse(runs, method: str = "minmax") -> dict[str, dict[str, float]]:
     from index.fusion import get_fusion
 
@@ -102,9 +112,16 @@ def study_set(name: str, args, resources) -> dict:
             # a saved index's three parts: 0.5 cos_lex + 0.5 cos_dense + w BM25/max (lens search --weights 0.5,0.5,w)
             "index_bm25": {str(w): _ndcg(data.qrels, top_run(hybrid + w * bm25_max, qids, ids))
                            for w in args.bm25_weights},
+            # the index's BM25 part against the hybrid without it, query by query
+            "index_bm25_vs_hybrid": {str(w): _paired(data.qrels, top_run(hybrid + w * bm25_max, qids, ids),
+                                                     hybrid_run) for w in args.bm25_weights},
         }
         print(f"{data.name} floor {f}: {row['floors'][str(f)]}", flush=True)
     return row
+
+
+def _p(p: float) -> str:
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def render(meta: dict) -> list[str]:
@@ -125,6 +142,18 @@ def render(meta: dict) -> list[str]:
             lines.append(f"| {r['set']} | {f} | {m['lexicon']:.3f} | {m['expansion_only']:.3f} | "
                          f"{m['query_own_share']:.3f} | {m['hybrid']:.3f} | {m['hybrid+bm25']:.3f} | {idx} | "
                          f"{r['bm25']:.3f} | {r['dense']:.3f} | {r['bm25+dense']:.3f} |")
+    paired = [(r, f, m) for r in meta["rows"] for f, m in r["floors"].items() if "index_bm25_vs_hybrid" in m]
+    if paired:  # runs written before the paired tests were added have none
+        lines += ["", "The index's BM25 part against the hybrid without it, paired over the same queries "
+                  "(`lens.metrics.paired_test`): nDCG@10 difference, queries better / worse, p of the randomization "
+                  "and t tests.", "",
+                  "| set | floor | " + " | ".join(f"+BM25 {w} vs hybrid" for w in meta["bm25_weights"]) + " |",
+                  "|---|---|" + "---|" * len(meta["bm25_weights"])]
+        for r, f, m in paired:
+            cells = [m["index_bm25_vs_hybrid"][str(w)] for w in meta["bm25_weights"]]
+            lines.append(f"| {r['set']} | {f} | " + " | ".join(
+                f"{c['diff']:+.3f} ({c['wins']}/{c['losses']}; p {_p(c['p_randomization'])} / {_p(c['p_ttest'])})"
+                for c in cells) + " |")
     return lines
 
 

@@ -1,5 +1,5 @@
-"""The pure parts of benchmarks/feedback.py (Rocchio on LENS vectors, BM25 with RM3) and benchmarks/df_load.py,
-and the set labels the suite's studies print."""
+"""The pure parts of the suite's studies over cached vectors: benchmarks/feedback.py (Rocchio on LENS vectors, BM25
+with RM3), term_floor.py's paired test, df_load.py, and the set labels they print."""
 
 from __future__ import annotations
 
@@ -68,3 +68,21 @@ def test_df_load_measures_both_loads(tmp_path):
     rows, counts = (meta["loads"][k] for k in ("with its rows (read_only=False)", "counts only (read_only=True)"))
     assert rows["df_sum"] == counts["df_sum"] == 300 * 20
     assert counts["retained_bytes"] < rows["retained_bytes"]
+
+
+def test_term_floor_pairs_the_index_bm25_part_with_the_hybrid():
+    """benchmarks/term_floor.py's paired test: the index's three-part run against the hybrid's, per query, and the
+    table that renders it (a run saved without it renders without it)."""
+    term_floor = load_script("term_floor")
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 1}}
+    better = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"b": 2.0, "a": 1.0}, "q3": {"c": 2.0, "a": 1.0}}
+    worse = {"q1": {"b": 2.0, "a": 1.0}, "q2": {"a": 2.0, "b": 1.0}, "q3": {"c": 2.0, "a": 1.0}}
+    got = term_floor._paired(qrels, better, worse)
+    assert got["wins"] == 2 and got["losses"] == 0 and got["diff"] > 0 and 0 < got["p_randomization"] <= 1
+    floor = {"lexicon": 0.5, "expansion_only": 0.4, "query_own_share": 0.1, "hybrid": 0.6, "hybrid+bm25": 0.6,
+             "index_bm25": {"0.1": 0.65}}
+    meta = {"command": "x", "model": "default", "quantize": "int8", "bm25_weights": [0.1],
+            "rows": [{"set": "adi", "bm25": 0.5, "dense": 0.5, "bm25+dense": 0.55, "floors": {"0.0": floor}}]}
+    assert not any("paired" in line for line in term_floor.render(meta))
+    floor["index_bm25_vs_hybrid"] = {"0.1": got}
+    assert any(line.startswith("| adi | 0.0 | +") and "2/0" in line for line in term_floor.render(meta))
