@@ -107,15 +107,6 @@ def study_set_data(name: str, args: argparse.Namespace, resources):
             [data.queries[q] for q in qids], lens)
 
 
-def top_run(scores, qids: Sequence[str], ids: Sequence[str], depth: int = 100) -> dict[str, dict[str, float]]:
-    """The run of a (queries, documents) score matrix: each query's top ``depth`` documents with their scores."""
-    import numpy as np
-
-    depth = min(depth, scores.shape[1])
-    top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
-    return {q: {ids[j]: float(scores[i, j]) for j in top[i]} for i, q in enumerate(qids)}
-
-
 def set_label(given: str | os.PathLike, name: str) -> str:
     """How a study's table names the set given as ``given`` (a name, or a directory) whose dataset is ``name``: a
     variant's directory (``lens data variant``, ``.../VARIANT/SET`` as ``ood.py`` writes it) as ``SET (VARIANT)``."""

@@ -27,15 +27,17 @@ from pathlib import Path
 
 import numpy as np
 from _common import (RESULTS, add_data_dir_argument, machine, script_command, set_label, study_set_data,
-                     top_run, write_results)
+                     write_results)
 
 OUT = RESULTS / "feedback"
+DEPTH = 100  # hits kept per query
 
 
 def _ndcg(qrels, scores, qids, ids) -> float:
+    from lens.eval.dev import top_run
     from lens.metrics import evaluate
 
-    return evaluate(qrels, top_run(scores, qids, ids), ("ndcg@10",)).mean["ndcg@10"]
+    return evaluate(qrels, top_run(scores, qids, ids, k=DEPTH), ("ndcg@10",)).mean["ndcg@10"]
 
 
 def _top(scores: np.ndarray, n: int) -> np.ndarray:

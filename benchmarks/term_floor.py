@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import (RESULTS, add_data_dir_argument, machine, script_command, set_label, study_set_data,
-                     top_run, write_results)
+                     write_results)
 
 OUT = RESULTS / "term_floor"
 DEPTH = 100
@@ -60,6 +60,7 @@ def _fuse(runs, method: str = "minmax") -> dict[str, dict[str, float]]:
 def study_set(name: str, args, resources) -> dict:
     from index.vectors import cluster_idf, l2_normalize, mass_share, support_mask
     from lens.bm25 import BM25Index, tokenize
+    from lens.eval.dev import top_run
     from lens.inputs import encode_texts, text_ids
     from lens.instructions import lookup
     from lens.pooling import term_floor
@@ -79,7 +80,7 @@ def study_set(name: str, args, resources) -> dict:
     dense = getattr(resources, args.dense)  # the index's dense part: MiniLM (the default) or mpnet (--dense mpnet)
     dense_d = dense.documents(texts).arrays["vectors"]
     dense_q = dense.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
-    dense_run = top_run(dense_q @ dense_d.T, qids, ids)
+    dense_run = top_run(dense_q @ dense_d.T, qids, ids, k=DEPTH)
     bm25 = BM25Index(texts)
     # every document's BM25 over the query's max: the BM25 part of a saved index (index.bm25_fusion), exact here
     bm25_all = np.stack([bm25.scores(t) for t in tokenize(qtexts)])
@@ -99,22 +100,21 @@ def study_set(name: str, args, resources) -> dict:
             # query's weights times the corpus's idf, then normalised
             q = l2_normalize(q * cluster_idf((d > 0).sum(axis=0), d.shape[0]))
         lex = q @ d.T
-        lex_run = top_run(lex, qids, ids)
+        lex_run = top_run(lex, qids, ids, k=DEPTH)
         expansion = np.where(q_mask, 0.0, q).astype(np.float32) @ d.T
         hybrid = 0.5 * lex + 0.5 * (dense_q @ dense_d.T)
-        hybrid_run = top_run(hybrid, qids, ids)
+        hybrid_run = top_run(hybrid, qids, ids, k=DEPTH)
+        # a saved index's three parts: 0.5 cos_lex + 0.5 cos_dense + w BM25/max (lens search --weights 0.5,0.5,w)
+        index_runs = {str(w): top_run(hybrid + w * bm25_max, qids, ids, k=DEPTH) for w in args.bm25_weights}
         row["floors"][str(f)] = {
             "lexicon": _ndcg(data.qrels, lex_run),
-            "expansion_only": _ndcg(data.qrels, top_run(expansion, qids, ids)),
+            "expansion_only": _ndcg(data.qrels, top_run(expansion, qids, ids, k=DEPTH)),
             "query_own_share": float(np.nanmean(mass_share(q, q_mask))),
             "hybrid": _ndcg(data.qrels, hybrid_run),
             "hybrid+bm25": _ndcg(data.qrels, _fuse([hybrid_run, bm25_run])),
-            # a saved index's three parts: 0.5 cos_lex + 0.5 cos_dense + w BM25/max (lens search --weights 0.5,0.5,w)
-            "index_bm25": {str(w): _ndcg(data.qrels, top_run(hybrid + w * bm25_max, qids, ids))
-                           for w in args.bm25_weights},
+            "index_bm25": {w: _ndcg(data.qrels, run) for w, run in index_runs.items()},
             # the index's BM25 part against the hybrid without it, query by query
-            "index_bm25_vs_hybrid": {str(w): _paired(data.qrels, top_run(hybrid + w * bm25_max, qids, ids),
-                                                     hybrid_run) for w in args.bm25_weights},
+            "index_bm25_vs_hybrid": {w: _paired(data.qrels, run, hybrid_run) for w, run in index_runs.items()},
         }
         print(f"{data.name} floor {f}: {row['floors'][str(f)]}", flush=True)
     return row

@@ -982,8 +982,8 @@ class HybridIndex:
         ``expected_fingerprint`` (:class:`~index.manifest.FingerprintMismatchError`, listing the
         differing keys), and any damaged file: checksums are verified before FAISS or SQLite parse
         anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones. ``read_only``: load
-        what searching needs and refuse changes and saves (the idf part then holds its counts, not every
-        document's clusters: :mod:`index.df_part`). A sharded directory is refused, saying to load it with
+        what searching needs and refuse changes (the idf part then holds its counts, not every document's
+        clusters: :mod:`index.df_part`, so a save, which would lose them, is refused too). A sharded directory is refused, saying to load it with
         ``index.load_index`` (either layout).
         """
         directory = Path(directory)
