@@ -22,7 +22,8 @@ from _common import RESULTS as ALL_RESULTS, add_data_dir_argument, script_comman
 
 RESULTS = ALL_RESULTS / "ood"
 DEFAULT_SYSTEMS = ("bm25,minilm,bm25+minilm,bm25+minilm-rrf,lens-lexicon-int8,lens-hybrid-int8,"
-                   "lens-hybrid-int8+bm25,lens-hybrid-int8+bm25-rrf,lens-lexicon-int8-idf,lens-hybrid-int8-idf")
+                   "lens-hybrid-int8+bm25,lens-hybrid-int8+bm25-rrf,lens-lexicon-int8-idf,lens-hybrid-int8-idf,"
+                   "lens-index-int8")
 
 
 def make_variants(sets: list[Path], variants: list[str], work: Path) -> dict[str, list[Path]]:

@@ -5,7 +5,8 @@ inner product of the weighted query vector with its stored vector, ``index.vecto
 by the largest BM25 score among the query's candidates. The candidates are the union of the vector index's top
 ``depth`` and BM25's top ``depth``, so BM25's best document is always among them and ``max_bm25`` is the query's
 best BM25 score over the documents searched: the BM25 part lies in [0, 1], 0 for a document without a query term.
-Dividing by the maximum (not min-max) keeps that 0 meaning "no query term" whatever the other candidates are.
+Dividing by the maximum (not min-max) keeps that 0 meaning "no query term" whatever the other candidates are. The
+shards of one index pass the maximum over all of them (``bm25_max``), so their fused scores compare.
 """
 
 from __future__ import annotations
@@ -56,10 +57,11 @@ def query_weights(value: Any, what: str = "weights") -> tuple[float, ...]:
     return (*pair, w_bm25) if w_bm25 > 0 else weight_pair(pair, what)
 
 
-def normalise_bm25(scores: np.ndarray) -> np.ndarray:
-    """BM25 scores divided by their maximum (float64, in [0, 1]); all zeros when none is positive."""
+def normalise_bm25(scores: np.ndarray, top: float | None = None) -> np.ndarray:
+    """BM25 scores divided by their maximum, or by ``top`` when given (float64; in [0, 1] when ``top`` is at least
+    their maximum); all zeros when the divisor is not positive."""
     s = np.asarray(scores, dtype=np.float64)
-    top = s.max(initial=0.0)
+    top = s.max(initial=0.0) if top is None else float(top)
     return s / top if top > 0 else np.zeros_like(s)
 
 
@@ -81,15 +83,18 @@ def candidate_union(*labels: np.ndarray) -> np.ndarray:
 
 
 def fuse(labels: np.ndarray, vector_scores: np.ndarray, bm25_scores: np.ndarray, w_bm25: float,
-         k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top ``k`` of the candidates ``labels`` by ``vector_scores + w_bm25 * normalise_bm25(bm25_scores)``
-    (best first, ties by label): ``(labels, float32 scores)``."""
+         k: int, bm25_max: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` of the candidates ``labels`` by ``vector_scores + w_bm25 * normalise_bm25(bm25_scores,
+    bm25_max)`` (best first, ties by label): ``(labels, float32 scores)``. ``bm25_max``: the BM25 maximum over
+    every document searched (default: over these candidates, which hold it when they hold BM25's top)."""
+    if bm25_max is not None and bm25_max < np.max(bm25_scores, initial=0.0):
+        raise ValueError(f"bm25_max {bm25_max} is below the candidates' best BM25 score {np.max(bm25_scores)}")
     labels = np.asarray(labels, dtype=np.int64)
     vec = np.asarray(vector_scores, dtype=np.float64)
     bm = np.asarray(bm25_scores, dtype=np.float64)
     if not (labels.shape == vec.shape == bm.shape and labels.ndim == 1):
         raise ValueError(f"fuse needs one vector and one BM25 score per label, got shapes {labels.shape}, "
                          f"{vec.shape}, {bm.shape}")
-    fused = vec + float(w_bm25) * normalise_bm25(bm)
+    fused = vec + float(w_bm25) * normalise_bm25(bm, bm25_max)
     order = np.lexsort((labels, -fused))[:k]
     return labels[order], fused[order].astype(np.float32)

@@ -1,11 +1,13 @@
-"""The BM25 part of a hybrid index (``lens index build --bm25``): each document's BM25 terms, saved beside the
-FAISS vectors and scored with the project's one BM25 set-up (``lens.bm25``: bm25s, Lucene scoring, English
-stemming and stopwords).
+"""The BM25 part of a hybrid index (kept by ``lens index build`` unless ``--no-bm25``): each document's BM25 terms,
+saved beside the FAISS vectors and scored with the project's one BM25 set-up (``lens.bm25``: bm25s's tokeniser,
+English stemming and stopwords, Lucene scoring with k1 1.5 and b 0.75).
 
-The part keeps every document's terms (as ids into its vocabulary), not the texts and not bm25s's precomputed
-scores, so adding or removing documents changes it exactly: the part after a change scores as one built from
-the whole corpus (IDF and average length included). The scorer is built from the terms when the part is loaded
-(linear in the corpus's terms) or at its first query after a change.
+The part keeps every document's terms (as ids into its vocabulary), not the texts and not precomputed scores, so
+adding or removing documents changes it exactly: the part after a change scores as one built from the whole corpus
+(IDF and average length included). Its scorer is a term-major table of each term's documents and counts, built
+from the terms when the part is loaded (linear in the corpus's terms) or at its first query after a change. It
+scores with the corpus's statistics (``lens.bm25.BM25Stats``) or with those given: the shards of one index add
+theirs up, so each shard scores its documents as one index of all of them would (``index.shards``).
 
 Saved as ``bm25.npz`` (numpy arrays, read with ``allow_pickle=False``): ``labels`` (int64, the index's internal
 id of each row), ``terms`` (int32, every row's term ids one after another), ``offsets`` (int64, row ``i``'s terms
@@ -18,13 +20,13 @@ from __future__ import annotations
 import io
 import logging
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping, Sequence
+from typing import Any, BinaryIO, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from lens.bm25 import BM25_CONFIG, BM25Index, tokenize
+from lens.bm25 import BM25_CONFIG, BM25Stats, lucene_idf, saturated_tf, tokenize
 
-__all__ = ["BM25_FILE", "PART_VERSION", "BM25Part"]
+__all__ = ["BM25_FILE", "PART_VERSION", "BM25Part", "BM25Scores"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,17 +34,42 @@ BM25_FILE = "bm25.npz"
 PART_VERSION = 1
 
 
+class BM25Scores(NamedTuple):
+    """A search's BM25 side: each query's score for every row of a part (``BM25Part.scores``) and its maximum over
+    the documents searched (the divisor of ``index.bm25_fusion``; over all shards for a sharded index)."""
+
+    scores: list[np.ndarray]
+    maxima: list[float]
+
+
 class BM25Part:
     """Rows of BM25 terms, one per document, keyed by the index's internal ids (``labels``)."""
 
-    def __init__(self, labels: np.ndarray, rows: list[np.ndarray], vocab: list[str]) -> None:
+    def __init__(self, labels: np.ndarray, rows: list[np.ndarray] | None, vocab: list[str],
+                 scorer: "_Postings | None" = None) -> None:
+        """``rows`` None: a part read for searching alone (:meth:`read`'s ``scorer_only``), which holds ``scorer``
+        and refuses changes and saves."""
         self.labels = np.asarray(labels, dtype=np.int64)
         self._rows = rows
         self._vocab = vocab
         self._ids = {t: i for i, t in enumerate(vocab)}
-        self._scorer: BM25Index | None = None
-        if len(self._rows) != len(self.labels):
-            raise ValueError(f"BM25 part: {len(self.labels)} labels but {len(self._rows)} rows")
+        self._scorer: _Postings | None = scorer
+        if rows is None and scorer is None:
+            raise ValueError("BM25 part: give its rows, or its scorer for a part read to search only")
+        n = len(rows) if rows is not None else len(scorer.lengths)
+        if n != len(self.labels):
+            raise ValueError(f"BM25 part: {len(self.labels)} labels but {n} rows")
+
+    @property
+    def scorer_only(self) -> bool:
+        """Whether this part was read to search only (``read(scorer_only=True)``): it holds each term's documents
+        and counts, not each document's terms, so it cannot change or be saved."""
+        return self._rows is None
+
+    def _check_rows(self, what: str) -> None:
+        if self._rows is None:
+            raise ValueError(f"cannot {what}: this BM25 part was read to search only (an index loaded with "
+                             "read_only=True); load the index with read_only=False to change or save it")
 
     # ---- building and changing ---------------------------------------------------------------
 
@@ -72,6 +99,7 @@ class BM25Part:
         if len(terms) != len(labels):
             raise ValueError(f"the BM25 part needs one text per document: got {len(terms)} texts for {len(labels)} "
                              "documents")
+        self._check_rows("add documents")
         if np.isin(labels, self.labels).any() or len(np.unique(labels)) != len(labels):
             raise ValueError("the BM25 part already holds some of these documents' internal ids")
         if not len(labels):
@@ -90,6 +118,7 @@ class BM25Part:
 
     def remove(self, labels: Sequence[int]) -> None:
         """Drop the rows of these internal ids (those not held are ignored); unused terms leave the vocabulary."""
+        self._check_rows("remove documents")
         drop = np.isin(self.labels, np.asarray(labels, dtype=np.int64))
         if not drop.any():
             return
@@ -108,19 +137,44 @@ class BM25Part:
 
     # ---- scoring -----------------------------------------------------------------------------
 
-    def _index(self) -> BM25Index | None:
-        if self._scorer is None and len(self):
-            self._scorer = BM25Index.from_token_ids(self._rows, self._ids)
+    def _index(self) -> "_Postings":
+        if self._scorer is None:
+            self._scorer = _Postings.of(self._rows, len(self._vocab))
         return self._scorer
 
-    def query_terms(self, queries: Sequence[str]) -> list[list[str]]:
+    @staticmethod
+    def query_terms(queries: Sequence[str]) -> list[list[str]]:
         """Each query's BM25 terms (``lens.bm25.tokenize``)."""
         return tokenize(list(queries))
 
-    def scores(self, terms: Sequence[str]) -> np.ndarray:
-        """Every row's BM25 score (float32, in ``labels`` order) for one query's terms."""
-        scorer = self._index()
-        return scorer.scores(terms) if scorer is not None else np.zeros(0, np.float32)
+    def stats(self, terms: Sequence[str]) -> BM25Stats:
+        """This part's statistics for one query's terms: its documents, their total length, each term's
+        document frequency (0 for a term it does not hold)."""
+        post = self._index()
+        ids = [self._ids.get(t) for t in terms]
+        df = np.array([0 if i is None else post.df(i) for i in ids], dtype=np.int64)
+        return BM25Stats(len(self), int(post.lengths.sum()), df)
+
+    def scores(self, terms: Sequence[str], stats: BM25Stats | None = None) -> np.ndarray:
+        """Every row's BM25 score (float32, in ``labels`` order) for one query's terms (each occurrence counts, as
+        in bm25s), with this part's statistics or ``stats`` (:meth:`stats` of the same terms, added up over the
+        parts of one corpus)."""
+        post = self._index()
+        stats = self.stats(terms) if stats is None else stats
+        out = np.zeros(len(self), dtype=np.float64)
+        if not len(self) or stats.documents == 0 or stats.length == 0:
+            return out.astype(np.float32)
+        if len(stats.df) != len(terms):
+            raise ValueError(f"BM25 statistics for {len(stats.df)} terms given for a query of {len(terms)} terms")
+        idf = lucene_idf(stats.df, stats.documents)
+        avg = stats.length / stats.documents
+        for term, weight in zip(terms, idf):
+            i = self._ids.get(term)
+            if i is None:
+                continue
+            rows, tf = post.postings(i)
+            out[rows] += weight * saturated_tf(tf, post.lengths[rows], avg)
+        return out.astype(np.float32)
 
     # ---- saving and loading ------------------------------------------------------------------
 
@@ -131,6 +185,7 @@ class BM25Part:
 
     def write(self, path: Path) -> None:
         """Write ``bm25.npz`` to ``path`` (inside the save's temporary directory)."""
+        self._check_rows("save")
         offsets = np.zeros(len(self._rows) + 1, dtype=np.int64)
         np.cumsum([len(r) for r in self._rows], out=offsets[1:])
         terms = np.concatenate(self._rows).astype(np.int32) if self._rows else np.zeros(0, np.int32)
@@ -139,9 +194,10 @@ class BM25Part:
             np.savez(f, labels=self.labels, terms=terms, offsets=offsets, vocab=vocab)
 
     @classmethod
-    def read(cls, f: BinaryIO, path: Path, entry: Mapping[str, Any]) -> "BM25Part":
+    def read(cls, f: BinaryIO, path: Path, entry: Mapping[str, Any], scorer_only: bool = False) -> "BM25Part":
         """Parse ``bm25.npz`` from the open file ``f`` (checksummed by the caller) and check it against the
-        manifest's ``bm25`` entry."""
+        manifest's ``bm25`` entry. ``scorer_only``: keep what searching needs (each term's documents and counts),
+        not each document's terms: about half the memory; the part then refuses changes and saves."""
         if not isinstance(entry, Mapping) or entry.get("version") != PART_VERSION:
             found = entry.get("version") if isinstance(entry, Mapping) else entry
             raise ValueError(f"the BM25 part of {path.parent} has version {found!r}; this LENS reads version "
@@ -167,7 +223,42 @@ class BM25Part:
             problems.append("a term id lies outside its vocabulary")
         if problems:
             raise ValueError(f"BM25 part {path} is inconsistent: {'; '.join(problems)}; rebuild the index")
+        # built now, so the first query (a served one) does not pay for it
+        scorer = _Postings.of_flat(terms.astype(np.int64), np.diff(offsets), len(words))
+        if scorer_only:
+            return cls(labels.astype(np.int64), None, words, scorer)
         rows = [terms[offsets[i] : offsets[i + 1]].astype(np.int32) for i in range(n)]
-        part = cls(labels.astype(np.int64), rows, words)
-        part._index()  # built now, so the first query (a served one) does not pay for it
-        return part
+        return cls(labels.astype(np.int64), rows, words, scorer)
+
+
+class _Postings:
+    """Term-major counts of a part's rows: for each term id, the rows holding it and how often (CSC-like arrays),
+    and every row's length in terms."""
+
+    def __init__(self, indptr: np.ndarray, rows: np.ndarray, tf: np.ndarray, lengths: np.ndarray) -> None:
+        self.indptr, self.rows, self.tf, self.lengths = indptr, rows, tf, lengths
+
+    @classmethod
+    def of(cls, rows: Sequence[np.ndarray], n_terms: int) -> "_Postings":
+        """The table of rows given as arrays of term ids."""
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        terms = np.concatenate(rows).astype(np.int64) if len(rows) else np.zeros(0, np.int64)
+        return cls.of_flat(terms, lengths, n_terms)
+
+    @classmethod
+    def of_flat(cls, terms: np.ndarray, lengths: np.ndarray, n_terms: int) -> "_Postings":
+        """The table of rows given as every row's term ids one after another and each row's length."""
+        n = max(len(lengths), 1)
+        row_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+        keys, tf = np.unique(terms * n + row_of, return_counts=True)  # by term, then row
+        indptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys // n, minlength=n_terms), out=indptr[1:])
+        return cls(indptr, (keys % n).astype(np.int32), tf.astype(np.int32), np.asarray(lengths, dtype=np.int32))
+
+    def df(self, term_id: int) -> int:
+        return int(self.indptr[term_id + 1] - self.indptr[term_id])
+
+    def postings(self, term_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, counts) of one term."""
+        a, b = self.indptr[term_id], self.indptr[term_id + 1]
+        return self.rows[a:b], self.tf[a:b]

@@ -26,6 +26,7 @@ from typing import Any, BinaryIO, Mapping, Sequence
 import numpy as np
 
 from lens.atomic import atomic_dir, parse_json, write_json
+from lens.bm25 import BM25Stats
 
 from .manifest import (
     DOCS_FILE,
@@ -43,6 +44,7 @@ from .manifest import (
 from .metadata import DocTable, check_filter, check_ids
 from .store import HybridIndex, SearchResult, check_save_target, idf_weights
 from .bm25_fusion import split_weights
+from .bm25_part import BM25Scores
 from .vectors import mean_weights, weight_pair
 
 __all__ = ["SHARED_SETTINGS", "ShardWriter", "ShardedIndex", "merge_hits", "merge_indexes", "shard_dir"]
@@ -186,22 +188,45 @@ class ShardedIndex:
                texts: Sequence[str] | None = None, depth: int | None = None,
                idf: bool | None = None) -> list[SearchResult]:
         """``HybridIndex.search`` on every shard, their top-``k`` merged (``merge_hits``); ``idf`` weighs the query
-        lexicon by the whole index's frequencies (:meth:`query_idf`). A BM25 weight is refused: each shard's BM25
-        part would weigh terms by its own statistics, so their scores would not compare."""
-        weights, w_bm25 = split_weights(weights)
-        if w_bm25 > 0:
-            raise ValueError("a sharded index cannot search with a BM25 weight (each shard's BM25 statistics differ, "
-                             "so their scores would not compare): build one index with `lens index build --bm25` "
-                             "(no --shards), or give two weights LEX,DENSE")
+        lexicon by the whole index's frequencies (:meth:`query_idf`). A BM25 weight (every shard keeps a BM25 part)
+        scores each shard's documents with the statistics of all shards added up and divides by the best BM25
+        score of all shards, so the scores are those of one index holding every document; the candidates are each
+        shard's vector and BM25 top ``depth``, which hold one such index's."""
+        _, w_bm25 = split_weights(weights)
         weights = self._weights if weights is None else weights  # one default for all shards: comparable scores
         checked = check_filter(filter)
         allowed = [s.selection(filter) for s in self._shards]
         if checked is not None and not any(len(a) for a in allowed) and len(self):
             logger.warning("no document matches the filter %s: returning no hits", filter)
         weighing = self.query_idf(idf)
-        per_shard = [s.search_selection(lexicon, dense, k, weights, query_top_m, a, idf=weighing)
-                     for s, a in zip(self._shards, allowed)]
+        bm25 = [None] * len(self._shards)
+        if w_bm25 > 0:
+            bm25 = self._bm25_scores(texts, allowed)
+        per_shard = [s.search_selection(lexicon, dense, k, weights, query_top_m, a, texts, depth, weighing, b)
+                     for s, a, b in zip(self._shards, allowed, bm25)]
         return [merge_hits([hits[q] for hits in per_shard], k) for q in range(len(per_shard[0]))]
+
+    @property
+    def has_bm25(self) -> bool:
+        """Whether every shard keeps a BM25 part (``HybridIndex.has_bm25``), so a search can weigh BM25."""
+        return all(s.has_bm25 for s in self._shards)
+
+    def _bm25_scores(self, texts: Sequence[str] | None, allowed: Sequence[np.ndarray | None]) -> list[BM25Scores]:
+        """Each shard's BM25 scores of the queries, with the whole index's statistics and maximum."""
+        missing = [i for i, s in enumerate(self._shards) if not s.has_bm25]
+        if missing:
+            raise ValueError(f"{len(missing)} of this index's {len(self._shards)} shards (the first: shard "
+                             f"{missing[0]}) keep no BM25 part, so a BM25 weight > 0 cannot be used: merge only "
+                             "indexes built with a BM25 part (`lens index build` without --no-bm25), or give two "
+                             "weights LEX,DENSE")
+        if texts is None or isinstance(texts, str):
+            raise ValueError("a BM25 weight needs each query's text: give texts= with one text per query")
+        texts = list(texts)
+        each = [s.bm25_stats(texts) for s in self._shards]
+        stats = [BM25Stats.total([e[q] for e in each]) for q in range(len(texts))]
+        scored = [s.bm25_scores(texts, a, stats) for s, a in zip(self._shards, allowed)]
+        maxima = [max(sc.maxima[q] for sc in scored) for q in range(len(texts))]
+        return [BM25Scores(sc.scores, maxima) for sc in scored]
 
     def set_search_options(self, **options: Any) -> None:
         for shard in self._shards:
@@ -379,6 +404,8 @@ def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]
 
     Every input (single or sharded) must have the same encoder fingerprint, dims, index type and ``top_m``, and no
     document id may be in two inputs; default query weights may differ (the output's are their mean by documents).
+    Inputs' BM25 parts stay with their shards, searched with the statistics of all of them; where only some inputs
+    keep one, the output keeps them but cannot search with a BM25 weight (a warning says so).
     Each input is verified (checksums) before its files are linked or copied into the output. Nothing is re-encoded
     or re-trained.
     """
@@ -411,6 +438,11 @@ def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]
                     del docs
                     writer.add_files(shard_m, files, p / prefix)
         manifest = writer.finish({**first_info, "merged_from": [str(p) for p in inputs]})
+        without = [i for i, m in enumerate(writer.manifests) if m.get("bm25") is None]
+        if without and len(without) < len(writer.manifests):
+            logger.warning("%d of the merged index's %d shards keep no BM25 part (built with --no-bm25 or before "
+                           "indexes kept one), so it cannot search with a BM25 weight: rebuild those inputs with "
+                           "`lens index build` to search it with BM25", len(without), len(writer.manifests))
     logger.info("merged %d indexes (%d documents) into %s", len(inputs), manifest["count"], output)
     return manifest
 

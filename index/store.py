@@ -77,6 +77,7 @@ import faiss
 import numpy as np
 
 from lens.atomic import atomic_dir, write_json
+from lens.bm25 import BM25Stats
 from lens.casing import CasingTable, read_casing_table
 
 from .factory import INDEX_TYPES, IndexType, TrainingPlan, exact_index, get_index_type
@@ -95,7 +96,7 @@ from .manifest import (
     verify_stream,
 )
 from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, split_weights
-from .bm25_part import BM25_FILE, BM25Part
+from .bm25_part import BM25_FILE, BM25Part, BM25Scores
 from .df_part import DF_FILE, DocFrequencyPart
 from .metadata import DocTable, check_filter, check_ids, encode_metadata
 from . import ondisk
@@ -744,10 +745,13 @@ class HybridIndex:
 
     def search_selection(self, lexicon: Any, dense: Any, k: int, weights: Any, query_top_m: int | None,
                          allowed: np.ndarray | None, texts: Sequence[str] | None = None,
-                         depth: int | None = None, idf: np.ndarray | None = None) -> list[SearchResult]:
+                         depth: int | None = None, idf: np.ndarray | None = None,
+                         bm25: BM25Scores | None = None) -> list[SearchResult]:
         """:meth:`search` over the documents whose internal ids are ``allowed`` (:meth:`selection`; None: all),
         with no warning when none are (``index.shards`` warns once for all of its shards). ``idf``: the weights
-        the query lexicon is multiplied by (:meth:`query_idf`; a sharded index gives all of its shards' ones)."""
+        the query lexicon is multiplied by (:meth:`query_idf`; a sharded index gives all of its shards' ones).
+        ``bm25``: each query's BM25 scores and maximum (:meth:`bm25_scores`; a sharded index gives them scored with
+        all of its shards' statistics), computed here from this index alone when None."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if self._spilled:
@@ -790,7 +794,8 @@ class HybridIndex:
             logger.warning("searching an empty index: no documents have been added; returning no hits")
             return results
         if w_bm25 > 0:
-            return self._search_bm25(qv, list(texts), k, max(k, depth or DEFAULT_DEPTH), w_bm25, allowed)
+            bm25 = self.bm25_scores(texts, allowed) if bm25 is None else bm25
+            return self._search_bm25(qv, bm25, k, max(k, depth or DEFAULT_DEPTH), w_bm25, allowed)
         live = np.flatnonzero(~zero)
         if len(live) == 0 or (allowed is not None and len(allowed) == 0):
             return results
@@ -815,14 +820,37 @@ class HybridIndex:
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1):
             raise ValueError(f"depth must be a positive integer (candidates from each part), got {depth!r}")
 
-    def _search_bm25(self, qv: np.ndarray, texts: list[str], k: int, depth: int, w_bm25: float,
+    def bm25_scores(self, texts: Sequence[str], allowed: np.ndarray | None = None,
+                    stats: Sequence[BM25Stats] | None = None) -> BM25Scores:
+        """Every document's BM25 score for each query text (``index.bm25_part``; rows in the part's order) and
+        each query's maximum over the documents ``allowed`` (None: all), with this index's statistics or ``stats``
+        (one per query: a sharded index's, added up over its shards)."""
+        part = self._bm25
+        if part is None:
+            raise ValueError("this index has no BM25 part: rebuild it with `lens index build` (without --no-bm25)")
+        terms = part.query_terms(list(texts))
+        if stats is not None and len(stats) != len(terms):
+            raise ValueError(f"BM25 statistics for {len(stats)} queries given for {len(terms)} queries")
+        scores = [part.scores(t, None if stats is None else stats[q]) for q, t in enumerate(terms)]
+        keep = None if allowed is None else np.isin(part.labels, allowed)
+        tops = [float(s.max(initial=0.0) if keep is None else s[keep].max(initial=0.0)) for s in scores]
+        return BM25Scores(scores, tops)
+
+    def bm25_stats(self, texts: Sequence[str]) -> list[BM25Stats]:
+        """This index's BM25 statistics for each query text (``BM25Stats.total`` adds up those of shards)."""
+        if self._bm25 is None:
+            raise ValueError("this index has no BM25 part: rebuild it with `lens index build` (without --no-bm25)")
+        return [self._bm25.stats(t) for t in self._bm25.query_terms(list(texts))]
+
+    def _search_bm25(self, qv: np.ndarray, bm25: BM25Scores, k: int, depth: int, w_bm25: float,
                      allowed: np.ndarray | None) -> list[SearchResult]:
         """Three-part search (``index.bm25_fusion``): candidates from FAISS's and BM25's top ``depth``, each scored
-        exactly from its stored vector (``index.rescore``) and its BM25 score."""
+        exactly from its stored vector (``index.rescore``) and its BM25 score over ``bm25``'s maximum."""
         index, part = self.faiss_index, self._bm25
+        nq = len(bm25.scores)
         n = index.ntotal if allowed is None else len(allowed)
         live = np.flatnonzero(qv.any(axis=1))
-        vec_labels = [np.zeros(0, np.int64)] * len(texts)
+        vec_labels = [np.zeros(0, np.int64)] * nq
         if len(live) and n:
             _, found = faiss_search(index, np.ascontiguousarray(qv[live]), int(min(depth, n)), allowed)
             for row, qi in enumerate(live):
@@ -830,15 +858,16 @@ class HybridIndex:
         keep = None if allowed is None else np.isin(part.labels, allowed)
         order = np.argsort(part.labels)
         sorted_labels = part.labels[order]
-        bm25_all = [part.scores(terms) for terms in part.query_terms(texts)]
+        bm25_all = bm25.scores
         cands = [candidate_union(vec_labels[q], part.labels[bm25_top(bm25_all[q], depth, keep)])
-                 for q in range(len(texts))]
+                 for q in range(nq)]
         union = candidate_union(*cands)
         vec_scores = stored_scores(index, qv, union)
         fused = []
         for q, c in enumerate(cands):
             rows = order[np.searchsorted(sorted_labels, c)]
-            fused.append(fuse(c, vec_scores[q, np.searchsorted(union, c)], bm25_all[q][rows], w_bm25, k))
+            fused.append(fuse(c, vec_scores[q, np.searchsorted(union, c)], bm25_all[q][rows], w_bm25, k,
+                              bm25.maxima[q]))
         docs = self._docs.fetch(np.concatenate([f[0] for f in fused]) if fused else np.zeros(0, np.int64))
         results = []
         for labels, scores in fused:
@@ -904,9 +933,11 @@ class HybridIndex:
         return Path(directory)
 
     def check_savable(self) -> None:
-        """Refuse (ValueError) to save an index loaded read-only with idf counts alone (``load(read_only=True)``):
-        it no longer holds every document's clusters, so a save would lose them."""
-        if self._df is not None and self._df.counts_only:
+        """Refuse (ValueError) to save an index loaded read-only (``load(read_only=True)``) with idf counts alone
+        or a BM25 part read to search only: it no longer holds every document's clusters or terms, so a save would
+        lose them."""
+        if ((self._df is not None and self._df.counts_only)
+                or (self._bm25 is not None and self._bm25.scorer_only)):
             raise ValueError(f"cannot save this index: {self._readonly}")
 
     def write_files(self, directory: Path) -> dict[str, Any]:
@@ -983,7 +1014,8 @@ class HybridIndex:
         differing keys), and any damaged file: checksums are verified before FAISS or SQLite parse
         anything. ``search_options`` (e.g. ``ef_search``, ``nprobe``) override the saved ones. ``read_only``: load
         what searching needs and refuse changes (the idf part then holds its counts, not every document's
-        clusters: :mod:`index.df_part`, so a save, which would lose them, is refused too). A sharded directory is refused, saying to load it with
+        clusters: :mod:`index.df_part`, and the BM25 part each term's documents, not each document's terms:
+        :mod:`index.bm25_part`; so a save, which would lose them, is refused too). A sharded directory is refused, saying to load it with
         ``index.load_index`` (either layout).
         """
         directory = Path(directory)
@@ -1031,7 +1063,7 @@ class HybridIndex:
         if m.get("bm25") is not None:
             if BM25_FILE not in m["files"]:
                 raise ValueError(f"index manifest {mpath} is damaged: no valid checksum record for {BM25_FILE}")
-            obj._bm25 = BM25Part.read(files[BM25_FILE], directory / BM25_FILE, m["bm25"])
+            obj._bm25 = BM25Part.read(files[BM25_FILE], directory / BM25_FILE, m["bm25"], scorer_only=read_only)
         if CASING_FILE in m["files"]:
             f = files[CASING_FILE]
             f.seek(0)

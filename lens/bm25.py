@@ -1,28 +1,61 @@
 """The one BM25 set-up: bm25s with Lucene's scoring, an English Snowball stemmer and English stopwords.
 
 The benchmark's ``bm25`` baseline and the hard-negative miner of ``lens data beir`` both use ``BM25Index``, so
-training negatives come from exactly the ranking the baseline is scored on. Needs the ``eval`` extra.
+training negatives come from exactly the ranking the baseline is scored on; an index's BM25 part
+(``index.bm25_part``) scores with :func:`lucene_idf` and :func:`saturated_tf`, the same formula over statistics that
+its shards can add up. bm25s and PyStemmer are core dependencies, imported at first use.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from lens.extras import require
-
-__all__ = ["BM25_CONFIG", "BM25Index", "tokenize"]
+__all__ = ["BM25_CONFIG", "BM25Index", "BM25Stats", "lucene_idf", "saturated_tf", "tokenize"]
 
 BM25_CONFIG = {"method": "lucene", "k1": 1.5, "b": 0.75, "stemmer": "english (PyStemmer)", "stopwords": "en (bm25s)"}
 
 
+class BM25Stats(NamedTuple):
+    """What BM25 needs of a corpus to score one query: its documents, their total length in terms, and each query
+    term's document frequency (one per term, in the query's order). Corpora kept apart (an index's shards) add up
+    (:meth:`total`), so each part scores its documents as one corpus of them all would."""
+
+    documents: int
+    length: int
+    df: np.ndarray
+
+    @classmethod
+    def total(cls, parts: Sequence["BM25Stats"]) -> "BM25Stats":
+        """The statistics of the parts' corpora taken together (the same query's terms in each)."""
+        if not parts:
+            raise ValueError("BM25Stats.total needs at least one part")
+        return cls(sum(p.documents for p in parts), sum(p.length for p in parts),
+                   np.sum([np.asarray(p.df, dtype=np.int64) for p in parts], axis=0))
+
+
+def lucene_idf(df: np.ndarray, documents: int) -> np.ndarray:
+    """BM25's inverse document frequency as Lucene (and bm25s's ``lucene`` method) computes it:
+    ``log(1 + (N - df + 0.5) / (df + 0.5))`` (float64), never negative."""
+    df = np.asarray(df, dtype=np.float64)
+    return np.log1p((documents - df + 0.5) / (df + 0.5))
+
+
+def saturated_tf(tf: np.ndarray, doc_length: np.ndarray, avg_length: float) -> np.ndarray:
+    """BM25's term-frequency part with :data:`BM25_CONFIG`'s ``k1`` and ``b`` (Lucene's form, without the constant
+    ``k1 + 1``): ``tf / (tf + k1 * (1 - b + b * |d| / avg |d|))`` (float64)."""
+    k1, b = BM25_CONFIG["k1"], BM25_CONFIG["b"]
+    tf = np.asarray(tf, dtype=np.float64)
+    return tf / (tf + k1 * (1.0 - b + b * np.asarray(doc_length, dtype=np.float64) / avg_length))
+
+
 def _modules():
-    """(bm25s, an English stemmer), loaded through the ``eval`` extra."""
-    bm25s = require("bm25s", "eval", what="BM25")
-    stemmer_mod = require("Stemmer", "eval", what="BM25", package="PyStemmer")
+    """(bm25s, an English stemmer), imported at first use (``import lens`` stays light)."""
+    import bm25s
+    import Stemmer as stemmer_mod
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets itself to DEBUG on import
     return bm25s, stemmer_mod.Stemmer("english")
 
@@ -37,26 +70,14 @@ def tokenize(texts: Sequence[str]) -> list[list[str]]:
 class BM25Index:
     """An in-memory BM25 index over texts; ``search`` gives the top-k row indices and scores (score > 0 only)."""
 
-    def __init__(self, texts: Sequence[str] | None, *, _token_ids=None):
+    def __init__(self, texts: Sequence[str]):
         bm25s, self._stemmer = _modules()
         self._bm25s = bm25s
         self.retriever = bm25s.BM25(method=BM25_CONFIG["method"], k1=BM25_CONFIG["k1"], b=BM25_CONFIG["b"])
-        if _token_ids is not None:  # from_token_ids
-            ids, vocab = _token_ids
-            self.size = len(ids)
-            corpus = bm25s.tokenization.Tokenized(ids=ids, vocab=vocab)
-        else:
-            self.size = len(texts)
-            corpus = None if self.size == 0 else self._tokenize(list(texts))
+        self.size = len(texts)
         if self.size == 0:
             raise ValueError("BM25Index needs at least one text")
-        self.retriever.index(corpus, show_progress=False)
-
-    @classmethod
-    def from_token_ids(cls, ids: Sequence[Sequence[int]], vocab: dict[str, int]) -> "BM25Index":
-        """The index of documents given as term ids (``vocab``: term -> id) of :func:`tokenize`'s terms: the same
-        scores as ``BM25Index`` of their texts, without the texts (an index's saved BM25 part)."""
-        return cls(None, _token_ids=([list(map(int, d)) for d in ids], dict(vocab)))
+        self.retriever.index(self._tokenize(list(texts)), show_progress=False)
 
     def scores(self, terms: Sequence[str]) -> np.ndarray:
         """Every document's BM25 score (float32, one per row) for a query's terms (:func:`tokenize`); terms not in

@@ -20,7 +20,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     import contextlib
 
     from lens.corpus import load_corpus
-    from lens.indexing import DEFAULT_IDF, build_saved, check_build_options, partial_dir
+    from lens.indexing import DEFAULT_BM25, DEFAULT_IDF, build_saved, check_build_options, partial_dir
     from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
     from index.store import check_save_target
@@ -51,7 +51,8 @@ def cmd_index_build(args: argparse.Namespace) -> None:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
                                    devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights,
-                                   bm25=args.bm25, idf=DEFAULT_IDF if args.idf is None else args.idf)
+                                   bm25=DEFAULT_BM25 if args.bm25 is None else args.bm25,
+                                   idf=DEFAULT_IDF if args.idf is None else args.idf)
         except KeyboardInterrupt:
             _interrupted(partial_dir(args.output))
     if manifest is None:  # a torchrun rank other than 0: rank 0 wrote the index and reports it
@@ -340,10 +341,10 @@ def register(subparsers) -> None:
                    help="keep the M heaviest lexicon weights of each document (before normalising); recorded in "
                         "the index, queries are not pruned")
     add_quantize_argument(b, "; recorded in the index")
-    b.add_argument("--bm25", action="store_true",
-                   help="also keep a BM25 part (bm25s, stemming, stopwords) of the documents' texts, searched with a "
-                        "third weight (lens search --weights LEX,DENSE,BM25); one index only (not --shards); needs "
-                        "the eval extra")
+    b.add_argument("--bm25", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep a BM25 part (bm25s, stemming, stopwords) of the documents' texts, searched with a third "
+                        "weight (0.1 unless lens search --weights LEX,DENSE,BM25 says otherwise); on unless "
+                        "--no-bm25 (docs/index-and-search.md#bm25-part)")
     b.add_argument("--idf", action=argparse.BooleanOptionalAction, default=None,
                    help="searches weigh each query's lexicon by its clusters' inverse document frequencies in this "
                         "corpus (BM25's idf) unless `lens search --no-idf` says otherwise; on unless --no-idf "

@@ -22,7 +22,7 @@ class MissingPackageError(MissingExtraError):
 # extra -> what it enables; pyproject.toml's [project.optional-dependencies] lists the packages (a test checks both
 # name the same extras)
 EXTRAS = {
-    "eval": "lens bench, and the BM25 negatives of lens data beir",
+    "eval": "lens bench (trec_eval metrics, plots)",
     "st": "sentence-transformers",
     "mteb": "MTEB",
     "peers": "nothing: the benchmark peers need pip install --no-deps, which `make peers` runs",

@@ -60,6 +60,11 @@ SNIPPET_CHARS = 300
 # trailed BM25, and cost the hybrid at most 0.005 nDCG@10 (not significant) where the model is in its domain
 # (docs/index-and-search.md#idf).
 DEFAULT_IDF = True
+# A built index keeps a BM25 part unless told otherwise (`lens index build --no-bm25`), searched at
+# index.bm25_fusion.DEFAULT_BM25_WEIGHT beside the vector weights: paired against the hybrid on the development
+# suite it gained on Cranfield and its variants and on SciFact (p < 0.005) and lost nothing significantly
+# (docs/index-and-search.md#bm25-part).
+DEFAULT_BM25 = True
 STATE_VERSION = 2  # chunks carry the encoder fingerprint's sha256; shard records
 _SAMPLE_SEED = 0
 
@@ -158,7 +163,7 @@ def build_index(docs: Sequence[Document], output: str | Path, encoder, **options
 def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_type: str = "flat",
                 chunk_size: int | None = None, batch_size: int | None = None, resume: bool = False,
                 info: dict | None = None, show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
-                shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool = False,
+                shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool = DEFAULT_BM25,
                 idf: bool = DEFAULT_IDF) -> dict | None:
     """:func:`build_index` without loading the result: returns the saved manifest (None on a torchrun rank > 0).
 
@@ -169,7 +174,8 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     (``index.vectors.balanced_weights`` of a seeded sample of the corpus's vectors: each part weighted inversely to
     the spread of its cosines); an index of one part alone ignores them. ``info``: free-form facts for the
     manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself. ``bm25``: keep a
-    BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one index only, not ``shards``).
+    BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one per shard; default
+    ``DEFAULT_BM25``).
     ``idf``: searches weigh the query lexicon by the clusters' inverse document frequencies in the index unless
     they say otherwise (``HybridIndex(idf=True)``; default ``DEFAULT_IDF``). ``chunk_size`` / ``batch_size`` None:
     ``build_sizes`` for the device that encodes.
@@ -182,7 +188,7 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
 
 
 def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, batch_size=None, resume=False, info=None,
-           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=False,
+           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=DEFAULT_BM25,
            idf=DEFAULT_IDF):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
@@ -193,7 +199,7 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, b
     if weights is not None:
         weights = weights_spec(weights)  # a bad value fails before anything is encoded
     if bm25:
-        _check_bm25(shards, index_type)
+        _check_bm25()
     launch = torchrun_rank()
     if launch is not None and workers != 1:
         raise ValueError(f"under torchrun each of the {launch[1]} ranks is one worker: leave --workers out (set the "
@@ -278,16 +284,11 @@ def _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_siz
         group.close()
 
 
-def _check_bm25(shards: int, index_type: str) -> None:
-    """Refuse a BM25 part where it cannot be kept (shard directories), before anything is encoded."""
-    from index.factory import get_index_type
-
-    if shards > 1 and not get_index_type(index_type).on_disk:  # ivf-ondisk's parts make one index
-        raise ValueError("--bm25 keeps one BM25 part for one index; a sharded index would need one per shard, each "
-                         "with its own term statistics: build without --shards, or without --bm25")
+def _check_bm25() -> None:
+    """Load the BM25 tokeniser (bm25s, PyStemmer) before anything is encoded, so a broken install fails first."""
     from lens.bm25 import tokenize
 
-    tokenize(["check"])  # the eval extra (bm25s, PyStemmer): its error names the pip command
+    tokenize(["check"])
 
 
 def _rank_device(local_rank: int, devices: Sequence[str] | None) -> str:

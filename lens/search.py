@@ -100,7 +100,7 @@ class Searcher:
                depth: int | None = None, idf: bool | None = None) -> list[SearchResult]:
         """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's, and on an index with a BM25
         part to the index's pair and ``index.bm25_fusion.DEFAULT_BM25_WEIGHT``; three weights (lexicon, dense, BM25)
-        add the index's BM25 part (built with ``bm25=True`` / ``--bm25``; ``depth``: candidates taken
+        add the index's BM25 part (kept by ``lens index build`` unless ``--no-bm25``; ``depth``: candidates taken
         from each part, ``HybridIndex.search``); ``filter`` keeps the
         documents whose metadata matches (``HybridIndex.search``); ``idf`` weighs the query lexicon by the
         clusters' inverse document frequencies in the index (None: the index's default; ``HybridIndex.search``).
@@ -121,7 +121,7 @@ class Searcher:
             weights = (*self.index.weights, DEFAULT_BM25_WEIGHT)
         if split_weights(weights)[1] > 0 and not getattr(self.index, "has_bm25", False):
             raise ValueError("this index has no BM25 part, so a BM25 weight > 0 cannot be used: rebuild it with "
-                             "`lens index build --bm25` (one index, no --shards), or give two weights LEX,DENSE")
+                             "`lens index build --bm25` (the default), or give two weights LEX,DENSE")
         results: list[SearchResult] = []
         with tqdm(total=len(queries), desc="Searching", unit="query", disable=not show_progress_bar) as bar:
             for start in range(0, len(queries), batch_size):

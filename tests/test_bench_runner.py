@@ -271,12 +271,36 @@ def test_idf_systems_weigh_queries_by_the_corpus_idf(tmp_path, tiny_lens_dir):
     from lens.eval.systems import DEFAULT_IDF_SYSTEMS, IDF_SYSTEMS, default_systems
 
     assert set(IDF_SYSTEMS) & set(default_systems()) == set(DEFAULT_IDF_SYSTEMS) == {"lens-lexicon-idf",
-                                                                                    "lens-hybrid-idf"}
+                                                                                    "lens-hybrid-idf", "lens-index"}
     res, _ = _tiny_run(tmp_path, tiny_lens_dir, "lens-lexicon,lens-lexicon-idf,lens-hybrid-idf")
     idf = res["systems"]["lens-lexicon-idf"]
     assert idf["docs_encoded"] == res["systems"]["lens-lexicon"]["docs_encoded"]  # the same vectors, encoded once
     assert "idf" in idf["description"] and "idf" not in res["systems"]["lens-lexicon"]["description"]
     assert "idf" in res["systems"]["lens-hybrid-idf"]["description"]
+
+
+def test_lens_index_scores_as_a_built_index_searches(tmp_path, tiny_lens_dir):
+    """lens-index (in a default run) is lens-hybrid-idf plus the index's BM25 part at the default weight: each hit's
+    score is the hybrid's plus 0.1 x its BM25 score over the query's best (the runs of the same run, saved)."""
+    from index.bm25_fusion import DEFAULT_BM25_WEIGHT
+    from lens.trec import read_run
+
+    ds = write_beir(tmp_path / "tiny")
+    out = tmp_path / "out"
+    run_bench([str(ds), "--systems", "bm25,lens-hybrid-idf,lens-index", "--model", str(tiny_lens_dir),
+               "--output-dir", str(out), "--cache-dir", str(tmp_path / "cache"), "--no-plot", "--save-runs"])
+    runs = {n: read_run(out / "tiny" / "runs" / f"{n}.trec") for n in ("bm25", "lens-hybrid-idf", "lens-index")}
+    res = read(out / "tiny" / "results.json")
+    assert "BM25 part at weight 0.1" in res["systems"]["lens-index"]["description"]
+    checked = 0
+    for qid, hits in runs["lens-index"].items():
+        bm, hybrid = runs["bm25"].get(qid, {}), runs["lens-hybrid-idf"][qid]
+        top = max(bm.values(), default=0.0)
+        for doc, score in hits.items():
+            want = hybrid[doc] + (DEFAULT_BM25_WEIGHT * bm.get(doc, 0.0) / top if top > 0 else 0.0)
+            assert score == pytest.approx(want, abs=2e-4), (qid, doc)
+            checked += 1
+    assert checked and any(runs["bm25"].values())
 
 
 def test_ablations_with_the_tiny_model(tmp_path, tiny_lens_dir):

@@ -10,13 +10,11 @@ import faiss
 import numpy as np
 import pytest
 
-pytest.importorskip("bm25s")
-
 from index.bm25_fusion import bm25_top, candidate_union, fuse, normalise_bm25, split_weights  # noqa: E402
 from index.bm25_part import BM25Part  # noqa: E402
 from index.factory import get_index_type  # noqa: E402
 from index.rescore import stored_scores  # noqa: E402
-from lens.bm25 import BM25Index, tokenize  # noqa: E402
+from lens.bm25 import BM25Index, BM25Stats, tokenize  # noqa: E402
 
 TEXTS = ["The cat sat on the mat", "Dogs and cats living together", "A bird in the hand", "the",
          "Cats chase mice; mice fear cats", "Running dogs ran past the running cat", "Protein folding in cells"]
@@ -74,11 +72,36 @@ def _reference(texts, query):
     return out
 
 
-@pytest.mark.parametrize("query", ["cats", "running dog", "protein cells mat", "the a", "unknownword"])
+@pytest.mark.parametrize("query", ["cats", "running dog", "protein cells mat", "the a", "unknownword",
+                                   "cats cats dog"])
 def test_part_scores_as_lens_bm25(query):
     part = BM25Part.build(TEXTS, np.arange(10, 10 + len(TEXTS)))
     got = part.scores(part.query_terms([query])[0])
     np.testing.assert_allclose(got, _reference(TEXTS, query), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cut", [1, 4, 6])
+@pytest.mark.parametrize("query", ["cats", "running dog", "cats cats protein", "unknownword"])
+def test_parts_score_with_their_summed_statistics_as_one_corpus(cut, query):
+    """Two parts of one corpus (an index's shards), each scoring with the statistics of both added up, give the
+    whole corpus's scores (bm25s over all texts); with their own statistics they do not."""
+    first, second = BM25Part.build(TEXTS[:cut], range(cut)), BM25Part.build(TEXTS[cut:], range(cut, len(TEXTS)))
+    terms = tokenize([query])[0]
+    total = BM25Stats.total([first.stats(terms), second.stats(terms)])
+    whole = BM25Part.build(TEXTS, range(len(TEXTS))).stats(terms)
+    assert (total.documents, total.length) == (whole.documents, whole.length) == (len(TEXTS), whole.length)
+    np.testing.assert_array_equal(total.df, whole.df)
+    got = np.concatenate([first.scores(terms, total), second.scores(terms, total)])
+    np.testing.assert_allclose(got, _reference(TEXTS, query), rtol=1e-6)
+    if _reference(TEXTS, query).any():
+        own = np.concatenate([first.scores(terms), second.scores(terms)])
+        assert not np.allclose(own, _reference(TEXTS, query), rtol=1e-6)
+
+
+def test_statistics_for_other_terms_are_refused():
+    part = BM25Part.build(TEXTS, range(len(TEXTS)))
+    with pytest.raises(ValueError, match="statistics for 1 terms given for a query of 2 terms"):
+        part.scores(["cat", "dog"], part.stats(["cat"]))
 
 
 def test_add_and_remove_equal_a_fresh_build():
@@ -115,6 +138,25 @@ def test_write_read_round_trip_and_checks(tmp_path: Path):
             BM25Part.read(f, path, {**entry, "version": 99})
     with pytest.raises(ValueError, match="could not be read"):
         BM25Part.read(io.BytesIO(b"not a zip"), path, entry)
+
+
+def test_a_part_read_to_search_only_scores_alike_and_refuses_changes(tmp_path: Path):
+    part = BM25Part.build(TEXTS, np.arange(len(TEXTS)) * 3)
+    part.remove([6])
+    path = tmp_path / "bm25.npz"
+    part.write(path)
+    with open(path, "rb") as f:
+        lean = BM25Part.read(f, path, part.manifest_entry(), scorer_only=True)
+    assert lean.scorer_only and not part.scorer_only and lean.labels.tolist() == part.labels.tolist()
+    for q in ("cats dogs", "cats cats mat", "unknownword", "running"):
+        terms = tokenize([q])[0]
+        np.testing.assert_array_equal(lean.scores(terms), part.scores(terms))
+        np.testing.assert_array_equal(lean.stats(terms).df, part.stats(terms).df)
+        assert lean.stats(terms)[:2] == part.stats(terms)[:2]
+    for change in (lambda: lean.add(["x"], [99]), lambda: lean.remove([0]), lambda: lean.write(tmp_path / "x.npz")):
+        with pytest.raises(ValueError, match="read to search only .* read_only=False"):
+            change()
+    assert not (tmp_path / "x.npz").exists()
 
 
 def test_saved_file_holds_no_pickles(tmp_path: Path):

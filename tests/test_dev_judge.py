@@ -7,8 +7,6 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("bm25s")
-
 from lens.eval.dev import holdout_rerank_set, holdout_retrieval_set, pairs_retrieval_set, rerank_ndcg  # noqa: E402
 from lens.train.data import holdout_queries  # noqa: E402
 

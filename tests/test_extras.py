@@ -12,7 +12,7 @@ from lens.extras import DISTRIBUTION, EXTRAS, MissingExtraError, install_command
 
 ROOT = Path(__file__).resolve().parents[1]
 # import name -> extra whose packages provide it
-OPTIONAL = {"bm25s": "eval", "Stemmer": "eval", "pytrec_eval": "eval", "matplotlib": "eval",
+OPTIONAL = {"pytrec_eval": "eval", "matplotlib": "eval",
             "sentence_transformers": "st", "mteb": "mteb"}
 
 
@@ -21,22 +21,18 @@ def _pyproject() -> dict:
 
 
 def test_a_missing_module_names_the_extra_and_the_pip_command(monkeypatch):
-    monkeypatch.setitem(sys.modules, "bm25s", None)  # `import bm25s` now raises ImportError, as if not installed
+    monkeypatch.setitem(sys.modules, "pytrec_eval", None)  # `import pytrec_eval` now raises, as if not installed
     with pytest.raises(MissingExtraError) as e:
-        require("bm25s", "eval", what="BM25")
+        require("pytrec_eval", "eval", what="metrics", package="pytrec-eval-terrier")
     message = str(e.value)
-    assert "BM25 needs the optional package 'bm25s' (extra 'eval')" in message
+    assert "metrics needs the optional package 'pytrec-eval-terrier' (extra 'eval')" in message
     assert f"pip install '{DISTRIBUTION}[eval]'" in message and "pip install -e '.[eval]'" in message
     assert isinstance(e.value.__cause__, ImportError)
 
 
 def test_the_library_call_sites_raise_the_extras_error(monkeypatch):
-    from lens.bm25 import BM25Index
     from lens.metrics import evaluate
 
-    monkeypatch.setitem(sys.modules, "Stemmer", None)
-    with pytest.raises(MissingExtraError, match=r"'PyStemmer' \(extra 'eval'\): pip install 'lexlens\[eval\]'"):
-        BM25Index(["a text"])
     monkeypatch.setitem(sys.modules, "pytrec_eval", None)
     with pytest.raises(MissingExtraError, match="'pytrec-eval-terrier' .*lexlens"):
         evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}})
@@ -63,6 +59,12 @@ def test_extras_and_distribution_agree_with_pyproject():
         package = {"Stemmer": "pystemmer", "pytrec_eval": "pytrec-eval-terrier",
                    "sentence_transformers": "sentence-transformers"}.get(module, module)
         assert package in listed[extra], (module, extra)
+
+
+def test_bm25_is_a_core_dependency():
+    """An index keeps a BM25 part by default (`lens index build`), so its packages come with every install."""
+    core = " ".join(_pyproject()["project"]["dependencies"]).lower()
+    assert "bm25s==" in core and "pystemmer==" in core
 
 
 def test_the_installed_distribution_has_the_new_name():

@@ -9,8 +9,6 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("bm25s")
-
 from index import HybridIndex, load_index  # noqa: E402
 from index.bm25_part import BM25_FILE  # noqa: E402
 from index.vectors import document_vectors, query_vectors  # noqa: E402
@@ -164,6 +162,23 @@ def test_saved_with_the_index_checked_and_refused_when_tampered(tmp_path):
         load_index(tmp_path / "ix")
 
 
+def test_a_read_only_load_searches_alike_and_refuses_changes_and_saves(tmp_path):
+    ids, texts, lex, dense = _corpus(25)
+    _index(ids, texts, lex, dense).save(tmp_path / "ix")
+    full, lean = load_index(tmp_path / "ix"), load_index(tmp_path / "ix", read_only=True)
+    q_lex, q_dense = np.abs(np.random.default_rng(8).standard_normal((3, 12))), np.ones((3, 6))
+    for a, b in zip(full.search(q_lex, q_dense, k=6, weights=(0.3, 0.3, 0.4), texts=QUERIES[:3]),
+                    lean.search(q_lex, q_dense, k=6, weights=(0.3, 0.3, 0.4), texts=QUERIES[:3])):
+        assert a.ids == b.ids
+        np.testing.assert_array_equal(a.scores, b.scores)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "ix").iterdir())
+    with pytest.raises(ValueError, match="read_only=False"):
+        lean.save(tmp_path / "ix")
+    with pytest.raises(ValueError, match="read_only=False"):
+        lean.add(["new"], lex[:1], dense[:1], texts=["cancer"])
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (tmp_path / "ix").iterdir()) == before
+
+
 def test_an_index_without_the_part_opens_as_before_and_refuses_a_bm25_weight(tmp_path):
     ids, texts, lex, dense = _corpus(10)
     plain = HybridIndex(12, 6)
@@ -188,7 +203,8 @@ def built(tiny_encoder, tmp_path_factory):
     docs = load_corpus(corpus)
     build_index(docs, tmp / "bm25", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False,
                 bm25=True)
-    build_index(docs, tmp / "plain", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False)
+    build_index(docs, tmp / "plain", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False,
+                bm25=False)
     return tmp, docs
 
 
@@ -257,8 +273,99 @@ def test_cli_build_search_info_add_remove(built, tiny_lens_dir, tmp_path, capsys
     assert main(["search", str(tmp / "plain"), "cancer", "--weights", "0.5,0.5,0.5"]) == 2
     assert "lens index build --bm25" in capsys.readouterr().err
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "sh"), "--model",
-                 str(tiny_lens_dir), "--dense", "lens", "--bm25", "--shards", "2"]) == 2
-    assert "--shards" in capsys.readouterr().err
+                 str(tiny_lens_dir), "--dense", "lens", "--shards", "2"]) == 0  # a BM25 part per shard, by default
+    capsys.readouterr()
+    assert main(["search", str(tmp_path / "sh"), "cancer drug", "-k", "4", "--weights", "0,0,1", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)[0]["hits"]
+    rows, scores = BM25Index(texts).search(["cancer drug"], 4)[0]
+    assert_same_ranking([h["id"] for h in hits], [h["score"] for h in hits], [f"d{r}" for r in rows],
+                        scores / scores.max())
+    assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "none"), "--model",
+                 str(tiny_lens_dir), "--dense", "lens", "--no-bm25"]) == 0
+    assert not load_index(tmp_path / "none").has_bm25 and load_index(tmp_path / "sh").has_bm25
+
+
+def test_a_build_keeps_a_bm25_part_by_default_and_searches_it_at_the_default_weight(tiny_encoder, tmp_path):
+    from index.bm25_fusion import DEFAULT_BM25_WEIGHT
+
+    docs = load_corpus(write_corpus(tmp_path / "corpus.jsonl", 15))
+    ix = build_index(docs, tmp_path / "ix", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
+                     show_progress_bar=False)
+    assert ix.has_bm25
+    searcher = Searcher.open(tmp_path / "ix")
+    for got, want in zip(searcher.search(QUERIES, k=5),
+                         searcher.search(QUERIES, k=5, weights=(*ix.weights, DEFAULT_BM25_WEIGHT))):
+        assert got.ids == want.ids
+        np.testing.assert_array_equal(got.scores, want.scores)
+
+
+# ---- shards and merges: each shard scores with the whole index's BM25 statistics ----------------------------------
+
+def _shards(ids, texts, lex, dense, cuts, filtered=False):
+    from index.shards import ShardedIndex
+
+    bounds = [0, *cuts, len(ids)]
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        part = HybridIndex(12, 6, bm25=True)
+        meta = [{"half": i % 2} for i in range(a, b)] if filtered else None
+        part.add(ids[a:b], lex[a:b], dense[a:b], metadata=meta, texts=texts[a:b])
+        parts.append(part)
+    return ShardedIndex(parts)
+
+
+@pytest.mark.parametrize("cuts", [(20,), (7, 19, 33)])
+@pytest.mark.parametrize("weights", [(0.5, 0.5, 0.1), (0.2, 0.3, 1.0), (0.0, 0.0, 1.0)])
+def test_shards_search_as_one_index_of_all_their_documents(cuts, weights):
+    ids, texts, lex, dense = _corpus(40)
+    sharded = _shards(ids, texts, lex, dense, cuts)
+    assert sharded.has_bm25
+    rng = np.random.default_rng(9)
+    for query in QUERIES[:3]:
+        q_lex, q_dense = np.abs(rng.standard_normal((1, 12))), rng.standard_normal((1, 6))
+        (hits,) = sharded.search(q_lex, q_dense, k=7, weights=weights, texts=[query], depth=40)
+        rows, scores = brute_force(texts, lex, dense, q_lex, q_dense, query, weights, 7)
+        assert_same_ranking(hits.ids, hits.scores, [ids[r] for r in rows], scores)
+
+
+def test_shards_with_a_filter_and_a_small_depth_score_every_hit_exactly():
+    ids, texts, lex, dense = _corpus(40)
+    sharded = _shards(ids, texts, lex, dense, (13, 27), filtered=True)
+    keep = np.arange(0, 40, 2)
+    q_lex, q_dense = np.abs(np.random.default_rng(4).standard_normal((1, 12))), np.ones((1, 6))
+    w = (0.3, 0.3, 0.6)
+    (hits,) = sharded.search(q_lex, q_dense, k=6, weights=w, texts=["cancer cell"], filter={"half": 0})
+    rows, scores = brute_force(texts, lex, dense, q_lex, q_dense, "cancer cell", w, 6, keep=keep)
+    assert_same_ranking(hits.ids, hits.scores, [ids[r] for r in rows], scores)
+    (small,) = sharded.search(q_lex, q_dense, k=4, weights=w, texts=["cancer cell"], depth=3)
+    full = dict(zip(*brute_force(texts, lex, dense, q_lex, q_dense, "cancer cell", w, 40)))
+    np.testing.assert_allclose(small.scores, [full[ids.index(i)] for i in small.ids], atol=1e-5)
+
+
+def test_merged_indexes_search_as_one_and_a_merge_without_parts_refuses_the_weight(tmp_path, caplog):
+    from index.shards import merge_indexes
+
+    ids, texts, lex, dense = _corpus(30)
+    _index(ids[:12], texts[:12], lex[:12], dense[:12]).save(tmp_path / "a")
+    _index(ids[12:], texts[12:], lex[12:], dense[12:]).save(tmp_path / "b")
+    merge_indexes(tmp_path / "ab", [tmp_path / "a", tmp_path / "b"])
+    merged, whole = load_index(tmp_path / "ab", read_only=True), _index(ids, texts, lex, dense)
+    q_lex, q_dense = np.abs(np.random.default_rng(6).standard_normal((2, 12))), np.ones((2, 6))
+    for got, want in zip(merged.search(q_lex, q_dense, k=8, weights=(0.4, 0.2, 0.5), texts=QUERIES[:2], depth=30),
+                         whole.search(q_lex, q_dense, k=8, weights=(0.4, 0.2, 0.5), texts=QUERIES[:2], depth=30)):
+        assert_same_ranking(got.ids, got.scores, want.ids, want.scores)
+    plain = HybridIndex(12, 6)
+    plain.add(["x0", "x1"], lex[:2], dense[:2])
+    plain.save(tmp_path / "plain")
+    with caplog.at_level("WARNING"):
+        merge_indexes(tmp_path / "mixed", [tmp_path / "a", tmp_path / "plain"])
+    assert "keep no BM25 part" in caplog.text
+    mixed = load_index(tmp_path / "mixed")
+    assert not mixed.has_bm25
+    with pytest.raises(ValueError, match=r"1 of this index's 2 shards \(the first: shard 1\) keep no BM25 part"):
+        mixed.search(q_lex, q_dense, k=3, weights=(0.5, 0.5, 0.5), texts=QUERIES[:2])
+    (two,) = mixed.search(q_lex[:1], q_dense[:1], k=3, weights=(0.5, 0.5))
+    assert len(two.ids) == 3
 
 
 def test_serve_takes_three_weights(built):

@@ -320,9 +320,10 @@ def test_a_sharded_index_loads_read_only_too(tmp_path):
 def built(tiny_encoder, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("idf")
     docs = load_corpus(write_corpus(tmp / "corpus.jsonl", 24))
-    build_index(docs, tmp / "idf", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False)
+    build_index(docs, tmp / "idf", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False,
+                bm25=False)  # the vector search alone, against the reference
     build_index(docs, tmp / "plain", HybridEncoder(tiny_encoder, "lens"), chunk_size=5, show_progress_bar=False,
-                idf=False)
+                idf=False, bm25=False)
     return tmp, docs
 
 

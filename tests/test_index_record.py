@@ -206,7 +206,7 @@ def test_an_mpnet_dense_part_is_recorded_and_reopened(tiny_lens_dir, tmp_path, c
     corpus = write_corpus(tmp_path / "corpus.jsonl", 12)
     ix = tmp_path / "ix"
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
-                 "--dense", "mpnet", "--no-idf"]) == 0  # scored below as plain cosines
+                 "--dense", "mpnet", "--no-idf", "--no-bm25"]) == 0  # scored below as plain cosines
     manifest = json.loads((ix / "manifest.json").read_text())
     assert manifest["info"]["dense"] == "mpnet" and manifest["fingerprint"]["dense_model"] == "stand-in-mpnet"
     assert len(loads) == 1

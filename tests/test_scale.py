@@ -212,7 +212,8 @@ def test_sharded_index_searches_like_one_flat_index(tmp_path):
 def test_cli_sharded_build_with_top_m(tiny_lens_dir, tiny_encoder, corpus_file, tmp_path, capsys):
     ix = tmp_path / "ix"
     assert main(["index", "build", "--corpus", str(corpus_file), "--output", str(ix), "--model", str(tiny_lens_dir),
-                 "--dense", "lens", "--chunk-size", "4", "--shards", "3", "--top-m", "4", "--weights", "balanced"]) == 0
+                 "--dense", "lens", "--chunk-size", "4", "--shards", "3", "--top-m", "4", "--weights", "balanced",
+                 "--no-bm25"]) == 0  # the vectors' search, checked below against a reference
     assert "23 documents" in capsys.readouterr().out
     assert main(["index", "info", str(ix)]) == 0
     out = capsys.readouterr().out

