@@ -44,7 +44,7 @@ from .manifest import (
 from .metadata import DocTable, check_filter, check_ids
 from .store import HybridIndex, SearchResult, check_save_target, idf_weights
 from .bm25_fusion import split_weights
-from .bm25_part import BM25Scores
+from .bm25_part import BM25Part, BM25Scores
 from .vectors import mean_weights, weight_pair
 
 __all__ = ["SHARED_SETTINGS", "ShardWriter", "ShardedIndex", "merge_hits", "merge_indexes", "shard_dir"]
@@ -221,11 +221,11 @@ class ShardedIndex:
                              "weights LEX,DENSE")
         if texts is None or isinstance(texts, str):
             raise ValueError("a BM25 weight needs each query's text: give texts= with one text per query")
-        texts = list(texts)
-        each = [s.bm25_stats(texts) for s in self._shards]
-        stats = [BM25Stats.total([e[q] for e in each]) for q in range(len(texts))]
-        scored = [s.bm25_scores(texts, a, stats) for s, a in zip(self._shards, allowed)]
-        maxima = [max(sc.maxima[q] for sc in scored) for q in range(len(texts))]
+        terms = BM25Part.query_terms(list(texts))  # once for every shard
+        each = [s.bm25_stats(terms) for s in self._shards]
+        stats = [BM25Stats.total([e[q] for e in each]) for q in range(len(terms))]
+        scored = [s.bm25_scores(terms, a, stats) for s, a in zip(self._shards, allowed)]
+        maxima = [max(sc.maxima[q] for sc in scored) for q in range(len(terms))]
         return [BM25Scores(sc.scores, maxima) for sc in scored]
 
     def set_search_options(self, **options: Any) -> None:

@@ -794,7 +794,7 @@ class HybridIndex:
             logger.warning("searching an empty index: no documents have been added; returning no hits")
             return results
         if w_bm25 > 0:
-            bm25 = self.bm25_scores(texts, allowed) if bm25 is None else bm25
+            bm25 = self.bm25_scores(BM25Part.query_terms(texts), allowed) if bm25 is None else bm25
             return self._search_bm25(qv, bm25, k, max(k, depth or DEFAULT_DEPTH), w_bm25, allowed)
         live = np.flatnonzero(~zero)
         if len(live) == 0 or (allowed is not None and len(allowed) == 0):
@@ -820,15 +820,14 @@ class HybridIndex:
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1):
             raise ValueError(f"depth must be a positive integer (candidates from each part), got {depth!r}")
 
-    def bm25_scores(self, texts: Sequence[str], allowed: np.ndarray | None = None,
+    def bm25_scores(self, terms: Sequence[Sequence[str]], allowed: np.ndarray | None = None,
                     stats: Sequence[BM25Stats] | None = None) -> BM25Scores:
-        """Every document's BM25 score for each query text (``index.bm25_part``; rows in the part's order) and
-        each query's maximum over the documents ``allowed`` (None: all), with this index's statistics or ``stats``
-        (one per query: a sharded index's, added up over its shards)."""
+        """Every document's BM25 score for each query's terms (``BM25Part.query_terms``; rows in the part's order)
+        and each query's maximum over the documents ``allowed`` (None: all), with this index's statistics or
+        ``stats`` (one per query: a sharded index's, added up over its shards)."""
         part = self._bm25
         if part is None:
             raise ValueError("this index has no BM25 part: rebuild it with `lens index build` (without --no-bm25)")
-        terms = part.query_terms(list(texts))
         if stats is not None and len(stats) != len(terms):
             raise ValueError(f"BM25 statistics for {len(stats)} queries given for {len(terms)} queries")
         scores = [part.scores(t, None if stats is None else stats[q]) for q, t in enumerate(terms)]
@@ -836,11 +835,11 @@ class HybridIndex:
         tops = [float(s.max(initial=0.0) if keep is None else s[keep].max(initial=0.0)) for s in scores]
         return BM25Scores(scores, tops)
 
-    def bm25_stats(self, texts: Sequence[str]) -> list[BM25Stats]:
-        """This index's BM25 statistics for each query text (``BM25Stats.total`` adds up those of shards)."""
+    def bm25_stats(self, terms: Sequence[Sequence[str]]) -> list[BM25Stats]:
+        """This index's BM25 statistics for each query's terms (``BM25Stats.total`` adds up those of shards)."""
         if self._bm25 is None:
             raise ValueError("this index has no BM25 part: rebuild it with `lens index build` (without --no-bm25)")
-        return [self._bm25.stats(t) for t in self._bm25.query_terms(list(texts))]
+        return [self._bm25.stats(t) for t in terms]
 
     def _search_bm25(self, qv: np.ndarray, bm25: BM25Scores, k: int, depth: int, w_bm25: float,
                      allowed: np.ndarray | None) -> list[SearchResult]:
