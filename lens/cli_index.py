@@ -62,6 +62,24 @@ def cmd_index_build(args: argparse.Namespace) -> None:
           f"in {time.perf_counter() - start:.1f}s")
 
 
+def _bm25_entries(m: dict, files: dict) -> list[dict]:
+    """The BM25 part entries of an index's manifest, or of each shard's (read from the open, verified files)."""
+    import json
+
+    if m.get("layout") != "sharded":
+        return [m["bm25"]] if m.get("bm25") is not None else []
+    out = []
+    for entry in m["shards"]:
+        f = files.get(f"{entry['dir']}/manifest.json")
+        if f is None:
+            continue
+        f.seek(0)
+        part = json.loads(f.read()).get("bm25")
+        if part is not None:
+            out.append(part)
+    return out
+
+
 def cmd_index_info(args: argparse.Namespace) -> None:
     import os
 
@@ -75,6 +93,7 @@ def cmd_index_info(args: argparse.Namespace) -> None:
             for name in data_files(m):
                 verify_stream(gen.files.get(name), args.dir / name, m["files"][name])
         size = sum(os.fstat(f.fileno()).st_size for f in gen.files.values() if f is not None)
+        bm25 = _bm25_entries(m, gen.files)
     print(f"{args.dir}: {m['count']} documents, {m.get('mode', 'hybrid')} ({m['index_type']}), "
           f"dims lexicon={m['lexicon_dim']} dense={m['dense_dim']}, weights={m['weights']}, "
           f"{size / 1e6:.1f} MB on disk")
@@ -94,9 +113,14 @@ def cmd_index_info(args: argparse.Namespace) -> None:
     if m.get("df") is not None:
         print(f"  idf: the documents' cluster frequencies are kept; searches weigh the query lexicon by them "
               f"{'by default (--no-idf: not)' if m.get('idf') else 'when asked (lens search --idf)'}")
-    if m.get("bm25") is not None:
-        print(f"  bm25: a BM25 part of {m['bm25'].get('documents')} documents, {m['bm25'].get('terms')} terms "
-              "(lens search --weights LEX,DENSE,BM25)")
+    if bm25:
+        from index.bm25_fusion import DEFAULT_BM25_WEIGHT
+
+        where = f" in {len(bm25)} of {len(m['shards'])} shards" if m.get("layout") == "sharded" else ""
+        usable = len(bm25) == len(m.get("shards") or [m])
+        print(f"  bm25: a BM25 part of {sum(e.get('documents', 0) for e in bm25)} documents{where}, "
+              + (f"searched at weight {DEFAULT_BM25_WEIGHT} unless --weights LEX,DENSE[,BM25] says otherwise"
+                 if usable else "not searchable: every shard needs one (rebuild the others with lens index build)"))
     for key, value in sorted((m.get("info") or {}).items()):
         print(f"  {key}: {value}")
     for key, value in sorted((m.get("fingerprint") or {}).items()):
@@ -402,8 +426,9 @@ def register(subparsers) -> None:
     s.add_argument("--batch-size", type=positive_int, default=64, help="queries encoded and searched together")
     s.add_argument("--weights", type=query_weights_arg, default=None, metavar="LEX,DENSE[,BM25]",
                    help="LEX,DENSE query weights, each >= 0; negative weights are not supported (default: the "
-                        "index's: see `lens index info`); a third, BM25, adds the index's BM25 part (an index built "
-                        "with --bm25). A value starting with '-' must be written --weights=VALUE")
+                        "index's, see `lens index info`, and BM25 at 0.1 where the index keeps a BM25 part, as `lens "
+                        "index build` does unless --no-bm25); a third, BM25, weighs that part; two leave it out. A "
+                        "value starting with '-' must be written --weights=VALUE")
     s.add_argument("--depth", type=positive_int, default=None, metavar="N",
                    help="with a BM25 weight: candidates taken from each of the vectors and BM25 (default max(k, 100))")
     _add_idf_argument(s)
@@ -429,8 +454,8 @@ def register(subparsers) -> None:
     sv.add_argument("--max-queries", type=positive_int, default=256, help="queries one request may hold")
     sv.add_argument("--max-k", type=positive_int, default=1000, help="largest k a request may ask for")
     sv.add_argument("--weights", type=query_weights_arg, default=None, metavar="LEX,DENSE[,BM25]",
-                    help="query weights of a request that gives none (default: the index's); a third, BM25, adds the "
-                         "index's BM25 part (an index built with --bm25)")
+                    help="query weights of a request that gives none (default: the index's, and BM25 at 0.1 where "
+                         "the index keeps a BM25 part); a third, BM25, weighs that part; two leave it out")
     _add_idf_argument(sv, " of a request that does not say (its \"idf\" field)")
     sv.set_defaults(func=cmd_serve)
 

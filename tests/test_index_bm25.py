@@ -275,6 +275,8 @@ def test_cli_build_search_info_add_remove(built, tiny_lens_dir, tmp_path, capsys
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "sh"), "--model",
                  str(tiny_lens_dir), "--dense", "lens", "--shards", "2"]) == 0  # a BM25 part per shard, by default
     capsys.readouterr()
+    assert main(["index", "info", str(tmp_path / "sh")]) == 0
+    assert "bm25: a BM25 part of 12 documents in 2 of 2 shards, searched at weight 0.1" in capsys.readouterr().out
     assert main(["search", str(tmp_path / "sh"), "cancer drug", "-k", "4", "--weights", "0,0,1", "--json"]) == 0
     hits = json.loads(capsys.readouterr().out)[0]["hits"]
     rows, scores = BM25Index(texts).search(["cancer drug"], 4)[0]
@@ -342,7 +344,7 @@ def test_shards_with_a_filter_and_a_small_depth_score_every_hit_exactly():
     np.testing.assert_allclose(small.scores, [full[ids.index(i)] for i in small.ids], atol=1e-5)
 
 
-def test_merged_indexes_search_as_one_and_a_merge_without_parts_refuses_the_weight(tmp_path, caplog):
+def test_merged_indexes_search_as_one_and_a_merge_without_parts_refuses_the_weight(tmp_path, caplog, capsys):
     from index.shards import merge_indexes
 
     ids, texts, lex, dense = _corpus(30)
@@ -362,6 +364,9 @@ def test_merged_indexes_search_as_one_and_a_merge_without_parts_refuses_the_weig
     assert "keep no BM25 part" in caplog.text
     mixed = load_index(tmp_path / "mixed")
     assert not mixed.has_bm25
+    capsys.readouterr()
+    assert main(["index", "info", str(tmp_path / "mixed")]) == 0
+    assert "a BM25 part of 12 documents in 1 of 2 shards, not searchable" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"1 of this index's 2 shards \(the first: shard 1\) keep no BM25 part"):
         mixed.search(q_lex, q_dense, k=3, weights=(0.5, 0.5, 0.5), texts=QUERIES[:2])
     (two,) = mixed.search(q_lex[:1], q_dense[:1], k=3, weights=(0.5, 0.5))
