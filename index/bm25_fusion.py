@@ -18,7 +18,8 @@ import numpy as np
 
 from .vectors import weight_pair
 
-__all__ = ["DEFAULT_DEPTH", "bm25_top", "candidate_union", "fuse", "normalise_bm25", "query_weights", "split_weights"]
+__all__ = ["DEFAULT_DEPTH", "bm25_top", "candidate_union", "fuse", "normalise_bm25", "query_weights", "sparse_lookup",
+           "split_weights"]
 
 DEFAULT_DEPTH = 100  # candidates taken from each of the vector index and BM25, at least k
 # BM25's weight when a search of an index with a BM25 part names no weights (``lens.search.Searcher``, ``lens search``,
@@ -74,6 +75,18 @@ def bm25_top(scores: np.ndarray, depth: int, keep: np.ndarray | None = None) -> 
     if len(rows) > depth:
         rows = rows[np.argpartition(-s[rows], depth - 1)[:depth]]
     return rows[np.lexsort((rows, -s[rows]))]
+
+
+def sparse_lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The value of each of ``wanted`` in the sparse vector ``(keys ascending, values)``, 0 where it has none
+    (float64): a candidate's BM25 score from the scores of the documents holding a query term."""
+    keys, wanted = np.asarray(keys), np.asarray(wanted)
+    out = np.zeros(len(wanted), dtype=np.float64)
+    if len(keys) and len(wanted):
+        at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+        hit = keys[at] == wanted
+        out[hit] = np.asarray(values)[at[hit]]
+    return out
 
 
 def candidate_union(*labels: np.ndarray) -> np.ndarray:

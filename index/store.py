@@ -95,7 +95,7 @@ from .manifest import (
     open_index,
     verify_stream,
 )
-from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, split_weights
+from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, sparse_lookup, split_weights
 from .bm25_part import BM25_FILE, BM25Part, BM25Scores
 from .df_part import DF_FILE, DocFrequencyPart
 from .metadata import DocTable, check_filter, check_ids, encode_metadata
@@ -830,10 +830,17 @@ class HybridIndex:
             raise ValueError("this index has no BM25 part: rebuild it with `lens index build` (without --no-bm25)")
         if stats is not None and len(stats) != len(terms):
             raise ValueError(f"BM25 statistics for {len(stats)} queries given for {len(terms)} queries")
-        scores = [part.scores(t, None if stats is None else stats[q]) for q, t in enumerate(terms)]
-        keep = None if allowed is None else np.isin(part.labels, allowed)
-        tops = [float(s.max(initial=0.0) if keep is None else s[keep].max(initial=0.0)) for s in scores]
+        scores = [part.sparse_scores(t, None if stats is None else stats[q]) for q, t in enumerate(terms)]
+        tops = [float(self._bm25_allowed(rows, values, allowed)[1].max(initial=0.0)) for rows, values in scores]
         return BM25Scores(scores, tops)
+
+    def _bm25_allowed(self, rows: np.ndarray, values: np.ndarray,
+                      allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The entries of one query's sparse BM25 scores whose documents are ``allowed`` (None: all)."""
+        if allowed is None:
+            return rows, values
+        ok = np.isin(self._bm25.labels[rows], allowed)
+        return rows[ok], values[ok]
 
     def bm25_stats(self, terms: Sequence[Sequence[str]]) -> list[BM25Stats]:
         """This index's BM25 statistics for each query's terms (``BM25Stats.total`` adds up those of shards)."""
@@ -854,18 +861,17 @@ class HybridIndex:
             _, found = faiss_search(index, np.ascontiguousarray(qv[live]), int(min(depth, n)), allowed)
             for row, qi in enumerate(live):
                 vec_labels[qi] = found[row][found[row] >= 0]
-        keep = None if allowed is None else np.isin(part.labels, allowed)
-        order = np.argsort(part.labels)
-        sorted_labels = part.labels[order]
-        bm25_all = bm25.scores
-        cands = [candidate_union(vec_labels[q], part.labels[bm25_top(bm25_all[q], depth, keep)])
-                 for q in range(nq)]
+        cands, cand_bm25 = [], []
+        for q, (rows, values) in enumerate(bm25.scores):
+            ok_rows, ok_values = self._bm25_allowed(rows, values, allowed)
+            c = candidate_union(vec_labels[q], part.labels[ok_rows[bm25_top(ok_values, depth)]])
+            cands.append(c)
+            cand_bm25.append(sparse_lookup(rows, values, part.rows_of(c)))
         union = candidate_union(*cands)
         vec_scores = stored_scores(index, qv, union)
         fused = []
         for q, c in enumerate(cands):
-            rows = order[np.searchsorted(sorted_labels, c)]
-            fused.append(fuse(c, vec_scores[q, np.searchsorted(union, c)], bm25_all[q][rows], w_bm25, k,
+            fused.append(fuse(c, vec_scores[q, np.searchsorted(union, c)], cand_bm25[q], w_bm25, k,
                               bm25.maxima[q]))
         docs = self._docs.fetch(np.concatenate([f[0] for f in fused]) if fused else np.zeros(0, np.int64))
         results = []

@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 import pytest
 
-from index.bm25_fusion import bm25_top, candidate_union, fuse, normalise_bm25, split_weights  # noqa: E402
+from index.bm25_fusion import bm25_top, candidate_union, fuse, normalise_bm25, sparse_lookup, split_weights  # noqa: E402
 from index.bm25_part import BM25Part  # noqa: E402
 from index.factory import get_index_type  # noqa: E402
 from index.rescore import stored_scores  # noqa: E402
@@ -61,6 +61,16 @@ def test_fuse_equals_a_naive_loop():
         fuse(np.arange(3), np.zeros(2), np.zeros(3), 1.0, 2)
 
 
+def test_sparse_lookup_equals_a_dict():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        keys = np.unique(rng.integers(0, 50, size=int(rng.integers(0, 15))))
+        values = rng.random(len(keys))
+        wanted = rng.integers(0, 60, size=int(rng.integers(0, 12)))
+        table = dict(zip(keys.tolist(), values.tolist()))
+        np.testing.assert_array_equal(sparse_lookup(keys, values, wanted), [table.get(w, 0.0) for w in wanted])
+
+
 # ---- the BM25 part ----------------------------------------------------------------------------------------------
 
 def _reference(texts, query):
@@ -96,6 +106,26 @@ def test_parts_score_with_their_summed_statistics_as_one_corpus(cut, query):
     if _reference(TEXTS, query).any():
         own = np.concatenate([first.scores(terms), second.scores(terms)])
         assert not np.allclose(own, _reference(TEXTS, query), rtol=1e-6)
+
+
+@pytest.mark.parametrize("query", ["cats", "running dog cats", "unknownword", "the a"])
+def test_sparse_scores_hold_exactly_the_rows_with_a_query_term(query):
+    part = BM25Part.build(TEXTS, np.arange(100, 100 + len(TEXTS)))
+    terms = tokenize([query])[0]
+    rows, values = part.sparse_scores(terms)
+    dense = _reference(TEXTS, query)
+    assert rows.tolist() == np.flatnonzero(dense).tolist() and (values > 0).all()
+    np.testing.assert_allclose(values, dense[rows], rtol=1e-6)
+    np.testing.assert_array_equal(part.scores(terms)[rows], values)
+
+
+def test_rows_of_follows_additions_and_removals():
+    part = BM25Part.build(TEXTS[:3], [30, 10, 20])
+    assert part.rows_of([10, 20, 30]).tolist() == [1, 2, 0]
+    part.add(TEXTS[3:5], [5, 25])
+    part.remove([10])
+    assert part.labels.tolist() == [30, 20, 5, 25]
+    assert part.rows_of([5, 20, 25, 30]).tolist() == [2, 1, 3, 0]
 
 
 def test_statistics_for_other_terms_are_refused():
