@@ -155,7 +155,7 @@ class BM25Part:
         post = self._index()
         ids = [self._ids.get(t) for t in terms]
         df = np.array([0 if i is None else post.df(i) for i in ids], dtype=np.int64)
-        return BM25Stats(len(self), int(post.lengths.sum()), df)
+        return BM25Stats(len(self), post.total_length, df)
 
     def scores(self, terms: Sequence[str], stats: BM25Stats | None = None) -> np.ndarray:
         """Every row's BM25 score (float32, in ``labels`` order) for one query's terms: :meth:`sparse_scores`
@@ -258,6 +258,7 @@ class _Postings:
 
     def __init__(self, indptr: np.ndarray, rows: np.ndarray, tf: np.ndarray, lengths: np.ndarray) -> None:
         self.indptr, self.rows, self.tf, self.lengths = indptr, rows, tf, lengths
+        self.total_length = int(lengths.sum(dtype=np.int64))  # asked for by every query's statistics
 
     @classmethod
     def of(cls, rows: Sequence[np.ndarray], n_terms: int) -> "_Postings":

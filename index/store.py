@@ -822,9 +822,9 @@ class HybridIndex:
 
     def bm25_scores(self, terms: Sequence[Sequence[str]], allowed: np.ndarray | None = None,
                     stats: Sequence[BM25Stats] | None = None) -> BM25Scores:
-        """Every document's BM25 score for each query's terms (``BM25Part.query_terms``; rows in the part's order)
-        and each query's maximum over the documents ``allowed`` (None: all), with this index's statistics or
-        ``stats`` (one per query: a sharded index's, added up over its shards)."""
+        """Each query's BM25 scores of the documents holding one of its terms (``BM25Part.sparse_scores`` of
+        ``BM25Part.query_terms``) and its maximum over the documents ``allowed`` (None: all), with this index's
+        statistics or ``stats`` (one per query: a sharded index's, added up over its shards)."""
         part = self._bm25
         if part is None:
             raise ValueError("this index has no BM25 part: rebuild it with `lens index build` (without --no-bm25)")

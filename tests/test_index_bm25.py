@@ -38,6 +38,21 @@ def _index(ids, texts, lex, dense, index_type="flat", **kw) -> HybridIndex:
     return ix
 
 
+def _shards(ids, texts, lex, dense, cuts, filtered=False):
+    """Shards of contiguous documents cut at ``cuts`` (none: one ``HybridIndex``); ``filtered``: each document's
+    metadata ``{"half": i % 2}``."""
+    from index.shards import ShardedIndex
+
+    bounds = [0, *cuts, len(ids)]
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        part = HybridIndex(12, 6, bm25=True)
+        meta = [{"half": i % 2} for i in range(a, b)] if filtered else None
+        part.add(ids[a:b], lex[a:b], dense[a:b], metadata=meta, texts=texts[a:b])
+        parts.append(part)
+    return ShardedIndex(parts) if cuts else parts[0]
+
+
 def brute_force(texts, lex, dense, q_lex, q_dense, query, weights, k, keep=None):
     """Every document scored naively: w_lex cos_lex + w_dense cos_dense + w_bm25 bm25 / max bm25 (BM25 of the whole
     corpus, its maximum over the documents searched: ``keep``, default all), then the top k as (rows, scores)."""
@@ -115,10 +130,10 @@ def test_bm25_alone_ranks_like_lens_bm25():
     assert none.ids == []
 
 
-def test_a_filter_keeps_the_whole_index_bm25_statistics_and_its_maximum_over_the_matches():
+@pytest.mark.parametrize("cuts", [(), (13, 27)])  # one index; three shards that add up their statistics
+def test_a_filter_keeps_the_whole_index_bm25_statistics_and_its_maximum_over_the_matches(cuts):
     ids, texts, lex, dense = _corpus(40)
-    ix = HybridIndex(12, 6, bm25=True)
-    ix.add(ids, lex, dense, metadata=[{"half": i % 2} for i in range(40)], texts=texts)
+    ix = _shards(ids, texts, lex, dense, cuts, filtered=True)
     keep = np.arange(0, 40, 2)
     q_lex, q_dense = np.abs(np.random.default_rng(3).standard_normal((1, 12))), np.ones((1, 6))
     w = (0.3, 0.3, 0.6)
@@ -303,19 +318,6 @@ def test_a_build_keeps_a_bm25_part_by_default_and_searches_it_at_the_default_wei
 
 # ---- shards and merges: each shard scores with the whole index's BM25 statistics ----------------------------------
 
-def _shards(ids, texts, lex, dense, cuts, filtered=False):
-    from index.shards import ShardedIndex
-
-    bounds = [0, *cuts, len(ids)]
-    parts = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        part = HybridIndex(12, 6, bm25=True)
-        meta = [{"half": i % 2} for i in range(a, b)] if filtered else None
-        part.add(ids[a:b], lex[a:b], dense[a:b], metadata=meta, texts=texts[a:b])
-        parts.append(part)
-    return ShardedIndex(parts)
-
-
 @pytest.mark.parametrize("cuts", [(20,), (7, 19, 33)])
 @pytest.mark.parametrize("weights", [(0.5, 0.5, 0.1), (0.2, 0.3, 1.0), (0.0, 0.0, 1.0)])
 def test_shards_search_as_one_index_of_all_their_documents(cuts, weights):
@@ -330,15 +332,11 @@ def test_shards_search_as_one_index_of_all_their_documents(cuts, weights):
         assert_same_ranking(hits.ids, hits.scores, [ids[r] for r in rows], scores)
 
 
-def test_shards_with_a_filter_and_a_small_depth_score_every_hit_exactly():
+def test_shards_with_a_small_depth_score_every_hit_exactly():
     ids, texts, lex, dense = _corpus(40)
-    sharded = _shards(ids, texts, lex, dense, (13, 27), filtered=True)
-    keep = np.arange(0, 40, 2)
+    sharded = _shards(ids, texts, lex, dense, (13, 27))
     q_lex, q_dense = np.abs(np.random.default_rng(4).standard_normal((1, 12))), np.ones((1, 6))
     w = (0.3, 0.3, 0.6)
-    (hits,) = sharded.search(q_lex, q_dense, k=6, weights=w, texts=["cancer cell"], filter={"half": 0})
-    rows, scores = brute_force(texts, lex, dense, q_lex, q_dense, "cancer cell", w, 6, keep=keep)
-    assert_same_ranking(hits.ids, hits.scores, [ids[r] for r in rows], scores)
     (small,) = sharded.search(q_lex, q_dense, k=4, weights=w, texts=["cancer cell"], depth=3)
     full = dict(zip(*brute_force(texts, lex, dense, q_lex, q_dense, "cancer cell", w, 40)))
     np.testing.assert_allclose(small.scores, [full[ids.index(i)] for i in small.ids], atol=1e-5)
