@@ -121,6 +121,9 @@ def cmd_index_info(args: argparse.Namespace) -> None:
         print(f"  bm25: a BM25 part of {sum(e.get('documents', 0) for e in bm25)} documents{where}, "
               + (f"searched at weight {DEFAULT_BM25_WEIGHT} unless --weights LEX,DENSE[,BM25] says otherwise"
                  if usable else "not searchable: every shard needs one (rebuild the others with lens index build)"))
+    else:
+        print("  bm25: none (built with --no-bm25, or before indexes kept one): searches use the vectors alone; "
+              "`lens index build` keeps one by default")
     for key, value in sorted((m.get("info") or {}).items()):
         print(f"  {key}: {value}")
     for key, value in sorted((m.get("fingerprint") or {}).items()):

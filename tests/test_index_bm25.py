@@ -300,6 +300,9 @@ def test_cli_build_search_info_add_remove(built, tiny_lens_dir, tmp_path, capsys
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(tmp_path / "none"), "--model",
                  str(tiny_lens_dir), "--dense", "lens", "--no-bm25"]) == 0
     assert not load_index(tmp_path / "none").has_bm25 and load_index(tmp_path / "sh").has_bm25
+    capsys.readouterr()
+    assert main(["index", "info", str(tmp_path / "none")]) == 0
+    assert "bm25: none (built with --no-bm25" in capsys.readouterr().out
 
 
 def test_a_build_keeps_a_bm25_part_by_default_and_searches_it_at_the_default_weight(tiny_encoder, tmp_path):
