@@ -1,8 +1,8 @@
 """What answering over HTTP costs (``lens serve``): latency and throughput of ``POST /search`` against the same
 searches called in the process (``SearchService.search``), in one run on one index.
 
-The index is built once from a corpus with the shipped default (LENS lexicon + MiniLM, as ``lens index build``
-makes it) and cached under ``--cache-dir``. After a warm-up pass over the queries, each is searched alone, in
+The index is built once from a corpus with the shipped default (LENS lexicon + MiniLM, idf and a BM25 part, as
+``lens index build`` makes it) and cached under ``--cache-dir``. After a warm-up pass over the queries, each is searched alone, in
 the process and through a server on a free local port (Python's ``urllib``, a new connection per request, as a
 simple client does), the two taking turns query by query; then ``--clients`` threads send the same queries at
 once, whose queries the server encodes in shared batches (``lens.serve.QueryBatcher``). Reported: the median
@@ -81,8 +81,9 @@ def render(results: dict) -> list[str]:
     meta = results["_meta"]
     lines = ["# Serving over HTTP: what `lens serve` adds to a search", "", f"- Command: `{meta['command']}`",
              f"- Machine: {meta['machine']}",
-             f"- Index: {meta['documents']:,} documents of `{meta['corpus']}` (shipped default: LENS lexicon + "
-             f"MiniLM, flat); {meta['queries']} of its queries, each searched alone {meta['repeat']}x, k {meta['k']}."
+             f"- Index: {meta['documents']:,} documents of `{meta['corpus']}` (`lens index build` with the shipped "
+             f"default: {meta.get('parts', 'LENS lexicon + MiniLM')}, flat); {meta['queries']} of its queries, each "
+             f"searched alone {meta['repeat']}x, k {meta['k']}."
              " In process: `SearchService.search`; HTTP: `POST /search` to a `lens.serve` server on 127.0.0.1, a "
              "new connection per request (urllib).", "",
              "| path | requests | p50 ms | p95 ms | QPS | QPS / in process |", "|---|---:|---:|---:|---:|---:|"]
@@ -142,7 +143,10 @@ def main(argv=None) -> int:
     finally:
         server.shutdown()
         server.server_close()
-    return finish(args, results, render, corpus=str(args.corpus), documents=len(service.searcher.index),
+    index = service.searcher.index
+    parts = "LENS lexicon + MiniLM" + (", idf" if index.idf else "") + (
+        ", its BM25 part at weight 0.1 (searched with its default weights)" if getattr(index, "has_bm25", False) else "")
+    return finish(args, results, render, corpus=str(args.corpus), documents=len(index), parts=parts,
                   queries=len(queries), repeat=args.repeat, clients=args.clients, k=args.k)
 
 
