@@ -20,7 +20,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     import contextlib
 
     from lens.corpus import load_corpus
-    from lens.indexing import DEFAULT_BM25, DEFAULT_IDF, build_saved, check_build_options, partial_dir
+    from lens.indexing import DEFAULT_IDF, build_saved, check_build_options, partial_dir
     from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
     from index.store import check_save_target
@@ -51,7 +51,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
                                    devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights,
-                                   bm25=DEFAULT_BM25 if args.bm25 is None else args.bm25,
+                                   bm25=args.bm25,
                                    idf=DEFAULT_IDF if args.idf is None else args.idf)
         except KeyboardInterrupt:
             _interrupted(partial_dir(args.output))
@@ -371,7 +371,8 @@ def register(subparsers) -> None:
     b.add_argument("--bm25", action=argparse.BooleanOptionalAction, default=None,
                    help="keep a BM25 part (bm25s, stemming, stopwords) of the documents' texts, searched with a third "
                         "weight (0.1 unless lens search --weights LEX,DENSE,BM25 says otherwise); on unless "
-                        "--no-bm25 (docs/index-and-search.md#bm25-part)")
+                        "--no-bm25, except for ivf-ondisk with --shards, whose vectors go to disk while the part "
+                        "would stay in memory (docs/index-and-search.md#bm25-part)")
     b.add_argument("--idf", action=argparse.BooleanOptionalAction, default=None,
                    help="searches weigh each query's lexicon by its clusters' inverse document frequencies in this "
                         "corpus (BM25's idf) unless `lens search --no-idf` says otherwise; on unless --no-idf "

@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["FLOAT32", "RECORD_VERSION", "SNIPPET_CHARS", "STATE_VERSION", "EncodedChunks", "adding_dir",
            "build_index", "build_saved", "check_build_options", "check_documents", "corpus_hash", "document_metadata",
            "encode_chunk", "encode_chunks", "encode_shard", "fill_index", "ids_hash", "partial_dir",
-           "report_truncation"]
+           "report_truncation", "resolve_bm25"]
 
 SNIPPET_CHARS = 300
 # A built index weighs each query's lexicon by its clusters' idf in the corpus unless told otherwise (`lens index build
@@ -163,7 +163,7 @@ def build_index(docs: Sequence[Document], output: str | Path, encoder, **options
 def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_type: str = "flat",
                 chunk_size: int | None = None, batch_size: int | None = None, resume: bool = False,
                 info: dict | None = None, show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
-                shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool = DEFAULT_BM25,
+                shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool | None = None,
                 idf: bool = DEFAULT_IDF) -> dict | None:
     """:func:`build_index` without loading the result: returns the saved manifest (None on a torchrun rank > 0).
 
@@ -174,8 +174,7 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     (``index.vectors.balanced_weights`` of a seeded sample of the corpus's vectors: each part weighted inversely to
     the spread of its cosines); an index of one part alone ignores them. ``info``: free-form facts for the
     manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself. ``bm25``: keep a
-    BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one per shard; default
-    ``DEFAULT_BM25``).
+    BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one per shard; None: ``resolve_bm25``).
     ``idf``: searches weigh the query lexicon by the clusters' inverse document frequencies in the index unless
     they say otherwise (``HybridIndex(idf=True)``; default ``DEFAULT_IDF``). ``chunk_size`` / ``batch_size`` None:
     ``build_sizes`` for the device that encodes.
@@ -188,7 +187,7 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
 
 
 def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, batch_size=None, resume=False, info=None,
-           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=DEFAULT_BM25,
+           show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=None,
            idf=DEFAULT_IDF):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
@@ -198,6 +197,7 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, b
     get_index_type(index_type)
     if weights is not None:
         weights = weights_spec(weights)  # a bad value fails before anything is encoded
+    bm25 = resolve_bm25(bm25, index_type, shards)
     if bm25:
         _check_bm25()
     launch = torchrun_rank()
@@ -282,6 +282,26 @@ def _build_ranked(docs, output, work, state, encoder, launch, devices, chunk_siz
         if rank == 0:
             lock.release()
         group.close()
+
+
+def resolve_bm25(bm25: bool | None, index_type: str, shards: int) -> bool:
+    """Whether a build keeps a BM25 part: as asked, else ``DEFAULT_BM25``, except for an ``ivf-ondisk`` build in
+    parts (``shards`` > 1). That one writes its vectors to disk part by part to bound its memory, while its one BM25
+    part would hold every document's terms in memory until the save (about 0.75 KB a document at SciFact's length,
+    ``benchmarks/results/bm25_part.md``): it keeps none unless asked (``--bm25``), and a warning says so when asked."""
+    from index.factory import get_index_type
+
+    parts_on_disk = get_index_type(index_type).on_disk and shards > 1
+    if bm25 is None:
+        if parts_on_disk and DEFAULT_BM25:
+            logger.info("an ivf-ondisk build in %d parts keeps no BM25 part unless --bm25: it would hold every "
+                        "document's terms in memory until the save", shards)
+            return False
+        return DEFAULT_BM25
+    if bm25 and parts_on_disk:
+        logger.warning("--bm25 with an ivf-ondisk build in %d parts: the BM25 part holds every document's terms in "
+                       "memory until the save (about 0.75 KB a document), while the vectors go to disk", shards)
+    return bool(bm25)
 
 
 def _check_bm25() -> None:

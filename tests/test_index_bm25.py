@@ -389,11 +389,17 @@ def test_serve_takes_three_weights(built):
     assert service.info()["bm25"] is True
 
 
-def test_ivf_ondisk_parts_make_one_index_with_one_bm25_part(built, tiny_encoder, tmp_path):
+def test_ivf_ondisk_parts_make_one_index_with_one_bm25_part(built, tiny_encoder, tmp_path, caplog):
     tmp, docs = built
-    ix = build_index(docs, tmp_path / "ondisk", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
-                     show_progress_bar=False, index_type="ivf-ondisk", shards=2, bm25=True)
+    with caplog.at_level("WARNING"):
+        ix = build_index(docs, tmp_path / "ondisk", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
+                         show_progress_bar=False, index_type="ivf-ondisk", shards=2, bm25=True)
+    assert "holds every document's terms in memory" in caplog.text  # asked for: kept, with the memory named
     assert ix.has_bm25 and len(ix) == len(docs)
+    # not asked: the parts go to disk to bound the build's memory, which one part of every document would undo
+    lean = build_index(docs, tmp_path / "lean", HybridEncoder(tiny_encoder, "lens"), chunk_size=5,
+                       show_progress_bar=False, index_type="ivf-ondisk", shards=2)
+    assert not lean.has_bm25 and len(lean) == len(docs)
     got = Searcher.open(tmp_path / "ondisk").search(QUERIES[:2], k=5, weights=(0.3, 0.2, 0.5))
     want = Searcher.open(tmp / "bm25").search(QUERIES[:2], k=5, weights=(0.3, 0.2, 0.5))
     for g, w in zip(got, want):
