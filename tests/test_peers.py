@@ -251,7 +251,8 @@ def test_a_missing_peer_names_the_make_target_and_the_pip_command(no_peers):
 
 def test_registry_holds_the_peers():
     assert ALL_SYSTEMS == BASE_SYSTEMS + PEER_SYSTEMS + INT8_SYSTEMS + IDF_SYSTEMS and tuple(SYSTEMS) == ALL_SYSTEMS
-    assert set(PEER_SYSTEMS) == {"splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet", "lens-hybrid-mpnet+bm25"}
+    assert set(PEER_SYSTEMS) == {"splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet", "lens-hybrid-mpnet+bm25",
+                                 "lens-index-mpnet"}
 
 
 def test_named_missing_peer_fails_before_running_default_skips_it(tmp_path, no_peers, caplog, monkeypatch):

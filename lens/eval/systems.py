@@ -30,6 +30,8 @@ returning ``{doc id: score}`` for one query, including the query's encoding, so 
                     mpnet``): what the lexicon adds to a stronger dense model
 ``lens-hybrid-mpnet+bm25`` peer: min-max normalised convex fusion (0.5/0.5) of the lens-hybrid-mpnet and bm25
                     runs, like ``lens-hybrid+bm25``
+``lens-index-mpnet`` peer: ``lens-index`` with all-mpnet-base-v2 as the dense part: what ``lens index build --dense
+                    mpnet`` serves with no options
 =================== ===============================================================================================
 
 The peers need packages outside the project's dependencies (``make peers``). Asked for by name without them,
@@ -70,7 +72,7 @@ __all__ = [
 BASE_SYSTEMS = ("bm25", "minilm", "bm25+minilm", "bm25+minilm-rrf", "lens-lexicon", "lens-dense", "lens-hybrid",
                 "lens-hybrid+bm25", "lens-hybrid+bm25-rrf")
 # optional packages: ``make peers``
-PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet", "lens-hybrid-mpnet+bm25")
+PEER_SYSTEMS = ("splade-tiny", "mpnet", "bm25+mpnet", "lens-hybrid-mpnet", "lens-hybrid-mpnet+bm25", "lens-index-mpnet")
 # The LENS systems again with int8 linear layers (``lens.quantize``), for float32-vs-int8 quality in one run; only
 # when named in --systems (a default run would encode every corpus twice)
 INT8_SYSTEMS = ("lens-lexicon-int8", "lens-hybrid-int8", "lens-hybrid-int8+bm25", "lens-hybrid-int8+bm25-rrf")
@@ -667,6 +669,8 @@ SYSTEMS = {
     "lens-hybrid-mpnet": lambda get, r, instr, w, depth: LensHybrid(r.lens, r.mpnet, instr, w, "lens-hybrid-mpnet"),
     "lens-hybrid-mpnet+bm25": lambda get, r, instr, w, depth: FusionSystem(
         "lens-hybrid-mpnet+bm25", [get("lens-hybrid-mpnet"), get("bm25")], "minmax", [0.5, 0.5], depth),
+    "lens-index-mpnet": lambda get, r, instr, w, depth: LensHybrid(r.lens, r.mpnet, instr, w, "lens-index-mpnet",
+                                                                   idf=True, bm25=DEFAULT_BM25_WEIGHT),
     "lens-lexicon-int8": lambda get, r, instr, w, depth: LensLexicon(r.lens_int8, instr, "lens-lexicon-int8"),
     "lens-hybrid-int8": lambda get, r, instr, w, depth: LensHybrid(r.lens_int8, r.minilm, instr, w, "lens-hybrid-int8"),
     "lens-hybrid-int8+bm25": lambda get, r, instr, w, depth: FusionSystem(
@@ -692,7 +696,7 @@ assert tuple(SYSTEMS) == ALL_SYSTEMS
 # The peer model each peer system needs (lens.peers: ``<model>_available``, and a locator that raises
 # MissingPackageError naming ``make peers`` when the model is not installed)
 PEER_NEEDS = {"splade-tiny": "splade", "mpnet": "mpnet", "bm25+mpnet": "mpnet", "lens-hybrid-mpnet": "mpnet",
-              "lens-hybrid-mpnet+bm25": "mpnet"}
+              "lens-hybrid-mpnet+bm25": "mpnet", "lens-index-mpnet": "mpnet"}
 
 
 def _peer_checks() -> dict[str, tuple]:
