@@ -107,6 +107,39 @@ def study_set_data(name: str, args: argparse.Namespace, resources):
             [data.queries[q] for q in qids], lens)
 
 
+def add_suite_study_arguments(parser: argparse.ArgumentParser, out: Path) -> None:
+    """The options every study over the suite's cached vectors takes (``term_floor.py``, ``feedback.py``,
+    ``length_prior.py``): ``--sets``, ``--model``, ``--quantize`` (int8 by default: the suite's setting),
+    ``--data-dir``, ``--cache-dir`` (the ``lens bench beir`` cache), ``--threads``, ``--out``."""
+    from lens.eval.beir import DEFAULT_CACHE_DIR
+
+    parser.add_argument("--sets", default="adi,cranfield,medline", help="comma-separated set names or directories")
+    parser.add_argument("--model", default="default")
+    parser.add_argument("--quantize", default="int8", choices=["int8", "none"])
+    add_data_dir_argument(parser)
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=out)
+
+
+def run_suite_study(args: argparse.Namespace, argv: Sequence[str] | None, script: str, study_set, render,
+                    **meta) -> int:
+    """Run ``study_set(set, args, resources)`` on each of ``args.sets`` over the cached vectors (``lens.eval.systems
+    .Resources``) and write the rows with ``render`` to ``args.out`` (``meta``: more facts for the results)."""
+    import torch
+
+    from lens.eval.systems import Resources
+
+    args.quantize = None if args.quantize == "none" else args.quantize
+    torch.set_num_threads(args.threads)
+    resources = Resources(model=args.model, cache_root=args.cache_dir, lens_batch_size=4)
+    rows = [study_set(s, args, resources) for s in args.sets.split(",")]
+    results = {"command": script_command(argv, script), "model": args.model, "quantize": args.quantize, **meta,
+               "machine": machine(torch=True), "rows": rows}
+    print(write_results(args.out, results, render(results)))
+    return 0
+
+
 def set_label(given: str | os.PathLike, name: str) -> str:
     """How a study's table names the set given as ``given`` (a name, or a directory) whose dataset is ``name``: a
     variant's directory (``lens data variant``, ``.../VARIANT/SET`` as ``ood.py`` writes it) as ``SET (VARIANT)``."""

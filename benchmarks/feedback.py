@@ -23,11 +23,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
-from _common import (RESULTS, add_data_dir_argument, machine, script_command, set_label, study_set_data,
-                     write_results)
+from _common import RESULTS, add_suite_study_arguments, run_suite_study, set_label, study_set_data
 
 OUT = RESULTS / "feedback"
 DEPTH = 100  # hits kept per query
@@ -157,34 +155,16 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
-    from lens.eval.beir import DEFAULT_CACHE_DIR
-    from lens.eval.systems import Resources
-
     floats = lambda s: [float(x) for x in s.split(",")]  # noqa: E731
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default="adi,cranfield,medline")
     p.add_argument("--fb-docs", default="3,5,10", type=lambda s: [int(x) for x in s.split(",")],
                    help="feedback documents n (the first pass's top n)")
     p.add_argument("--betas", default="0.25,0.5,1", type=floats, help="weights of the feedback centroid")
-    p.add_argument("--model", default="default")
-    p.add_argument("--quantize", default="int8", choices=["int8", "none"])
-    add_data_dir_argument(p)
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=OUT)
+    add_suite_study_arguments(p, OUT)
     args = p.parse_args(argv)
     if min(args.fb_docs) < 1 or min(args.betas) < 0:
         p.error("--fb-docs must be at least 1 and --betas at least 0")
-    args.quantize = None if args.quantize == "none" else args.quantize
-    torch.set_num_threads(args.threads)
-    resources = Resources(model=args.model, cache_root=args.cache_dir, lens_batch_size=4)
-    rows = [study_set(s, args, resources) for s in args.sets.split(",")]
-    meta = {"command": script_command(argv, "benchmarks/feedback.py"), "model": args.model,
-            "quantize": args.quantize, "machine": machine(torch=True), "rows": rows}
-    print(write_results(args.out, meta, render(meta)))
-    return 0
+    return run_suite_study(args, argv, "benchmarks/feedback.py", study_set, render)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
-from _common import (RESULTS, add_data_dir_argument, machine, script_command, set_label, study_set_data,
-                     write_results)
+from _common import RESULTS, add_suite_study_arguments, run_suite_study, set_label, study_set_data
 
 OUT = RESULTS / "length_prior"
 SEARCHES = ("lexicon", "hybrid", "index")
@@ -101,31 +99,13 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
-    from lens.eval.beir import DEFAULT_CACHE_DIR
-    from lens.eval.systems import Resources
-
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default="adi,cranfield,medline")
     p.add_argument("--gammas", default="0,0.1,0.2,0.3,0.5", type=lambda s: [float(x) for x in s.split(",")])
-    p.add_argument("--model", default="default")
-    p.add_argument("--quantize", default="int8", choices=["int8", "none"])
-    add_data_dir_argument(p)
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=OUT)
+    add_suite_study_arguments(p, OUT)
     args = p.parse_args(argv)
     if args.gammas[0] != 0:
         p.error("--gammas must start with 0 (the baseline every other gamma is paired against)")
-    args.quantize = None if args.quantize == "none" else args.quantize
-    torch.set_num_threads(args.threads)
-    resources = Resources(model=args.model, cache_root=args.cache_dir, lens_batch_size=4)
-    rows = [study_set(s, args, resources) for s in args.sets.split(",")]
-    meta = {"command": script_command(argv, "benchmarks/length_prior.py"), "model": args.model,
-            "quantize": args.quantize, "machine": machine(torch=True), "rows": rows}
-    print(write_results(args.out, meta, render(meta)))
-    return 0
+    return run_suite_study(args, argv, "benchmarks/length_prior.py", study_set, render)
 
 
 if __name__ == "__main__":

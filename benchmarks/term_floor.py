@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import numpy as np
-from _common import (RESULTS, add_data_dir_argument, machine, script_command, set_label, study_set_data,
-                     write_results)
+from _common import RESULTS, add_suite_study_arguments, run_suite_study, set_label, study_set_data
 
 OUT = RESULTS / "term_floor"
 DEPTH = 100
@@ -158,36 +156,19 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-
-    from lens.eval.beir import DEFAULT_CACHE_DIR
-    from lens.eval.systems import Resources
-
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sets", default="adi,cranfield,medline")
     p.add_argument("--floors", default="0,0.1,0.2,0.3,0.5", type=lambda s: [float(x) for x in s.split(",")])
     p.add_argument("--bm25-weights", default="0.25,0.5,1", type=lambda s: [float(x) for x in s.split(",")],
                    help="BM25 weights w of the index's three-part score 0.5 cos_lex + 0.5 cos_dense + w BM25/max")
-    p.add_argument("--model", default="default")
     p.add_argument("--dense", default="minilm", choices=["minilm", "mpnet"],
                    help="the dense part of the hybrid and of the index (mpnet: `make peers`, as lens index build "
                         "--dense mpnet)")
-    p.add_argument("--quantize", default="int8", choices=["int8", "none"])
     p.add_argument("--idf", action="store_true",
                    help="weigh each query's lexicon by the corpus's idf of its clusters (lens search --idf)")
-    add_data_dir_argument(p)
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=OUT)
+    add_suite_study_arguments(p, OUT)
     args = p.parse_args(argv)
-    args.quantize = None if args.quantize == "none" else args.quantize
-    torch.set_num_threads(args.threads)
-    resources = Resources(model=args.model, cache_root=args.cache_dir, lens_batch_size=4)
-    rows = [study_set(s, args, resources) for s in args.sets.split(",")]
-    meta = {"command": script_command(argv, "benchmarks/term_floor.py"), "model": args.model, "dense": args.dense,
-            "quantize": args.quantize, "idf": args.idf, "bm25_weights": args.bm25_weights, "machine": machine(torch=True), "rows": rows}
-    print(write_results(args.out, meta, render(meta)))
-    return 0
+    return run_suite_study(args, argv, "benchmarks/term_floor.py", study_set, render, dense=args.dense,
+                           idf=args.idf, bm25_weights=args.bm25_weights)
 
 
 if __name__ == "__main__":
