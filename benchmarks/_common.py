@@ -140,6 +140,22 @@ def run_suite_study(args: argparse.Namespace, argv: Sequence[str] | None, script
     return 0
 
 
+def idf_lexicons(data, texts: Sequence[str], qtexts: Sequence[str], lens):
+    """``(documents' lexicons, the corpus's cluster idf, the queries' lexicons weighed by it, unit)`` of a set
+    (``study_set_data``'s): the documents from the cache, the queries behind the set's instruction, as a built index
+    searches them (``lens search --idf``)."""
+    import numpy as np
+
+    from index.vectors import cluster_idf, l2_normalize
+    from lens.instructions import lookup
+
+    docs = lens.documents(list(texts)).arrays["lexicon"].astype(np.float32)
+    idf = cluster_idf((docs > 0).sum(axis=0), docs.shape[0]).astype(np.float32)
+    queries = l2_normalize(lens.encoder.encode_queries(list(qtexts), instruction=lookup(data.name).text,
+                                                       batch_size=16, show_progress_bar=False) * idf)
+    return docs, idf, queries
+
+
 def set_label(given: str | os.PathLike, name: str) -> str:
     """How a study's table names the set given as ``given`` (a name, or a directory) whose dataset is ``name``: a
     variant's directory (``lens data variant``, ``.../VARIANT/SET`` as ``ood.py`` writes it) as ``SET (VARIANT)``."""

@@ -25,7 +25,8 @@ import sys
 from collections import Counter
 
 import numpy as np
-from _common import RESULTS, add_suite_study_arguments, run_suite_study, set_label, study_set_data
+from _common import (RESULTS, add_suite_study_arguments, idf_lexicons, run_suite_study, set_label,
+                     study_set_data)
 
 OUT = RESULTS / "feedback"
 DEPTH = 100  # hits kept per query
@@ -95,15 +96,10 @@ def rm3_scores(bm25, query_terms: list[list[str]], doc_terms: list[list[str]], f
 
 
 def study_set(name: str, args, resources) -> dict:
-    from index.vectors import cluster_idf, l2_normalize
     from lens.bm25 import BM25Index, tokenize
-    from lens.instructions import lookup
 
     data, ids, texts, qids, qtexts, lens = study_set_data(name, args, resources)
-    docs = lens.documents(texts).arrays["lexicon"].astype(np.float32)
-    idf = cluster_idf((docs > 0).sum(axis=0), docs.shape[0]).astype(np.float32)
-    queries = l2_normalize(lens.encoder.encode_queries(qtexts, instruction=lookup(data.name).text, batch_size=16,
-                                                       show_progress_bar=False) * idf)
+    docs, idf, queries = idf_lexicons(data, texts, qtexts, lens)
     dense_d = resources.minilm.documents(texts).arrays["vectors"]
     dense_q = resources.minilm.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
     bm25 = BM25Index(texts)

@@ -21,7 +21,8 @@ import argparse
 import sys
 
 import numpy as np
-from _common import RESULTS, add_suite_study_arguments, run_suite_study, set_label, study_set_data
+from _common import (RESULTS, add_suite_study_arguments, idf_lexicons, run_suite_study, set_label,
+                     study_set_data)
 
 OUT = RESULTS / "length_prior"
 SEARCHES = ("lexicon", "hybrid", "index")
@@ -37,16 +38,11 @@ def _per_query(qrels, scores: np.ndarray, qids, ids) -> dict[str, float]:
 
 def study_set(name: str, args, resources) -> dict:
     from index.bm25_fusion import DEFAULT_BM25_WEIGHT
-    from index.vectors import cluster_idf, l2_normalize
     from lens.bm25 import BM25Index, tokenize
-    from lens.instructions import lookup
     from lens.metrics import paired_test
 
     data, ids, texts, qids, qtexts, lens = study_set_data(name, args, resources)
-    docs = lens.documents(texts).arrays["lexicon"].astype(np.float32)
-    idf = cluster_idf((docs > 0).sum(axis=0), docs.shape[0]).astype(np.float32)
-    queries = l2_normalize(lens.encoder.encode_queries(qtexts, instruction=lookup(data.name).text, batch_size=16,
-                                                       show_progress_bar=False) * idf)
+    docs, idf, queries = idf_lexicons(data, texts, qtexts, lens)
     dense = (resources.minilm.encoder.encode(qtexts, batch_size=32, show_progress_bar=False)
              @ resources.minilm.documents(texts).arrays["vectors"].T)
     bm25 = BM25Index(texts)
