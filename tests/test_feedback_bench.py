@@ -1,5 +1,6 @@
 """The pure parts of the suite's studies over cached vectors: benchmarks/feedback.py (Rocchio on LENS vectors, BM25
-with RM3), term_floor.py's paired test, df_load.py, and the set labels they print."""
+with RM3), term_floor.py's paired test, df_load.py, bm25_part.py, length_prior.py's table, and the set labels they
+print."""
 
 from __future__ import annotations
 
@@ -86,3 +87,28 @@ def test_term_floor_pairs_the_index_bm25_part_with_the_hybrid():
     assert not any("paired" in line for line in term_floor.render(meta))
     floor["index_bm25_vs_hybrid"] = {"0.1": got}
     assert any(line.startswith("| adi | 0.0 | +") and "2/0" in line for line in term_floor.render(meta))
+
+
+def test_bm25_part_bench_measures_the_part_against_bm25s_and_its_shards(tmp_path):
+    """bm25_part.py's measurement on a tiny corpus: the part's scores are bm25s's, its shards' the whole part's,
+    and the bytes, sizes and times it reports are there and positive."""
+    bench = load_script("bm25_part")
+    texts = TEXTS * 3
+    got = bench.measure(texts, ["supersonic flutter", "boundary layer heat", "the"], shards=2)
+    assert got["documents"] == len(texts) and got["queries"] == 2  # a query of stopwords only is left out
+    assert got["max_rel_diff"] < 1e-5 and got["sharded_max_rel_diff"] < 1e-6
+    assert min(got["part_bytes"].values()) > 0 and got["bm25s_bytes"] > 0 and got["file_bytes"] > 0
+    assert all(got[k] > 0 for k in ("part_query_ms", "part_sparse_query_ms", "bm25s_query_ms", "read_s"))
+    assert "| 12 |" in "\n".join(bench.render({"command": "x", "corpus": "c", "runs": [got]}))
+
+
+def test_length_prior_renders_each_gamma_against_zero():
+    bench = load_script("length_prior")
+    row = {"set": "adi", "mean_length": 40.0, "gammas": [
+        {"gamma": 0.0, "lexicon": 0.5, "hybrid": 0.6, "index": 0.7},
+        {"gamma": 0.1, "lexicon": 0.52, "hybrid": 0.6, "index": 0.69,
+         **{f"{s}_vs_0": {"diff": d, "wins": 3, "losses": 1, "p_randomization": 0.04}
+            for s, d in (("lexicon", 0.02), ("hybrid", 0.0), ("index", -0.01))}}]}
+    lines = bench.render({"command": "x", "model": "m", "quantize": "int8", "rows": [row]})
+    assert "| adi | 40 | 0.0 | 0.500 | 0.600 | 0.700 |" in lines
+    assert "| adi | 40 | 0.1 | 0.520 (+0.020, 3/1, p 0.04) | 0.600 (+0.000, 3/1, p 0.04) | 0.690 (-0.010, 3/1, p 0.04) |" in lines
