@@ -91,6 +91,7 @@ def study_set(name: str, args, resources) -> dict:
            "dense": _ndcg(data.qrels, dense_run), "bm25+dense": _ndcg(data.qrels, _fuse([bm25_run, dense_run])),
            "floors": {}}
     q_mask = support_mask([np.asarray(c)[np.asarray(c) >= 0] for c in q_own], docs.shape[1])
+    first_index_runs = None  # the first floor's index runs: each later floor's are paired against them
     for f in args.floors:
         d = l2_normalize(term_floor(docs, doc_own, f)) if f > 0 else docs
         q = l2_normalize(term_floor(queries, q_own, f)) if f > 0 else queries
@@ -114,12 +115,33 @@ def study_set(name: str, args, resources) -> dict:
             # the index's BM25 part against the hybrid without it, query by query
             "index_bm25_vs_hybrid": {w: _paired(data.qrels, run, hybrid_run) for w, run in index_runs.items()},
         }
+        if first_index_runs is None:
+            first_index_runs = index_runs
+        else:  # the index's search with this floor against the first floor's, query by query
+            row["floors"][str(f)]["index_vs_first_floor"] = {
+                w: _paired(data.qrels, run, first_index_runs[w]) for w, run in index_runs.items()}
         print(f"{data.name} floor {f}: {row['floors'][str(f)]}", flush=True)
     return row
 
 
 def _p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _paired_table(meta: dict, key: str, what: str, column: str) -> list[str]:
+    """The paired tests stored under ``key`` of each set and floor, one column per BM25 weight (none: no lines)."""
+    cells = [(r, f, m[key]) for r in meta["rows"] for f, m in r["floors"].items() if key in m]
+    if not cells:
+        return []
+    lines = ["", f"{what}, paired over the same queries (`lens.metrics.paired_test`): nDCG@10 difference, queries "
+             "better / worse, p of the randomization and t tests.", "",
+             "| set | floor | " + " | ".join(column.format(w=w) for w in meta["bm25_weights"]) + " |",
+             "|---|---|" + "---|" * len(meta["bm25_weights"])]
+    for r, f, tests in cells:
+        lines.append(f"| {r['set']} | {f} | " + " | ".join(
+            f"{c['diff']:+.3f} ({c['wins']}/{c['losses']}; p {_p(c['p_randomization'])} / {_p(c['p_ttest'])})"
+            for c in (tests[str(w)] for w in meta["bm25_weights"])) + " |")
+    return lines
 
 
 def render(meta: dict) -> list[str]:
@@ -140,18 +162,11 @@ def render(meta: dict) -> list[str]:
             lines.append(f"| {r['set']} | {f} | {m['lexicon']:.3f} | {m['expansion_only']:.3f} | "
                          f"{m['query_own_share']:.3f} | {m['hybrid']:.3f} | {m['hybrid+bm25']:.3f} | {idx} | "
                          f"{r['bm25']:.3f} | {r['dense']:.3f} | {r['bm25+dense']:.3f} |")
-    paired = [(r, f, m) for r in meta["rows"] for f, m in r["floors"].items() if "index_bm25_vs_hybrid" in m]
-    if paired:  # runs written before the paired tests were added have none
-        lines += ["", "The index's BM25 part against the hybrid without it, paired over the same queries "
-                  "(`lens.metrics.paired_test`): nDCG@10 difference, queries better / worse, p of the randomization "
-                  "and t tests.", "",
-                  "| set | floor | " + " | ".join(f"+BM25 {w} vs hybrid" for w in meta["bm25_weights"]) + " |",
-                  "|---|---|" + "---|" * len(meta["bm25_weights"])]
-        for r, f, m in paired:
-            cells = [m["index_bm25_vs_hybrid"][str(w)] for w in meta["bm25_weights"]]
-            lines.append(f"| {r['set']} | {f} | " + " | ".join(
-                f"{c['diff']:+.3f} ({c['wins']}/{c['losses']}; p {_p(c['p_randomization'])} / {_p(c['p_ttest'])})"
-                for c in cells) + " |")
+    first = next(iter(meta["rows"][0]["floors"])) if meta["rows"] else "0"
+    lines += _paired_table(meta, "index_bm25_vs_hybrid", "The index's BM25 part against the hybrid without it",
+                           "+BM25 {w} vs hybrid")  # runs written before the paired tests were added have none
+    lines += _paired_table(meta, "index_vs_first_floor", f"The index's three-part score with each floor against "
+                           f"floor {first}", "index +BM25 {w} vs floor " + first)
     return lines
 
 
