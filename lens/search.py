@@ -94,6 +94,15 @@ class Searcher:
         use_corpus_casing(encoder, index)
         return cls(index, encoder, record)
 
+    @property
+    def default_weights(self) -> tuple[float, ...]:
+        """The weights of a search that names none: the index's (lexicon, dense) pair, and BM25 at
+        ``index.bm25_fusion.DEFAULT_BM25_WEIGHT`` where the index keeps a BM25 part."""
+        from index.bm25_fusion import DEFAULT_BM25_WEIGHT
+
+        pair = tuple(float(w) for w in self.index.weights)
+        return (*pair, DEFAULT_BM25_WEIGHT) if getattr(self.index, "has_bm25", False) else pair
+
     def search(self, queries: Sequence[str], k: int = 10, weights: Sequence[float] | str | None = None,
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
                show_progress_bar: bool = False, encode: Callable | None = None,
@@ -112,13 +121,12 @@ class Searcher:
 
         from index.metadata import check_filter
 
-        from index.bm25_fusion import DEFAULT_BM25_WEIGHT, split_weights
+        from index.bm25_fusion import split_weights
 
         queries = check_queries(queries)
         check_filter(filter)  # before the queries are encoded
         self.index.query_idf(idf)  # refused before the queries are encoded where the index cannot
-        if weights is None and getattr(self.index, "has_bm25", False):
-            weights = (*self.index.weights, DEFAULT_BM25_WEIGHT)
+        weights = self.default_weights if weights is None else weights
         if split_weights(weights)[1] > 0 and not getattr(self.index, "has_bm25", False):
             raise ValueError("this index has no BM25 part, so a BM25 weight > 0 cannot be used: rebuild it with "
                              "`lens index build --bm25` (the default), or give two weights LEX,DENSE")

@@ -10,7 +10,8 @@ Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 
 - ``GET /search?q=...&k=...``: one query, for a quick look with curl or a browser.
 - ``GET /health``: ``{"status": "ok", "documents": N}`` (and ``"reload_error"`` when the index on disk could not be
   loaded again and the previous version is still served).
-- ``GET /info``: the index's type, size, parts, weights, models and version.
+- ``GET /info``: the index's type, size, parts, weights (``search_weights``: those of a request that names none), models
+  and version.
 
 The service follows its directory: a save by ``lens index add`` / ``remove`` (an atomic swap of the directory) is
 seen on the next request and the new version loaded beside the old, which answers until the new one is ready; the
@@ -189,6 +190,8 @@ class SearchService:
         return {"directory": str(self.directory.resolve()), "documents": len(index), "index_type": index.index_type,
                 "mode": index.mode, "lexicon_dim": index.lexicon_dim, "dense_dim": index.dense_dim,
                 "weights": list(index.weights), "bm25": bool(getattr(index, "has_bm25", False)),
+                # what a request without "weights" is searched with (lens serve --weights, else the searcher's)
+                "search_weights": list(self.weights if self.weights is not None else searcher.default_weights),
                 "idf": index.idf if self.idf is None else self.idf,
                 "lens_model": record.lens_model, "dense": record.dense,
                 # the mode in use ("auto" resolved to int8 or None), not the one asked for

@@ -387,6 +387,9 @@ def test_serve_takes_three_weights(built):
     default = SearchService(tmp / "bm25", weights="0.2,0.3,0.5").search({"queries": QUERIES[:2], "k": 4})["results"]
     assert [[h["id"] for h in r["hits"]] for r in default] == [w.ids for w in want]
     assert service.info()["bm25"] is True
+    assert service.info()["search_weights"] == [0.5, 0.5, 0.1]  # the index's pair, BM25 at the default weight
+    assert SearchService(tmp / "bm25", weights="0.2,0.3,0.5").info()["search_weights"] == [0.2, 0.3, 0.5]
+    assert SearchService(tmp / "plain").info()["search_weights"] == [0.5, 0.5]
 
 
 def test_ivf_ondisk_parts_make_one_index_with_one_bm25_part(built, tiny_encoder, tmp_path, caplog):
