@@ -35,8 +35,8 @@ PART_VERSION = 1
 
 
 class BM25Scores(NamedTuple):
-    """A search's BM25 side: each query's ``(rows, scores)`` of a part's rows holding its terms
-    (``BM25Part.sparse_scores``) and its maximum over the documents searched (the divisor of
+    """A search's BM25 side: each query's ``(rows, scores)`` of a part's rows searched (those a filter allows)
+    holding its terms (``BM25Part.sparse_scores``) and its maximum over the documents searched (the divisor of
     ``index.bm25_fusion``; over all shards for a sharded index)."""
 
     scores: list[tuple[np.ndarray, np.ndarray]]

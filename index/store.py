@@ -822,25 +822,23 @@ class HybridIndex:
 
     def bm25_scores(self, terms: Sequence[Sequence[str]], allowed: np.ndarray | None = None,
                     stats: Sequence[BM25Stats] | None = None) -> BM25Scores:
-        """Each query's BM25 scores of the documents holding one of its terms (``BM25Part.sparse_scores`` of
-        ``BM25Part.query_terms``) and its maximum over the documents ``allowed`` (None: all), with this index's
-        statistics or ``stats`` (one per query: a sharded index's, added up over its shards)."""
+        """Each query's BM25 scores of the documents ``allowed`` (None: all) holding one of its terms
+        (``BM25Part.sparse_scores`` of ``BM25Part.query_terms``) and its maximum over them, with this index's
+        statistics or ``stats`` (one per query: a sharded index's, added up over its shards). Every candidate of a
+        search is an allowed document, so the scores of the others are not kept."""
         part = self._bm25
         if part is None:
             raise ValueError("this index has no BM25 part: rebuild it with `lens index build` (without --no-bm25)")
         if stats is not None and len(stats) != len(terms):
             raise ValueError(f"BM25 statistics for {len(stats)} queries given for {len(terms)} queries")
-        scores = [part.sparse_scores(t, None if stats is None else stats[q]) for q, t in enumerate(terms)]
-        tops = [float(self._bm25_allowed(rows, values, allowed)[1].max(initial=0.0)) for rows, values in scores]
-        return BM25Scores(scores, tops)
-
-    def _bm25_allowed(self, rows: np.ndarray, values: np.ndarray,
-                      allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """The entries of one query's sparse BM25 scores whose documents are ``allowed`` (None: all)."""
-        if allowed is None:
-            return rows, values
-        ok = np.isin(self._bm25.labels[rows], allowed)
-        return rows[ok], values[ok]
+        scores = []
+        for q, t in enumerate(terms):
+            rows, values = part.sparse_scores(t, None if stats is None else stats[q])
+            if allowed is not None:
+                ok = np.isin(part.labels[rows], allowed)
+                rows, values = rows[ok], values[ok]
+            scores.append((rows, values))
+        return BM25Scores(scores, [float(values.max(initial=0.0)) for _, values in scores])
 
     def bm25_stats(self, terms: Sequence[Sequence[str]]) -> list[BM25Stats]:
         """This index's BM25 statistics for each query's terms (``BM25Stats.total`` adds up those of shards)."""
@@ -862,9 +860,8 @@ class HybridIndex:
             for row, qi in enumerate(live):
                 vec_labels[qi] = found[row][found[row] >= 0]
         cands, cand_bm25 = [], []
-        for q, (rows, values) in enumerate(bm25.scores):
-            ok_rows, ok_values = self._bm25_allowed(rows, values, allowed)
-            c = candidate_union(vec_labels[q], part.labels[ok_rows[bm25_top(ok_values, depth)]])
+        for q, (rows, values) in enumerate(bm25.scores):  # the allowed documents' scores alone
+            c = candidate_union(vec_labels[q], part.labels[rows[bm25_top(values, depth)]])
             cands.append(c)
             cand_bm25.append(sparse_lookup(rows, values, part.rows_of(c)))
         union = candidate_union(*cands)

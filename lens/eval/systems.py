@@ -582,10 +582,9 @@ class LensHybrid(_VectorSystem):
     def search(self, query, k):
         lexicon = self.lens.query(query, self.instruction, "lexicon")
         dense = self.minilm.query(query)
-        if self.bm25:
-            return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=(*self.weights, self.bm25),
-                                               texts=[query], idf=self.idf)[0])
-        return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=self.weights, idf=self.idf)[0])
+        weights = (*self.weights, self.bm25) if self.bm25 else self.weights  # texts: read for a BM25 weight alone
+        return self._run(self.index.search(lexicon=lexicon, dense=dense, k=k, weights=weights, texts=[query],
+                                           idf=self.idf)[0])
 
     def describe(self):
         w = "unresolved" if self.weights is None else f"({self.weights[0]:.3f}, {self.weights[1]:.3f})"
