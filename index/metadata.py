@@ -1,8 +1,11 @@
 """Document table: string document ids <-> int64 FAISS ids, plus optional per-document JSON metadata.
 
-The table lives in an in-memory SQLite database while the index is in use, so that saving over the
-directory it was loaded from never touches an open file; :meth:`DocTable.save` and :meth:`DocTable.load`
-copy it to and from ``docs.sqlite`` with SQLite's online backup API (a consistent snapshot).
+An index loaded to be changed keeps the table in an in-memory SQLite database, so that saving over the directory
+it was loaded from never touches an open file; :meth:`DocTable.save` and :meth:`DocTable.load` copy it to and from
+``docs.sqlite`` (a consistent snapshot). An index loaded to search (``read_only``: ``lens search``, ``lens serve``)
+queries ``docs.sqlite`` where it lies instead, read-only and immutable, so a searcher's memory holds the pages the
+operating system caches, not the whole table (ids and every document's metadata); a save over the directory
+replaces the file, never changes it, so the open one stays the version that was verified.
 
 Schema (version 1)::
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 from array import array
@@ -205,17 +209,22 @@ def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
 
 
 class DocTable:
-    """The id map and metadata of one index (in memory; thread-safe through one lock)."""
+    """The id map and metadata of one index (in memory, or a saved file read in place; thread-safe through one
+    lock)."""
 
-    def __init__(self, conn: sqlite3.Connection | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection | None = None, *, read_only: str | None = None) -> None:
+        """``conn``: the database (default: a new, empty one in memory); ``read_only``: None for a table that can
+        change, else the message a write raises (the table is a saved file opened read-only)."""
         self._conn = conn or sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         self._conn.isolation_level = None  # explicit transactions only (see transaction())
         self._lock = threading.RLock()
-        with self._lock:
-            self._conn.executescript(_SCHEMA)
-            self._conn.execute(
-                "INSERT OR IGNORE INTO info(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
+        self._read_only = read_only
+        if read_only is None:
+            with self._lock:
+                self._conn.executescript(_SCHEMA)
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO info(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
         self._matches: OrderedDict[tuple, np.ndarray] = OrderedDict()  # filter -> int ids, the latest few
         self._filtered: set[str] = set()  # fields a filter has scanned for: the next one gets a field index
         self._fields: dict[str, FieldIndex | None] = {}  # field -> its index, None: too many values (until a change)
@@ -341,11 +350,16 @@ class DocTable:
             rows = self._conn.execute(q, params).fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)
 
+    @property
+    def read_only(self) -> bool:
+        """True for a saved table opened where it lies (:meth:`read` with ``in_place``): writes are refused."""
+        return self._read_only is not None
+
     def int_ids(self) -> np.ndarray:
-        """All int ids, ascending (int64)."""
+        """All int ids, ascending (int64; streamed from SQLite, so the only copy is the array)."""
         with self._lock:
-            rows = self._conn.execute("SELECT int_id FROM ids ORDER BY int_id").fetchall()
-        return np.array([r[0] for r in rows], dtype=np.int64)
+            rows = self._conn.execute("SELECT int_id FROM ids ORDER BY int_id")
+            return np.fromiter((r[0] for r in rows), dtype=np.int64, count=self._count)
 
     def iter_doc_ids(self, batch: int = 10_000) -> Iterator[list[str]]:
         """Every document id in int-id order, ``batch`` at a time (constant memory on a large table)."""
@@ -368,9 +382,14 @@ class DocTable:
 
     # ---- writes -----------------------------------------------------------------------------
 
+    def _check_writable(self) -> None:
+        if self._read_only is not None:
+            raise ValueError(self._read_only)
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """All writes inside are committed together, or rolled back if the body raises."""
+        self._check_writable()
         with self._lock:
             self._conn.execute("BEGIN")
             try:
@@ -384,6 +403,7 @@ class DocTable:
 
     def insert(self, int_ids: Sequence[int], doc_ids: Sequence[str], metas: Sequence[str | None]) -> None:
         """Insert rows (``metas`` already JSON-encoded, see :func:`encode_metadata`)."""
+        self._check_writable()
         with self._lock:
             self._conn.executemany(
                 "INSERT INTO ids(int_id, doc_id, meta) VALUES (?, ?, ?)",
@@ -393,11 +413,17 @@ class DocTable:
 
     def delete(self, int_ids: Sequence[int]) -> None:
         """Delete rows by int id."""
+        self._check_writable()
         with self._lock:
             self._conn.executemany("DELETE FROM ids WHERE int_id = ?", ((int(i),) for i in int_ids))
             self._changed()
 
     # ---- persistence ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the database (a table read in place then lets go of its file); the table is unusable after."""
+        with self._lock:
+            self._conn.close()
 
     def save(self, path: str | Path) -> None:
         """Write a consistent snapshot to a new SQLite file at ``path``.
@@ -429,13 +455,26 @@ class DocTable:
             return cls.read(f, path)
 
     @classmethod
-    def read(cls, f: BinaryIO, path: str | Path) -> "DocTable":
-        """Copy the SQLite file open as ``f`` (read from ``path``, named in errors) into memory and check it."""
+    def read(cls, f: BinaryIO, path: str | Path, *, in_place: bool = False) -> "DocTable":
+        """The SQLite file open as ``f`` (read from ``path``, named in errors), checked.
+
+        By default it is copied into memory, to be changed and saved. ``in_place``: query the file where it lies,
+        read-only and immutable (a searcher's table: memory is the pages the OS caches, not the table). The file
+        SQLite opens is checked to be the one open as ``f`` (the version verified with its manifest): if ``path``
+        was replaced since, the table is copied into memory from ``f`` instead. Writes to it are refused.
+        """
         path = Path(path).resolve()
+        if in_place:
+            conn = _open_in_place(f, path)
+            if conn is not None:
+                _check_table(conn, path)
+                return cls(conn, read_only=f"the document table {path} was opened read-only, where it lies; "
+                                          "load the index with read_only=False to change it")
+            logger.info("%s was replaced after it was verified: reading the verified version into memory", path)
         mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        f.seek(0)
+        data = f.read()
         try:
-            f.seek(0)
-            data = f.read()
             if hasattr(mem, "deserialize"):
                 mem.deserialize(data)
             else:  # pragma: no cover - SQLite without deserialize: back up from the path
@@ -444,19 +483,52 @@ class DocTable:
                     src.backup(mem)
                 finally:
                     src.close()
-            check = mem.execute("PRAGMA integrity_check").fetchone()[0]
-            if check != "ok":
-                raise ValueError(f"integrity check failed: {check}")
-            tables = {r[0] for r in mem.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if not {"ids", "info"} <= tables:
-                raise ValueError(f"tables 'ids' and 'info' expected, found {sorted(tables)}")
-            row = mem.execute("SELECT value FROM info WHERE key='schema_version'").fetchone()
-            if row is None or row[0] != str(SCHEMA_VERSION):
-                raise ValueError(f"schema version {row and row[0]!r}, expected {SCHEMA_VERSION}")
-        except (sqlite3.Error, ValueError) as e:
+        except sqlite3.Error as e:
             mem.close()
-            raise ValueError(
-                f"document table {path} is damaged or not a LENS index table ({e}); "
-                "restore it from a backup or rebuild the index"
-            ) from e
+            raise _damaged(path, e) from e
+        del data
+        _check_table(mem, path)
         return cls(mem)
+
+
+def _open_in_place(f: BinaryIO, path: Path) -> sqlite3.Connection | None:
+    """``path`` opened read-only and immutable by SQLite, if it is still the file open as ``f``; else None.
+
+    A save over the directory replaces files (a new inode under the name), never writes into one, so a name that
+    still leads to ``f``'s inode once SQLite has opened it led there when SQLite opened it; the inode stays alive
+    while the connection holds it open, whatever is saved or removed afterwards.
+    """
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False,
+                           isolation_level=None)
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # SQLite opens the file here at the latest
+        now, verified = os.stat(path), os.fstat(f.fileno())
+    except (sqlite3.Error, OSError):
+        conn.close()
+        return None  # replaced by something unreadable, or removed: read f into memory instead
+    if (now.st_dev, now.st_ino) != (verified.st_dev, verified.st_ino):
+        conn.close()
+        return None
+    return conn
+
+
+def _check_table(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse (ValueError naming ``path`` and what to do) a damaged or foreign table; closes ``conn`` then."""
+    try:
+        check = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        if check != "ok":
+            raise ValueError(f"integrity check failed: {check}")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"ids", "info"} <= tables:
+            raise ValueError(f"tables 'ids' and 'info' expected, found {sorted(tables)}")
+        row = conn.execute("SELECT value FROM info WHERE key='schema_version'").fetchone()
+        if row is None or row[0] != str(SCHEMA_VERSION):
+            raise ValueError(f"schema version {row and row[0]!r}, expected {SCHEMA_VERSION}")
+    except (sqlite3.Error, ValueError) as e:
+        conn.close()
+        raise _damaged(path, e) from e
+
+
+def _damaged(path: Path, why: Exception) -> ValueError:
+    return ValueError(f"document table {path} is damaged or not a LENS index table ({why}); "
+                      "restore it from a backup or rebuild the index")

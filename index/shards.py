@@ -433,9 +433,9 @@ def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]
                 for prefix, shard_m, files in _parts(p, m, gen.files):
                     for name in data_files(shard_m):
                         verify_stream(files[name], p / prefix / name, shard_m["files"][name])
-                    docs = DocTable.read(files[DOCS_FILE], p / prefix / DOCS_FILE)
+                    docs = DocTable.read(files[DOCS_FILE], p / prefix / DOCS_FILE, in_place=True)
                     ids.add_all(docs, p)
-                    del docs
+                    docs.close()
                     writer.add_files(shard_m, files, p / prefix)
         manifest = writer.finish({**first_info, "merged_from": [str(p) for p in inputs]})
         without = [i for i, m in enumerate(writer.manifests) if m.get("bm25") is None]

@@ -1074,7 +1074,7 @@ class HybridIndex:
             except ValueError as e:
                 raise ValueError(f"saved index {directory}: {e}; rebuild the index") from None
         raw = _read_faiss(files[INDEX_FILE], index_path, faiss.IO_FLAG_SKIP_IVF_DATA if on_disk else 0)
-        docs = DocTable.read(files[DOCS_FILE], docs_path)
+        docs = DocTable.read(files[DOCS_FILE], docs_path, in_place=read_only or on_disk)  # never changed then
         problems = []
         if raw.d != obj.dim:
             problems.append(f"{INDEX_FILE} has width {raw.d}, manifest dims give {obj.dim}")
@@ -1083,15 +1083,20 @@ class HybridIndex:
         if m["next_id"] <= docs.max_int_id():
             problems.append(f"manifest next_id {m['next_id']} is not above the largest id {docs.max_int_id()}")
         needs_staging = itype.needs_training and not m["trained"]
+        checks_ids = (hasattr(raw, "id_map") or obj._bm25 is not None
+                      or (obj._df is not None and not obj._df.counts_only))
+        int_ids = docs.int_ids() if checks_ids and not problems else None  # read once for every check
         if hasattr(raw, "id_map") and not problems:
-            if not np.array_equal(np.sort(faiss.vector_to_array(raw.id_map)), docs.int_ids()):
+            if not np.array_equal(np.sort(faiss.vector_to_array(raw.id_map)), int_ids):
                 problems.append(f"the ids in {INDEX_FILE} and {DOCS_FILE} differ")
-        if obj._bm25 is not None and not problems and not np.array_equal(np.sort(obj._bm25.labels), docs.int_ids()):
+        if obj._bm25 is not None and not problems and not np.array_equal(np.sort(obj._bm25.labels), int_ids):
             problems.append(f"the documents of {BM25_FILE} and {DOCS_FILE} differ")
         if (obj._df is not None and not obj._df.counts_only and not problems
-                and not np.array_equal(np.sort(obj._df.labels), docs.int_ids())):
+                and not np.array_equal(np.sort(obj._df.labels), int_ids)):
             problems.append(f"the documents of {DF_FILE} and {DOCS_FILE} differ")
+        del int_ids
         if problems:
+            docs.close()
             raise ValueError(f"saved index {directory} is inconsistent: {'; '.join(problems)}; rebuild the index")
         if on_disk:
             ondisk.map_lists(raw, files[DATA_FILE], directory / DATA_FILE)

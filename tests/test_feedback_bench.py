@@ -1,5 +1,5 @@
 """The pure parts of the suite's studies over cached vectors: benchmarks/feedback.py (Rocchio on LENS vectors, BM25
-with RM3), term_floor.py's paired test, df_load.py, bm25_part.py, length_prior.py's table, and the set labels they
+with RM3), term_floor.py's paired test, df_load.py, doc_table_load.py, bm25_part.py, length_prior.py's table, and the set labels they
 print."""
 
 from __future__ import annotations
@@ -69,6 +69,21 @@ def test_df_load_measures_both_loads(tmp_path):
     rows, counts = (meta["loads"][k] for k in ("with its rows (read_only=False)", "counts only (read_only=True)"))
     assert rows["df_sum"] == counts["df_sum"] == 300 * 20
     assert counts["retained_bytes"] < rows["retained_bytes"]
+
+
+
+def test_doc_table_load_measures_both_loads(tmp_path):
+    """benchmarks/doc_table_load.py: both loads answer the same filter; the table read in place adds less memory
+    than the copy of a table of several MB."""
+    script = load_script("doc_table_load")
+    out = tmp_path / "docs"
+    assert script.main(["--docs", "20000", "--queries", "20", "--out", str(out)]) == 0
+    meta = json.loads(out.with_suffix(".json").read_text())
+    copy, lean = (meta["loads"][script.MODES[m]] for m in ("copy", "in-place"))
+    assert copy["filter_matches"] == lean["filter_matches"] == 20000 // script.SOURCES
+    assert meta["file_bytes"] > 20000 * 300
+    assert lean["loaded_rss_bytes"] < copy["loaded_rss_bytes"]
+    assert "Read in place against copied" in out.with_suffix(".md").read_text()
 
 
 def test_term_floor_pairs_the_index_bm25_part_with_the_hybrid():

@@ -1,5 +1,6 @@
 """index.metadata.DocTable: id map, metadata, transactions and SQLite persistence."""
 
+import os
 import sqlite3
 
 import numpy as np
@@ -88,3 +89,66 @@ def test_load_damaged_or_foreign_file(tmp_path):
         DocTable.load(other)
     with pytest.raises(FileNotFoundError):
         DocTable.load(tmp_path / "nope.sqlite")
+
+
+def _open_table(path, in_place=True):
+    with open(path, "rb") as f:
+        return DocTable.read(f, path, in_place=in_place)
+
+
+def _file_backed(table, path) -> bool:
+    """Whether SQLite reads ``table`` from the file ``path`` (its main database's file name)."""
+    return dict((row[1], row[2]) for row in table._conn.execute("PRAGMA database_list"))["main"] == str(path.resolve())
+
+
+def test_read_in_place_answers_as_the_copy_and_refuses_writes(tmp_path):
+    """``in_place`` (a searcher's load) queries the saved file where it lies, not a copy in memory: the same
+    answers, filters included, and every write refused with what to do."""
+    filled().save(tmp_path / "docs.sqlite")
+    copy, lean = _open_table(tmp_path / "docs.sqlite", False), _open_table(tmp_path / "docs.sqlite")
+    assert lean.read_only and not copy.read_only and _file_backed(lean, tmp_path / "docs.sqlite")
+    assert not _file_backed(copy, tmp_path / "docs.sqlite")
+    assert len(lean) == 3 and "b" in lean and lean.lookup(["c", "a", "z"]) == copy.lookup(["c", "a", "z"])
+    assert lean.fetch([0, 1, 5]) == copy.fetch([0, 1, 5]) and lean.metadata("a") == {"title": "A"}
+    np.testing.assert_array_equal(lean.int_ids(), [0, 1, 5])
+    assert lean.max_int_id() == 5 and list(lean.iter_doc_ids(batch=2)) == [["a", "b"], ["c"]]
+    for _ in range(3):  # a scan, then the field's index, then the remembered match
+        np.testing.assert_array_equal(lean.matching((("n", (2,)),)), [5])
+    for write in (lambda: lean.insert([9], ["d"], [None]), lambda: lean.delete([0]), lambda: lean.transaction().__enter__()):
+        with pytest.raises(ValueError, match="opened read-only.*read_only=False"):
+            write()
+    assert len(_open_table(tmp_path / "docs.sqlite", False)) == 3
+
+
+def test_read_in_place_keeps_the_verified_version(tmp_path):
+    """A save replaces the file under its name: a table opened in place keeps answering from the version it
+    opened, and a name that no longer leads to the verified file is read from that file, into memory."""
+    path = tmp_path / "docs.sqlite"
+    filled().save(path)
+    lean = _open_table(path)
+    other = DocTable()
+    other.insert([0], ["only"], [None])
+    other.save(tmp_path / "new.sqlite")
+    os.replace(tmp_path / "new.sqlite", path)  # what an atomic save over the directory does to the name
+    assert len(lean) == 3 and lean.fetch([5]) == {5: ("c", {"n": [1, 2]})}
+    assert _open_table(path).lookup(["only", "a"]) == {"only": 0}
+
+    filled().save(tmp_path / "old.sqlite")
+    with open(tmp_path / "old.sqlite", "rb") as f:  # verified, then replaced before SQLite opens the name
+        os.replace(path, tmp_path / "old.sqlite")
+        table = DocTable.read(f, tmp_path / "old.sqlite", in_place=True)
+    assert not table.read_only and not _file_backed(table, tmp_path / "old.sqlite") and table.lookup(["a", "only"]) == {"a": 0}
+
+
+def test_read_in_place_refuses_a_damaged_file_alike(tmp_path):
+    bad = tmp_path / "docs.sqlite"
+    bad.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(ValueError, match=f"document table {bad} is damaged"):
+        _open_table(bad)
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE x (y)")
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match="not a LENS index table"):
+        _open_table(other)

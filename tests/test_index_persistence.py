@@ -264,3 +264,18 @@ def test_a_fingerprint_key_added_later_may_be_missing_from_an_older_index(tmp_pa
         check_fingerprint(newer, {**FP, "weights_hash": "w0"}, tmp_path / "ix", unrecorded_ok=("weights_hash",))
     with pytest.raises(FingerprintMismatchError, match="weights_hash"):
         check_fingerprint(newer, dict(FP), tmp_path / "ix")  # not declared: still refused
+
+
+def test_a_read_only_load_reads_its_document_table_in_place_and_keeps_its_version(tmp_path):
+    """``load(read_only=True)`` (lens search, lens serve) queries docs.sqlite where it lies instead of copying it
+    into memory; a save over the directory meanwhile does not change what it answers."""
+    index = build()
+    index.save(tmp_path / "ix")
+    ro, full = HybridIndex.load(tmp_path / "ix", read_only=True), HybridIndex.load(tmp_path / "ix")
+    assert ro.doc_table.read_only and not full.doc_table.read_only
+    assert same_results(ro, full) and ro.metadata("d7") == {"i": 7}
+    assert ro.ids_matching({"i": 3}) == ["d3"]
+    full.remove([f"d{i}" for i in range(100)])
+    full.save(tmp_path / "ix")
+    assert len(HybridIndex.load(tmp_path / "ix", read_only=True)) == 200
+    assert len(ro) == 300 and same_results(ro, index) and ro.metadata("d7") == {"i": 7}
