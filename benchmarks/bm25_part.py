@@ -9,8 +9,8 @@ counts (its scorer, built at load); bm25s, the project's BM25 baseline (``lens.b
 (term, document) score instead. For each size (the corpus repeated ``--copies`` times under new ids, so the
 statistics and the query work grow as in a larger corpus of the same kind), this measures, in this process:
 
-* the bytes each holds (numpy arrays' ``nbytes``; the part's terms are one array per document, counted with
-  ``sys.getsizeof``'s object overhead), per document;
+* the bytes each holds (numpy arrays' ``nbytes``; the part's terms are flat arrays, ``index.rows.RowBlocks``: term
+  ids, offsets and labels), per document;
 * the time to build the part from tokenised texts, and to read a saved ``bm25.npz`` (verified as a load does), whole
   and to search only (``scorer_only``, as a read-only index load: the scorer and the labels, not the terms);
 * every query's scores (the set's queries, tokenised once): the part's scores of the documents holding a query
@@ -38,8 +38,7 @@ OUT = RESULTS / "bm25_part"
 
 def _part_bytes(part) -> dict:
     post = part._index()
-    rows = sum(r.nbytes + sys.getsizeof(r) - r.nbytes for r in part._rows) + sys.getsizeof(part._rows)
-    return {"terms": int(rows + part.labels.nbytes),
+    return {"terms": int(part._rows.nbytes),
             "scorer": int(post.indptr.nbytes + post.rows.nbytes + post.tf.nbytes + post.lengths.nbytes)}
 
 
@@ -69,7 +68,7 @@ def measure(texts: list[str], queries: list[str], shards: int) -> dict:
     q_terms = [t for t in tokenize(queries) if t]
     n = len(texts)
     start = time.perf_counter()
-    part = BM25Part(np.zeros(0, np.int64), [], [])
+    part = BM25Part.empty()
     part.add_terms(terms, np.arange(n))
     part._index()
     built = time.perf_counter() - start
@@ -99,7 +98,7 @@ def measure(texts: list[str], queries: list[str], shards: int) -> dict:
     bounds = np.linspace(0, n, shards + 1).astype(int)
     pieces = []
     for a, b in zip(bounds[:-1], bounds[1:]):
-        piece = BM25Part(np.zeros(0, np.int64), [], [])
+        piece = BM25Part.empty()
         piece.add_terms(terms[a:b], np.arange(a, b))
         piece._index()
         pieces.append(piece)
@@ -125,7 +124,7 @@ def _per_doc(b: float, n: int) -> str:
 def render(meta: dict) -> list[str]:
     lines = ["# The index's BM25 part against bm25s's index", "", f"Command: `{meta['command']}`", "",
              f"Corpus: `{meta['corpus']}` repeated under new ids; its test queries. Bytes: numpy arrays (the part's "
-             "terms with each array's object overhead). bm25s: `lens.bm25.BM25Index`, the benchmark's BM25 "
+             "terms: flat arrays of term ids, offsets and labels). bm25s: `lens.bm25.BM25Index`, the benchmark's BM25 "
              "(precomputed scores). Build: the part from tokenised texts. Query, mean over the queries: "
              "the part's scores of the documents holding a query term (what a search uses), and every document's "
              "score from the part and from bm25s. diff: largest |part - bm25s| over a query's best "

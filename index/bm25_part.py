@@ -26,6 +26,8 @@ import numpy as np
 
 from lens.bm25 import BM25_CONFIG, BM25Stats, lucene_idf, saturated_tf, tokenize
 
+from .rows import RowBlocks
+
 __all__ = ["BM25_FILE", "PART_VERSION", "BM25Part", "BM25Scores"]
 
 logger = logging.getLogger(__name__)
@@ -44,23 +46,31 @@ class BM25Scores(NamedTuple):
 
 
 class BM25Part:
-    """Rows of BM25 terms, one per document, keyed by the index's internal ids (``labels``)."""
+    """Rows of BM25 terms, one per document, keyed by the index's internal ids (``labels``); held as flat blocks
+    (``index.rows.RowBlocks``: no Python object per document)."""
 
-    def __init__(self, labels: np.ndarray, rows: list[np.ndarray] | None, vocab: list[str],
-                 scorer: "_Postings | None" = None) -> None:
+    _WHAT = "the BM25 part"
+
+    def __init__(self, rows: RowBlocks | None, vocab: list[str], scorer: "_Postings | None" = None,
+                 labels: np.ndarray | None = None) -> None:
         """``rows`` None: a part read for searching alone (:meth:`read`'s ``scorer_only``), which holds ``scorer``
-        and refuses changes and saves."""
-        self.labels = np.asarray(labels, dtype=np.int64)
+        and its rows' ``labels``, and refuses changes and saves."""
+        if rows is None and (scorer is None or labels is None):
+            raise ValueError("BM25 part: give its rows, or its scorer and labels for a part read to search only")
         self._rows = rows
+        self._labels = None if rows is not None else np.asarray(labels, dtype=np.int64)
         self._vocab = vocab
         self._ids = {t: i for i, t in enumerate(vocab)}
         self._scorer: _Postings | None = scorer
         self._lookup: tuple[np.ndarray, np.ndarray] | None = None  # (argsort of labels, sorted labels)
-        if rows is None and scorer is None:
-            raise ValueError("BM25 part: give its rows, or its scorer for a part read to search only")
         n = len(rows) if rows is not None else len(scorer.lengths)
         if n != len(self.labels):
             raise ValueError(f"BM25 part: {len(self.labels)} labels but {n} rows")
+
+    @property
+    def labels(self) -> np.ndarray:
+        """The internal ids of the rows, in row order (int64)."""
+        return self._labels if self._rows is None else self._rows.labels
 
     @property
     def scorer_only(self) -> bool:
@@ -76,9 +86,14 @@ class BM25Part:
     # ---- building and changing ---------------------------------------------------------------
 
     @classmethod
+    def empty(cls) -> "BM25Part":
+        """A part without documents, to :meth:`add` to."""
+        return cls(RowBlocks(np.int32, cls._WHAT), [])
+
+    @classmethod
     def build(cls, texts: Sequence[str], labels: Sequence[int]) -> "BM25Part":
         """The part of documents ``texts`` (their full text, as encoded) with internal ids ``labels``."""
-        part = cls(np.zeros(0, np.int64), [], [])
+        part = cls.empty()
         part.add(texts, labels)
         return part
 
@@ -97,18 +112,19 @@ class BM25Part:
 
     def add_terms(self, terms: Sequence[Sequence[str]], labels: Sequence[int]) -> None:
         """Add documents given as their BM25 terms (:meth:`terms_of`); labels must be new."""
-        labels = np.asarray(labels, dtype=np.int64)
         if len(terms) != len(labels):
             raise ValueError(f"the BM25 part needs one text per document: got {len(terms)} texts for {len(labels)} "
                              "documents")
         self._check_rows("add documents")
-        if np.isin(labels, self.labels).any() or len(np.unique(labels)) != len(labels):
-            raise ValueError("the BM25 part already holds some of these documents' internal ids")
-        if not len(labels):
-            return
-        for doc_terms in terms:
-            self._rows.append(np.array([self._term_id(t) for t in doc_terms], dtype=np.int32))
-        self.labels = np.concatenate([self.labels, labels])
+        vocab = len(self._vocab)
+        try:
+            self._rows.add([np.array([self._term_id(t) for t in doc_terms], dtype=np.int32) for doc_terms in terms],
+                           labels)
+        except ValueError:
+            for t in self._vocab[vocab:]:  # nothing added: neither are the new terms
+                del self._ids[t]
+            del self._vocab[vocab:]
+            raise
         self._scorer = self._lookup = None
 
     def _term_id(self, term: str) -> int:
@@ -121,15 +137,14 @@ class BM25Part:
     def remove(self, labels: Sequence[int]) -> None:
         """Drop the rows of these internal ids (those not held are ignored); unused terms leave the vocabulary."""
         self._check_rows("remove documents")
-        drop = np.isin(self.labels, np.asarray(labels, dtype=np.int64))
-        if not drop.any():
+        before = len(self._rows)
+        self._rows.remove(labels)
+        if len(self._rows) == before:
             return
-        self._rows = [r for r, d in zip(self._rows, drop) if not d]
-        self.labels = self.labels[~drop]
-        used = np.unique(np.concatenate(self._rows)) if self._rows else np.zeros(0, np.int64)
+        used = np.unique(self._rows.values())
         remap = np.full(len(self._vocab), -1, dtype=np.int64)
         remap[used] = np.arange(len(used))
-        self._rows = [remap[r].astype(np.int32) for r in self._rows]
+        self._rows.map_values(remap)
         self._vocab = [self._vocab[i] for i in used]
         self._ids = {t: i for i, t in enumerate(self._vocab)}
         self._scorer = self._lookup = None
@@ -141,7 +156,8 @@ class BM25Part:
 
     def _index(self) -> "_Postings":
         if self._scorer is None:
-            self._scorer = _Postings.of(self._rows, len(self._vocab))
+            self._scorer = _Postings.of_flat(self._rows.values().astype(np.int64), self._rows.lengths(),
+                                             len(self._vocab))
         return self._scorer
 
     @staticmethod
@@ -207,12 +223,10 @@ class BM25Part:
     def write(self, path: Path) -> None:
         """Write ``bm25.npz`` to ``path`` (inside the save's temporary directory)."""
         self._check_rows("save")
-        offsets = np.zeros(len(self._rows) + 1, dtype=np.int64)
-        np.cumsum([len(r) for r in self._rows], out=offsets[1:])
-        terms = np.concatenate(self._rows).astype(np.int32) if self._rows else np.zeros(0, np.int32)
+        labels, terms, offsets = self._rows.flat()
         vocab = np.frombuffer("\n".join(self._vocab).encode("utf-8"), dtype=np.uint8)
         with open(path, "wb") as f:
-            np.savez(f, labels=self.labels, terms=terms, offsets=offsets, vocab=vocab)
+            np.savez(f, labels=labels, terms=terms, offsets=offsets, vocab=vocab)
 
     @classmethod
     def read(cls, f: BinaryIO, path: Path, entry: Mapping[str, Any], scorer_only: bool = False) -> "BM25Part":
@@ -247,9 +261,8 @@ class BM25Part:
         # built now, so the first query (a served one) does not pay for it
         scorer = _Postings.of_flat(terms.astype(np.int64), np.diff(offsets), len(words))
         if scorer_only:
-            return cls(labels.astype(np.int64), None, words, scorer)
-        rows = [terms[offsets[i] : offsets[i + 1]].astype(np.int32) for i in range(n)]
-        return cls(labels.astype(np.int64), rows, words, scorer)
+            return cls(None, words, scorer, labels=labels)
+        return cls(RowBlocks.from_flat(labels, terms, offsets, np.int32, cls._WHAT), words, scorer)
 
 
 class _Postings:
@@ -259,13 +272,6 @@ class _Postings:
     def __init__(self, indptr: np.ndarray, rows: np.ndarray, tf: np.ndarray, lengths: np.ndarray) -> None:
         self.indptr, self.rows, self.tf, self.lengths = indptr, rows, tf, lengths
         self.total_length = int(lengths.sum(dtype=np.int64))  # asked for by every query's statistics
-
-    @classmethod
-    def of(cls, rows: Sequence[np.ndarray], n_terms: int) -> "_Postings":
-        """The table of rows given as arrays of term ids."""
-        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-        terms = np.concatenate(rows).astype(np.int64) if len(rows) else np.zeros(0, np.int64)
-        return cls.of_flat(terms, lengths, n_terms)
 
     @classmethod
     def of_flat(cls, terms: np.ndarray, lengths: np.ndarray, n_terms: int) -> "_Postings":

@@ -20,10 +20,11 @@ records its checksum like the other data files, and ``df`` holds :meth:`DocFrequ
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping, NamedTuple, Sequence
+from typing import Any, BinaryIO, Mapping, Sequence
 
 import numpy as np
 
+from .rows import RowBlocks
 from .vectors import cluster_idf
 
 __all__ = ["DF_FILE", "DF_PART_VERSION", "DocFrequencyPart"]
@@ -34,24 +35,15 @@ READABLE_VERSIONS = (1, 2)  # version 1 has no ``df`` array: its counts come fro
 _COUNT_CHUNK = 1 << 22  # clusters counted at a time when reading the rows (32 MB of int64 at most)
 
 
-class _Block(NamedTuple):
-    """Rows added together (or read together): ``labels`` (n,), their clusters one row after another, and
-    ``offsets`` (n + 1,) into them. Flat arrays, no object per document."""
-
-    labels: np.ndarray
-    clusters: np.ndarray
-    offsets: np.ndarray
-
-
 class DocFrequencyPart:
     """Each document's non-zero lexicon clusters, keyed by the index's internal ids (``labels``), and the
     document frequency of every cluster (``df``), kept in step; or, read with ``counts_only``, the counts alone
-    (searchable, not changeable). The rows are held as flat blocks (one per addition, one per read), so memory is
-    the saved file's and a change is vectorised, with no Python object per document."""
+    (searchable, not changeable). The rows are held as flat blocks (``index.rows.RowBlocks``), so memory is the
+    saved file's and a change is vectorised, with no Python object per document."""
 
     def __init__(self, dim: int) -> None:
         self.dim = int(dim)
-        self._blocks: list[_Block] | None = []
+        self._rows: RowBlocks | None = RowBlocks(self._dtype(), "the document-frequency part")
         self._documents = 0  # the count of a counts-only part (it keeps no labels)
         self.df = np.zeros(self.dim, np.int64)
 
@@ -59,20 +51,18 @@ class DocFrequencyPart:
     def counts_only(self) -> bool:
         """True when read with ``counts_only``: the counts without the rows, so no document can be added,
         removed or written."""
-        return self._blocks is None
+        return self._rows is None
 
     @property
     def labels(self) -> np.ndarray:
         """The internal ids of the documents held, in the order added (empty for a counts-only part)."""
-        if not self._blocks:
-            return np.zeros(0, np.int64)
-        return np.concatenate([b.labels for b in self._blocks])
+        return np.zeros(0, np.int64) if self._rows is None else self._rows.labels
 
-    def _check_rows(self, action: str) -> list[_Block]:
-        if self._blocks is None:
+    def _check_rows(self, action: str) -> RowBlocks:
+        if self._rows is None:
             raise ValueError(f"cannot {action}: the document frequencies were loaded without their rows "
                              "(a read-only load); load the index with read_only=False to change or save it")
-        return self._blocks
+        return self._rows
 
     def _dtype(self) -> type:
         return np.uint16 if self.dim <= 1 << 16 else np.uint32
@@ -89,43 +79,14 @@ class DocFrequencyPart:
     def add_rows(self, rows: Sequence[np.ndarray], labels: Sequence[int]) -> None:
         """Add documents given as their non-zero clusters (:meth:`rows_of`: distinct, within ``dim``); labels must
         be new."""
-        labels = np.asarray(labels, dtype=np.int64)
-        blocks = self._check_rows("add documents")
-        if len(rows) != len(labels):
-            raise ValueError(f"the document-frequency part needs one row per document: got {len(rows)} rows for "
-                             f"{len(labels)} documents")
-        if len(np.unique(labels)) != len(labels) or any(np.isin(labels, b.labels).any() for b in blocks):
-            raise ValueError("the document-frequency part already holds some of these documents' internal ids")
-        if not len(labels):
-            return
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum([len(r) for r in rows], out=offsets[1:])
-        clusters = (np.concatenate([np.asarray(r) for r in rows]) if offsets[-1] else np.zeros(0)).astype(self._dtype())
-        self._count(clusters)
-        blocks.append(_Block(labels, clusters, offsets))
+        self._count(self._check_rows("add documents").add(rows, labels))
 
     def remove(self, labels: Sequence[int]) -> None:
         """Drop the rows of these internal ids (those not held are ignored)."""
-        blocks = self._check_rows("remove documents")
-        gone = np.asarray(labels, dtype=np.int64)
-        kept = []
-        for b in blocks:
-            drop = np.isin(b.labels, gone)
-            if not drop.any():
-                kept.append(b)
-                continue
-            lengths = np.diff(b.offsets)
-            element_dropped = np.repeat(drop, lengths)
-            self._count(b.clusters[element_dropped], -1)
-            if drop.all():
-                continue
-            offsets = np.zeros(int((~drop).sum()) + 1, dtype=np.int64)
-            np.cumsum(lengths[~drop], out=offsets[1:])
-            kept.append(_Block(b.labels[~drop], b.clusters[~element_dropped], offsets))
-        self._blocks = kept
+        self._count(self._check_rows("remove documents").remove(labels), -1)
 
     def __len__(self) -> int:
-        return self._documents if self._blocks is None else sum(len(b.labels) for b in self._blocks)
+        return self._documents if self._rows is None else len(self._rows)
 
     def idf(self) -> np.ndarray:
         """Each cluster's BM25 inverse document frequency over the documents held (``cluster_idf``)."""
@@ -139,14 +100,9 @@ class DocFrequencyPart:
 
     def write(self, path: Path) -> None:
         """Write ``df.npz`` to ``path`` (inside the save's temporary directory)."""
-        blocks = self._check_rows("save the index")
-        lengths = [np.diff(b.offsets) for b in blocks]
-        offsets = np.zeros(len(self) + 1, dtype=np.int64)
-        if blocks:
-            np.cumsum(np.concatenate(lengths), out=offsets[1:])
-        clusters = np.concatenate([b.clusters for b in blocks]) if blocks else np.zeros(0, self._dtype())
+        labels, clusters, offsets = self._check_rows("save the index").flat()
         with open(path, "wb") as f:
-            np.savez(f, labels=self.labels, clusters=clusters.astype(self._dtype()), offsets=offsets, df=self.df)
+            np.savez(f, labels=labels, clusters=clusters, offsets=offsets, df=self.df)
 
     @classmethod
     def read(cls, f: BinaryIO, path: Path, entry: Mapping[str, Any], dim: int,
@@ -197,8 +153,7 @@ class DocFrequencyPart:
         part = cls(dim)
         part.df = df.astype(np.int64)
         if counts_only:
-            part._blocks, part._documents = None, int(documents)
-        elif len(labels):
-            part._blocks = [_Block(labels.astype(np.int64), clusters.astype(part._dtype(), copy=False),
-                                   offsets.astype(np.int64, copy=False))]
+            part._rows, part._documents = None, int(documents)
+        else:
+            part._rows = RowBlocks.from_flat(labels, clusters, offsets, part._dtype(), "the document-frequency part")
         return part

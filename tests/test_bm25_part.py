@@ -142,8 +142,10 @@ def test_add_and_remove_equal_a_fresh_build():
     assert part.labels.tolist() == [0, 2, 4, 5, 6]
     for q in ("cats", "dogs living", "bird"):
         np.testing.assert_allclose(part.scores(tokenize([q])[0]), _reference(kept, q), rtol=1e-6)
+    terms = part.manifest_entry()["terms"]
     with pytest.raises(ValueError, match="already holds"):
-        part.add(["x"], [4])
+        part.add(["zebra unicorn"], [4])
+    assert part.manifest_entry()["terms"] == terms and part.stats(["zebra"]).df.tolist() == [0]  # nothing added
     with pytest.raises(ValueError, match="one text per document"):
         part.add(["x", "y"], [9])
 
