@@ -31,15 +31,10 @@ LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 
 # ---------------------------------------------------------------------------------------------- the machine
 def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name (``lens.host.cpu_name``)."""
+    from lens.host import cpu_name as name
+
+    return name()
 
 
 def _mem_total_gb() -> float:

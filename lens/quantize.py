@@ -42,6 +42,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from .host import cpu_info
+
 logger = logging.getLogger(__name__)
 
 AUTO = "auto"  # not a mode itself: resolve_quantize turns it into "int8" or None on this host
@@ -253,7 +255,7 @@ def int8_speedup(*, refresh: bool = False) -> float:
 def host_key() -> dict:
     """What a cached measurement holds for: the CPU (model, a hash of its flags), torch's version, thread count and
     quantized engine, and the int8 recipe and probe versions."""
-    cpu, flags = _cpu_info()
+    cpu, flags = cpu_info()
     return {"cpu": cpu, "cpu_flags": hashlib.sha256(flags.encode()).hexdigest()[:16], "machine": platform.machine(),
             "torch": torch.__version__, "threads": torch.get_num_threads(),
             "engine": torch.backends.quantized.engine, "recipe": RECIPE_VERSION, "probe": PROBE_VERSION}
@@ -343,20 +345,3 @@ def _read_speedup(path: Path, key: dict) -> float | None:
 def _digest(key: dict) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
-
-def _cpu_info() -> tuple[str, str]:
-    """This CPU's model name and its feature flags (sorted, space-separated), from /proc/cpuinfo where there is one."""
-    model = flags = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                name, _, value = (part.strip() for part in line.partition(":"))
-                if not model and name in ("model name", "Model", "cpu model", "Processor"):
-                    model = value
-                elif not flags and name in ("flags", "Features"):
-                    flags = " ".join(sorted(value.split()))
-                if model and flags:
-                    break
-    except OSError:  # not Linux: the platform's own name for the processor
-        pass
-    return model or platform.processor() or platform.machine() or "unknown", flags

@@ -33,7 +33,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: dict[str, int] = {
-    "lens.atomic": 0, "lens.extras": 0, "lens.cmdline": 0,
+    "lens.atomic": 0, "lens.extras": 0, "lens.cmdline": 0, "lens.host": 0,
     "lens.atomic.errors": 0, "lens.atomic.lock": 0, "lens.atomic.recovery": 0, "lens.atomic.reads": 0,
     "lens.atomic.writes": 0,
     "lens.pooling": 1, "lens.train.losses": 1, "lens.metrics": 1, "lens.clustering": 1,

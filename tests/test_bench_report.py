@@ -34,3 +34,22 @@ def test_machine_lines_with_and_without_threads():
     assert machine_lines(busy, "2 threads") == ["", "Machine: 4 CPUs, torch 2.5 (2 threads), Linux-x86_64. Run s → f.",
                                                 "", "**Contention:** load average 3.1"]
     assert machine_lines({}) == ["", "Machine: ? CPUs, torch ?, . Run ? → ?."]
+
+
+def test_machine_lines_name_the_cpu_and_its_int8_instruction_sets():
+    """Quantized encodings differ between hosts, so a run's machine line names the CPU and what int8 kernels use."""
+    info = {"machine": {"cpus": 2, "cpu": "AMD EPYC", "int8_features": ["avx2"], "quantized_engine": "x86",
+                        "torch": "2.13", "platform": "Linux"}, "started": "s", "finished": "f"}
+    assert machine_lines(info) == ["", "Machine: 2 CPUs (AMD EPYC; int8 instruction sets: avx2, int8 engine x86), "
+                                   "torch 2.13, Linux. Run s → f."]
+    info["machine"].update(int8_features=[], quantized_engine=None)
+    assert machine_lines(info)[1].startswith("Machine: 2 CPUs (AMD EPYC; int8 instruction sets: none), torch")
+
+
+def test_host_reads_the_cpu_once_and_picks_the_int8_features():
+    from lens.host import cpu_info, cpu_name, int8_features
+
+    model, flags = cpu_info()
+    assert model and cpu_name() == model and flags == " ".join(sorted(flags.split()))
+    assert int8_features("sse4_2 avx512_vnni avx2 fma amx_int8") == ["avx2", "avx512_vnni", "amx_int8"]
+    assert int8_features("") == [] and set(int8_features()) <= set(flags.split())

@@ -216,11 +216,17 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
 
 
 def machine_info() -> dict:
-    info = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+    """The machine a run measured on: CPUs, their model and the int8 instruction sets they have (quantized
+    encodings differ between hosts: ``lens.host``), platform, Python, torch and its quantized engine."""
+    from lens.host import cpu_name, int8_features
+
+    info = {"cpus": os.cpu_count(), "cpu": cpu_name(), "int8_features": int8_features(),
+            "platform": platform.platform(), "python": platform.python_version()}
     try:
         import torch
 
-        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads())
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
+                    quantized_engine=torch.backends.quantized.engine)
     except ImportError:  # pragma: no cover
         pass
     return info

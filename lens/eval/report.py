@@ -113,7 +113,12 @@ def machine_lines(info: Mapping, threads: str | None = None) -> list[str]:
     ``threads`` (how many torch threads did what) after the torch version, and the contention seen, if any."""
     machine = info.get("machine", {})
     torch = f"torch {machine.get('torch', '?')}" + (f" ({threads})" if threads else "")
-    lines = ["", f"Machine: {machine.get('cpus', '?')} CPUs, {torch}, {machine.get('platform', '')}. "
+    cpu = ""
+    if machine.get("cpu"):  # runs recorded before the CPU was named have none
+        features = ", ".join(machine.get("int8_features") or ["none"])
+        engine = f", int8 engine {machine['quantized_engine']}" if machine.get("quantized_engine") else ""
+        cpu = f" ({machine['cpu']}; int8 instruction sets: {features}{engine})"
+    lines = ["", f"Machine: {machine.get('cpus', '?')} CPUs{cpu}, {torch}, {machine.get('platform', '')}. "
              f"Run {info.get('started', '?')} → {info.get('finished', '?')}."]
     if info.get("contention"):
         lines += ["", f"**Contention:** {info['contention']}"]

@@ -8,7 +8,6 @@ import io
 import logging
 import math
 import os
-import platform
 import sys
 from collections import Counter
 from pathlib import Path
@@ -26,13 +25,11 @@ CARD_NAME = "README.md"
 
 
 def machine_description() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
     import torch
+
+    from lens.host import cpu_name
+
+    cpu = cpu_name()
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     return f"{cpu}, {os.cpu_count()} cores, {gpu}; torch {torch.__version__}, {torch.get_num_threads()} threads"

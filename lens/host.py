@@ -1,0 +1,45 @@
+"""This host's processor, read once here (the one reader of ``/proc/cpuinfo``): what the int8 probe keys its cached
+measurement by (``lens.quantize``) and what results and model cards name as the machine.
+
+Int8 kernels are picked by the instruction sets a CPU has (AVX2, AVX-512, VNNI, AMX), so quantized encodings, and the
+scores they give, can differ between hosts; results say which CPU gave them.
+"""
+
+from __future__ import annotations
+
+import platform
+
+__all__ = ["cpu_info", "cpu_name", "int8_features"]
+
+INT8_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8", "asimddp", "i8mm")
+
+
+def cpu_info() -> tuple[str, str]:
+    """This CPU's model name and its feature flags (sorted, space-separated), from /proc/cpuinfo where there is one;
+    elsewhere the platform's own name for the processor and no flags."""
+    model = flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, _, value = (part.strip() for part in line.partition(":"))
+                if not model and name in ("model name", "Model", "cpu model", "Processor"):
+                    model = value
+                elif not flags and name in ("flags", "Features"):
+                    flags = " ".join(sorted(value.split()))
+                if model and flags:
+                    break
+    except OSError:  # not Linux
+        pass
+    return model or platform.processor() or platform.machine() or "unknown", flags
+
+
+def cpu_name() -> str:
+    """This CPU's model name (:func:`cpu_info`)."""
+    return cpu_info()[0]
+
+
+def int8_features(flags: str | None = None) -> list[str]:
+    """Which of the instruction sets int8 kernels choose between this CPU has (of ``flags``, default this CPU's),
+    in :data:`INT8_FEATURES` order."""
+    have = set((cpu_info()[1] if flags is None else flags).split())
+    return [f for f in INT8_FEATURES if f in have]
