@@ -11,6 +11,9 @@ of the queries' weight (`index.vectors.mass_share`, as `lens bench lexicality`),
 cosines, as lens-hybrid) and that hybrid fused with BM25 (min-max 0.5/0.5, as lens-hybrid+bm25); BM25 and
 bm25+minilm beside them. No training: what the rule alone does to the shipped model.
 
+`--sides queries` floors the queries alone (documents as the model pools them), a rule an index could apply at
+query time without re-encoding its corpus.
+
 `--idf` then weighs every query's lexicon by its clusters' BM25 idf over the set's documents (`lens search --idf`:
 `index.vectors.cluster_idf` of the stored, floored vectors' non-zero clusters), in the product's order: the encoder
 floors both sides, the index weighs the query; so the same table reads for an index searched that way.
@@ -93,7 +96,7 @@ def study_set(name: str, args, resources) -> dict:
     q_mask = support_mask([np.asarray(c)[np.asarray(c) >= 0] for c in q_own], docs.shape[1])
     first_index_runs = None  # the first floor's index runs: each later floor's are paired against them
     for f in args.floors:
-        d = l2_normalize(term_floor(docs, doc_own, f)) if f > 0 else docs
+        d = l2_normalize(term_floor(docs, doc_own, f)) if f > 0 and args.sides == "both" else docs
         q = l2_normalize(term_floor(queries, q_own, f)) if f > 0 else queries
         if args.idf:  # as HybridIndex.search(idf=True) over the floored documents the index stores: the (floored)
             # query's weights times the corpus's idf, then normalised
@@ -147,6 +150,8 @@ def _paired_table(meta: dict, key: str, what: str, column: str) -> list[str]:
 def render(meta: dict) -> list[str]:
     dense = meta.get("dense", "minilm")
     idf = " Queries weighed by the corpus's idf (`--idf`, as `lens search --idf`)." if meta.get("idf") else ""
+    if meta.get("sides", "both") == "queries":
+        idf += " The floor on queries alone (`--sides queries`): documents as the model pools them."
     lines = ["# Own-token floor (`term_floor`), untrained, on the development suite", "",
              f"Command: `{meta['command']}`", "", f"Model: `{meta['model']}`, {meta['quantize'] or 'float32'}; "
              f"nDCG@10 on the test qrels; share = mean share of a query's lexicon weight on its own tokens' clusters.{idf}",
@@ -180,10 +185,13 @@ def main(argv: list[str] | None = None) -> int:
                         "--dense mpnet)")
     p.add_argument("--idf", action="store_true",
                    help="weigh each query's lexicon by the corpus's idf of its clusters (lens search --idf)")
+    p.add_argument("--sides", default="both", choices=["both", "queries"],
+                   help="floor queries and documents (both: as the encoder applies LensConfig.term_floor) or the "
+                        "queries alone, the documents as the model pools them")
     add_suite_study_arguments(p, OUT)
     args = p.parse_args(argv)
     return run_suite_study(args, argv, "benchmarks/term_floor.py", study_set, render, dense=args.dense,
-                           idf=args.idf, bm25_weights=args.bm25_weights)
+                           idf=args.idf, bm25_weights=args.bm25_weights, sides=args.sides)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,8 @@ def test_term_floor_pairs_the_index_bm25_part_with_the_hybrid():
     assert not any("paired" in line for line in term_floor.render(meta))
     floor["index_bm25_vs_hybrid"] = {"0.1": got}
     assert any(line.startswith("| adi | 0.0 | +") and "2/0" in line for line in term_floor.render(meta))
+    assert not any("queries alone" in line for line in term_floor.render(meta))  # both sides (runs before --sides)
+    assert any("The floor on queries alone" in line for line in term_floor.render({**meta, "sides": "queries"}))
 
 
 def test_bm25_part_bench_measures_the_part_against_bm25s_and_its_shards(tmp_path):
