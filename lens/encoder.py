@@ -261,7 +261,7 @@ class LensEncoder:
         LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
         ``quantize="int8"`` runs the decoder's linear layers in int8 on CPU (``lens.quantize``; the cluster head and
         pooling stay float32): faster, vectors close to but not equal to float32's (and to themselves encoded in
-        another batch, by ~1e-3: outlier channels are picked per forward), inference only. ``quantize="auto"``: int8
+        another batch, cosine ~0.997: ``benchmarks/int8_batching.py``), inference only. ``quantize="auto"``: int8
         where this host runs it clearly faster than float32 (``lens.quantize.resolve_quantize``), else float32;
         ``encoder.quantize`` says which.
         """

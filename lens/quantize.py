@@ -16,8 +16,10 @@ kernel (``torch.ops.quantized.linear_dynamic``) differently:
 ``quantize_decoder`` replaces every ``nn.Linear`` of a decoder in place (inference only: no gradients, no saving).
 ``quantize="auto"`` (``resolve_quantize``) is int8 only on a CPU where a two-second probe, measured once per host and
 cached, runs int8 clearly faster than float32 (~2x on some x86 hosts, 1.05-1.3x on others); else float32.
-Outlier channels and the activation range are picked per call, so a text's int8 vector also moves slightly (~1e-3)
-with the texts batched beside it.
+Outlier channels and the activation range are picked per call, and 8-bit rounding turns the last-bit differences of
+float32 kernels that block a batch differently into whole steps, so a text's int8 vector also moves with the texts
+batched beside it, about as far as from float32 (cosine ~0.997, mean |difference| ~2e-3:
+``benchmarks/int8_batching.py``).
 The float32 weights are kept for the outlier columns (memory: float32 + int8 copies of the linear weights).
 
 Why this operator: ``torch.ao.quantization`` and quantized tensors are deprecated in torch 2.13 in favour of torchao,

@@ -1,5 +1,5 @@
 """The pure parts of the suite's studies over cached vectors: benchmarks/feedback.py (Rocchio on LENS vectors, BM25
-with RM3), term_floor.py's paired test, df_load.py, doc_table_load.py, bm25_part.py, length_prior.py's table, and the set labels they
+with RM3), term_floor.py's paired test, df_load.py, doc_table_load.py, int8_batching.py's comparison, bm25_part.py, length_prior.py's table, and the set labels they
 print."""
 
 from __future__ import annotations
@@ -85,6 +85,20 @@ def test_doc_table_load_measures_both_loads(tmp_path):
     assert lean["loaded_rss_bytes"] < copy["loaded_rss_bytes"]
     assert "Read in place against copied" in out.with_suffix(".md").read_text()
 
+
+
+def test_int8_batching_compares_each_texts_two_vectors():
+    script = load_script("int8_batching")
+    a = np.array([[0.6, 0.8, 0.0], [1.0, 0.0, 0.0]], dtype=np.float32)
+    b = np.array([[0.8, 0.6, 0.0], [1.0, 0.0, 0.0]], dtype=np.float32)
+    got = script._compare(a, b)
+    assert got["cos_min"] == pytest.approx(0.96) and got["cos_mean"] == pytest.approx(0.98)
+    assert got["diff_max"] == pytest.approx(0.2) and got["diff_mean"] == pytest.approx(0.4 / 3)  # zeros left out
+    meta = {"command": "x", "model": "default", "set": "adi", "texts": 2, "queries": True,
+            "modes": {"float32": script._compare(a, a), "int8": {**got, "cos_to_float32_mean": 0.99}}}
+    lines = script.render(meta)
+    assert any(line.startswith("| float32 | 1.000000 |") and line.endswith("| - |") for line in lines)
+    assert any(line.startswith("| int8 | 0.960000 | 0.980000 |") and "0.99000" in line for line in lines)
 
 def test_term_floor_pairs_the_index_bm25_part_with_the_hybrid():
     """benchmarks/term_floor.py's paired test: the index's three-part run against the hybrid's, per query, and the
