@@ -470,7 +470,6 @@ class DocTable:
                 _check_table(conn, path)
                 return cls(conn, read_only=f"the document table {path} was opened read-only, where it lies; "
                                           "load the index with read_only=False to change it")
-            logger.info("%s was replaced after it was verified: reading the verified version into memory", path)
         mem = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
         f.seek(0)
         data = f.read()
@@ -503,11 +502,13 @@ def _open_in_place(f: BinaryIO, path: Path) -> sqlite3.Connection | None:
     try:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # SQLite opens the file here at the latest
         now, verified = os.stat(path), os.fstat(f.fileno())
-    except (sqlite3.Error, OSError):
-        conn.close()
-        return None  # replaced by something unreadable, or removed: read f into memory instead
+    except (sqlite3.Error, OSError) as e:
+        conn.close()  # not a database SQLite can open (the copy's checks name what is wrong), or removed meanwhile
+        logger.info("%s could not be read in place (%s): reading the verified file into memory", path, e)
+        return None
     if (now.st_dev, now.st_ino) != (verified.st_dev, verified.st_ino):
         conn.close()
+        logger.info("%s was replaced after it was verified: reading the verified version into memory", path)
         return None
     return conn
 

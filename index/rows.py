@@ -36,7 +36,7 @@ class RowBlocks:
         self.dtype = np.dtype(dtype)
         self._what = what
         self._blocks: list[_Block] = []
-        self._labels: np.ndarray | None = np.zeros(0, np.int64)  # the blocks' labels joined, None until asked again
+        self._labels: np.ndarray | None = None  # the blocks' labels joined (read-only), None until asked again
 
     @classmethod
     def from_flat(cls, labels: np.ndarray, values: np.ndarray, offsets: np.ndarray, dtype: type,
@@ -60,10 +60,11 @@ class RowBlocks:
 
     @property
     def labels(self) -> np.ndarray:
-        """The rows' labels in row order (int64; one array, kept until the rows change)."""
+        """The rows' labels in row order (int64, read-only; one array, kept until the rows change)."""
         if self._labels is None:
             self._labels = (np.concatenate([b.labels for b in self._blocks]) if self._blocks
                             else np.zeros(0, np.int64))
+            self._labels.flags.writeable = False
         return self._labels
 
     def add(self, rows: Sequence[np.ndarray], labels: Sequence[int]) -> np.ndarray:

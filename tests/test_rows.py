@@ -55,4 +55,5 @@ def test_from_flat_and_map_values():
     rows.map_values(np.array([0, 0, 0, 0, 10, 11, 12]))
     assert _as_dict(rows) == {3: [10, 11], 1: [12]}
     assert len(RowBlocks.from_flat(np.zeros(0), np.zeros(0), np.zeros(1), np.int32, "p")) == 0
+    assert not rows.labels.flags.writeable  # shared until the rows change: callers cannot alter it
     assert rows.remove([3, 1]).tolist() == [10, 11, 12] and len(rows) == 0 and rows.flat()[2].tolist() == [0]
