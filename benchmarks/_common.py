@@ -22,7 +22,7 @@ if sys.path[0] != str(REPO):
     sys.path.insert(0, str(REPO))  # run from a checkout without installing: this checkout's lens, not another
 # lens is imported inside the functions: importing this module costs a measuring child process nothing
 
-__all__ = ["REPO", "RESULTS", "add_data_dir_argument", "add_dev_study_arguments", "cpu_name", "data_dir",
+__all__ = ["REPO", "RESULTS", "add_data_dir_argument", "add_dev_study_arguments", "data_dir",
            "dev_study_encoders", "finish", "machine", "machine_description", "script_command", "start",
            "write_markdown", "write_results"]
 
@@ -30,13 +30,6 @@ LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 
 
 # ---------------------------------------------------------------------------------------------- the machine
-def cpu_name() -> str:
-    """The CPU's model name (``lens.host.cpu_name``)."""
-    from lens.host import cpu_name as name
-
-    return name()
-
-
 def _mem_total_gb() -> float:
     try:
         with open("/proc/meminfo") as f:
@@ -53,6 +46,8 @@ def machine(torch: bool = False) -> dict:
     name, else the architecture), ``cores``, ``mem_total_gb``, ``arch``, ``system``, ``release``, ``platform``,
     ``python``; with ``torch`` (which imports it), also ``torch``, ``torch_threads`` and ``quantized_engine``. Each
     script records the facts it always recorded, under its own keys."""
+    from lens.host import cpu_name
+
     facts = {"cpu": cpu_name(), "processor": platform.processor() or platform.machine(), "cores": os.cpu_count(),
              "mem_total_gb": _mem_total_gb(), "arch": platform.machine(), "system": platform.system(),
              "release": platform.release(), "platform": platform.platform(), "python": platform.python_version()}

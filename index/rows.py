@@ -47,7 +47,6 @@ class RowBlocks:
         if len(labels):
             rows._blocks.append(_Block(np.asarray(labels, dtype=np.int64), np.asarray(values, dtype=rows.dtype),
                                        np.asarray(offsets, dtype=np.int64)))
-        rows._labels = None
         return rows
 
     def __len__(self) -> int:

@@ -1083,18 +1083,17 @@ class HybridIndex:
         if m["next_id"] <= docs.max_int_id():
             problems.append(f"manifest next_id {m['next_id']} is not above the largest id {docs.max_int_id()}")
         needs_staging = itype.needs_training and not m["trained"]
-        checks_ids = (hasattr(raw, "id_map") or obj._bm25 is not None
-                      or (obj._df is not None and not obj._df.counts_only))
-        int_ids = docs.int_ids() if checks_ids and not problems else None  # read once for every check
-        if hasattr(raw, "id_map") and not problems:
-            if not np.array_equal(np.sort(faiss.vector_to_array(raw.id_map)), int_ids):
-                problems.append(f"the ids in {INDEX_FILE} and {DOCS_FILE} differ")
-        if obj._bm25 is not None and not problems and not np.array_equal(np.sort(obj._bm25.labels), int_ids):
-            problems.append(f"the documents of {BM25_FILE} and {DOCS_FILE} differ")
-        if (obj._df is not None and not obj._df.counts_only and not problems
-                and not np.array_equal(np.sort(obj._df.labels), int_ids)):
-            problems.append(f"the documents of {DF_FILE} and {DOCS_FILE} differ")
-        del int_ids
+        id_checks = []  # (the ids another file holds, what to say if they are not the table's)
+        if hasattr(raw, "id_map"):
+            id_checks.append((faiss.vector_to_array(raw.id_map), f"the ids in {INDEX_FILE} and {DOCS_FILE} differ"))
+        if obj._bm25 is not None:
+            id_checks.append((obj._bm25.labels, f"the documents of {BM25_FILE} and {DOCS_FILE} differ"))
+        if obj._df is not None and not obj._df.counts_only:
+            id_checks.append((obj._df.labels, f"the documents of {DF_FILE} and {DOCS_FILE} differ"))
+        if id_checks and not problems:
+            int_ids = docs.int_ids()  # read once for every check; the first mismatch is reported
+            bad = next((why for ids, why in id_checks if not np.array_equal(np.sort(ids), int_ids)), None)
+            problems += [bad] if bad else []
         if problems:
             docs.close()
             raise ValueError(f"saved index {directory} is inconsistent: {'; '.join(problems)}; rebuild the index")

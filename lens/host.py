@@ -7,6 +7,7 @@ scores they give, can differ between hosts; results say which CPU gave them.
 
 from __future__ import annotations
 
+import functools
 import platform
 
 __all__ = ["cpu_info", "cpu_name", "int8_features"]
@@ -14,6 +15,7 @@ __all__ = ["cpu_info", "cpu_name", "int8_features"]
 INT8_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8", "asimddp", "i8mm")
 
 
+@functools.lru_cache(maxsize=1)  # the CPU does not change while a process runs
 def cpu_info() -> tuple[str, str]:
     """This CPU's model name and its feature flags (sorted, space-separated), from /proc/cpuinfo where there is one;
     elsewhere the platform's own name for the processor and no flags."""
