@@ -1,5 +1,5 @@
 """The pure parts of the suite's studies over cached vectors: benchmarks/feedback.py (Rocchio on LENS vectors, BM25
-with RM3), term_floor.py's paired test, df_load.py, doc_table_load.py, int8_batching.py's comparison, bm25_part.py, length_prior.py's table, and the set labels they
+with RM3), term_floor.py's paired test, df_load.py, doc_table_load.py, int8_batching.py's comparison, bm25_part.py, length_prior.py's table, exact_space.py's BM25 over any terms, and the set labels they
 print."""
 
 from __future__ import annotations
@@ -143,3 +143,27 @@ def test_length_prior_renders_each_gamma_against_zero():
     lines = bench.render({"command": "x", "model": "m", "quantize": "int8", "rows": [row]})
     assert "| adi | 40 | 0.0 | 0.500 | 0.600 | 0.700 |" in lines
     assert "| adi | 40 | 0.1 | 0.520 (+0.020, 3/1, p 0.04) | 0.600 (+0.000, 3/1, p 0.04) | 0.690 (-0.010, 3/1, p 0.04) |" in lines
+
+
+def test_exact_space_bm25_over_any_terms_scores_as_bm25s():
+    from lens.bm25 import BM25Index, tokenize
+
+    bench = load_script("exact_space")
+    queries = ["supersonic flutter flutter", "boundary layer heat", "nothing matches"]
+    got = bench.bm25_matrix(tokenize(TEXTS), tokenize(queries))
+    bm25 = BM25Index(TEXTS)
+    want = np.stack([bm25.scores(t) for t in tokenize(queries)])
+    # bm25s's Lucene scores exactly, a repeated query term counted twice
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert not got[2].any()
+    ids = bench.bm25_matrix([[3, 3, 7], [7], [1]], [[7], [3, 9]])  # ints are terms too; 9 is in no document
+    assert ids[0, 1] > ids[0, 0] > 0 and ids[1, 1] == ids[1, 2] == 0 and ids[1, 0] > 0
+
+
+def test_exact_space_presence_cosine_is_idf_weighed_clusters_against_present_ones():
+    bench = load_script("exact_space")
+    idf = np.array([1.0, 2.0, 3.0, 4.0])
+    got = bench.presence_cosine([np.array([0, 1, 1]), np.array([2])], [np.array([1, 2])], 4, idf)
+    q = np.array([0.0, 2.0, 3.0, 0.0]) / np.sqrt(13.0)
+    d = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]) / np.array([[np.sqrt(2.0)], [1.0]])
+    np.testing.assert_allclose(got, q[None] @ d.T, rtol=1e-6)
