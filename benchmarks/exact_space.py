@@ -43,9 +43,9 @@ from _common import RESULTS, add_suite_study_arguments, run_suite_study, set_lab
 
 OUT = RESULTS / "exact_space"
 DEPTH = 100
-ROWS = ("words", "words, unstemmed", "tokens", "token forms", "clusters", "clusters, form-expanded", "clusters of forms", "clusters, presence",
-        "lexicon (idf)",
-        "lexicon (idf), own clusters of the query", "lexicon (idf) + clusters, presence")
+ROWS = ("words", "words, unstemmed", "tokens", "token forms", "clusters", "clusters, form-expanded",
+        "clusters of forms", "clusters, presence", "lexicon (idf)", "lexicon (idf), own clusters of the query",
+        "lexicon (idf) + clusters, presence")
 
 
 def bm25_matrix(doc_terms: Sequence[Sequence], query_terms: Sequence[Sequence]) -> np.ndarray:
@@ -129,6 +129,8 @@ def presence_cosine(doc_clusters: Sequence[np.ndarray], query_clusters: Sequence
 
 
 def study_set(name: str, args, resources) -> dict:
+    import bm25s
+
     from index.vectors import cluster_idf, l2_normalize, support_mask
     from lens.bm25 import tokenize
     from lens.eval.dev import top_run
@@ -155,7 +157,7 @@ def study_set(name: str, args, resources) -> dict:
 
     def expanded(ids: np.ndarray) -> list[int]:
         return [c for t in ids.tolist() for c in sorted(siblings[int(forms[t])])]
-    import bm25s
+
     unstemmed = [bm25s.tokenize(list(x), stopwords="en", show_progress=False, return_ids=False)
                  for x in (texts, qtexts)]
     scores = {

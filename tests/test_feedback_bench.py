@@ -1,5 +1,6 @@
 """The pure parts of the suite's studies over cached vectors: benchmarks/feedback.py (Rocchio on LENS vectors, BM25
-with RM3), term_floor.py's paired test, df_load.py, doc_table_load.py, int8_batching.py's comparison, bm25_part.py, length_prior.py's table, exact_space.py's BM25 over any terms, and the set labels they
+with RM3), term_floor.py's paired test, df_load.py, doc_table_load.py, int8_batching.py's comparison, bm25_part.py,
+length_prior.py's table, exact_space.py's BM25 over any terms and its presence cosine, and the set labels they
 print."""
 
 from __future__ import annotations
