@@ -168,3 +168,25 @@ def test_exact_space_presence_cosine_is_idf_weighed_clusters_against_present_one
     q = np.array([0.0, 2.0, 3.0, 0.0]) / np.sqrt(13.0)
     d = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]) / np.array([[np.sqrt(2.0)], [1.0]])
     np.testing.assert_allclose(got, q[None] @ d.T, rtol=1e-6)
+
+
+def test_exact_space_token_forms_merge_case_spacing_and_inflection(tokenizer):
+    bench = load_script("exact_space")
+    forms = bench.token_forms(tokenizer)
+    assert forms.shape == (len(tokenizer),)
+    form = dict(zip(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))), forms.tolist()))
+    assert form["review"] == form["reviews"] == form["reviewed"] and form["cell"] == form["cells"]
+    assert form["review"] != form["paper"] and form["<s>"] != form["</s>"]  # other words, and non-words kept apart
+
+    class Spaced:  # a byte-level vocabulary: a leading space is written as U+0120, case is the writer's
+        tokens = ["\u0120Flows", "flow", "FLOW", "\u0120flowing", "\u0120.", ".", "\u0120wing"]
+
+        def __len__(self):
+            return len(self.tokens)
+
+        def convert_ids_to_tokens(self, ids):
+            return [self.tokens[i] for i in ids]
+
+    spaced = bench.token_forms(Spaced()).tolist()
+    assert spaced[0] == spaced[1] == spaced[2] == spaced[3]
+    assert len({spaced[0], spaced[4], spaced[5], spaced[6]}) == 4
