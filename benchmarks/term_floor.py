@@ -12,7 +12,8 @@ cosines, as lens-hybrid) and that hybrid fused with BM25 (min-max 0.5/0.5, as le
 bm25+minilm beside them. No training: what the rule alone does to the shipped model.
 
 `--sides queries` floors the queries alone (documents as the model pools them), a rule an index could apply at
-query time without re-encoding its corpus.
+query time without re-encoding its corpus; `--sides documents` floors the documents alone (queries as the model
+pools them), which keeps a misspelt query word's clusters where the model put them.
 
 `--idf` then weighs every query's lexicon by its clusters' BM25 idf over the set's documents (`lens search --idf`:
 `index.vectors.cluster_idf` of the stored, floored vectors' non-zero clusters), in the product's order: the encoder
@@ -96,8 +97,8 @@ def study_set(name: str, args, resources) -> dict:
     q_mask = support_mask([np.asarray(c)[np.asarray(c) >= 0] for c in q_own], docs.shape[1])
     first_index_runs = None  # the first floor's index runs: each later floor's are paired against them
     for f in args.floors:
-        d = l2_normalize(term_floor(docs, doc_own, f)) if f > 0 and args.sides == "both" else docs
-        q = l2_normalize(term_floor(queries, q_own, f)) if f > 0 else queries
+        d = l2_normalize(term_floor(docs, doc_own, f)) if f > 0 and args.sides != "queries" else docs
+        q = l2_normalize(term_floor(queries, q_own, f)) if f > 0 and args.sides != "documents" else queries
         if args.idf:  # as HybridIndex.search(idf=True) over the floored documents the index stores: the (floored)
             # query's weights times the corpus's idf, then normalised
             q = l2_normalize(q * cluster_idf((d > 0).sum(axis=0), d.shape[0]))
@@ -152,6 +153,8 @@ def render(meta: dict) -> list[str]:
     idf = " Queries weighed by the corpus's idf (`--idf`, as `lens search --idf`)." if meta.get("idf") else ""
     if meta.get("sides", "both") == "queries":
         idf += " The floor on queries alone (`--sides queries`): documents as the model pools them."
+    elif meta.get("sides", "both") == "documents":
+        idf += " The floor on documents alone (`--sides documents`): queries as the model pools them."
     lines = ["# Own-token floor (`term_floor`), untrained, on the development suite", "",
              f"Command: `{meta['command']}`", "", f"Model: `{meta['model']}`, {meta['quantize'] or 'float32'}; "
              f"nDCG@10 on the test qrels; share = mean share of a query's lexicon weight on its own tokens' clusters.{idf}",
@@ -185,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                         "--dense mpnet)")
     p.add_argument("--idf", action="store_true",
                    help="weigh each query's lexicon by the corpus's idf of its clusters (lens search --idf)")
-    p.add_argument("--sides", default="both", choices=["both", "queries"],
-                   help="floor queries and documents (both: as the encoder applies LensConfig.term_floor) or the "
-                        "queries alone, the documents as the model pools them")
+    p.add_argument("--sides", default="both", choices=["both", "queries", "documents"],
+                   help="floor queries and documents (both: as the encoder applies LensConfig.term_floor), or one "
+                        "side alone, the other as the model pools it")
     add_suite_study_arguments(p, OUT)
     args = p.parse_args(argv)
     return run_suite_study(args, argv, "benchmarks/term_floor.py", study_set, render, dense=args.dense,

@@ -119,6 +119,7 @@ def test_term_floor_pairs_the_index_bm25_part_with_the_hybrid():
     assert any(line.startswith("| adi | 0.0 | +") and "2/0" in line for line in term_floor.render(meta))
     assert not any("queries alone" in line for line in term_floor.render(meta))  # both sides (runs before --sides)
     assert any("The floor on queries alone" in line for line in term_floor.render({**meta, "sides": "queries"}))
+    assert any("The floor on documents alone" in line for line in term_floor.render({**meta, "sides": "documents"}))
 
 
 def test_bm25_part_bench_measures_the_part_against_bm25s_and_its_shards(tmp_path):
