@@ -5,8 +5,8 @@ k clusters those tokens fall into, against the lexicon itself (issue 39).
 
 The lexicon can only match a query's words through the clusters of their tokens: a word split into sub-word pieces,
 cased or spaced differently, or sharing its cluster with other tokens, is matched as that. This study asks how much
-of BM25's exact matching survives that space, with no model in the way: the same BM25 (``lens.bm25``: Lucene's
-idf and saturated tf, k1 1.5, b 0.75) over
+of BM25's exact matching survives that space, with no model in the way: the same BM25 (an index's BM25 part,
+``index.bm25_part``: Lucene's idf and saturated tf, k1 1.5, b 0.75) over
 
 - ``words``: bm25s's terms, stemmed, without stopwords (the ``bm25`` baseline's terms);
 - ``words, unstemmed``: the same terms without the stemmer;
@@ -34,8 +34,8 @@ Writes ``benchmarks/results/exact_space.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -49,37 +49,17 @@ ROWS = ("words", "words, unstemmed", "tokens", "token forms", "clusters", "clust
 
 
 def bm25_matrix(doc_terms: Sequence[Sequence], query_terms: Sequence[Sequence]) -> np.ndarray:
-    """(queries, documents) BM25 scores of terms of any kind (words, token ids, cluster ids): Lucene's idf times
-    the saturated tf (``lens.bm25``), summed over a query's terms found in the corpus, a repeated term as often as
-    it occurs (as bm25s scores the ``bm25`` baseline)."""
-    from scipy import sparse
+    """(queries, documents) BM25 scores of terms of any kind (words, token ids, cluster ids), scored by an index's
+    BM25 part (``index.bm25_part.BM25Part``: Lucene's idf and saturated tf, a repeated query term counted as often
+    as it occurs, as bm25s scores the ``bm25`` baseline); each term is taken as its ``str``."""
+    from index.bm25_part import BM25Part
 
-    from lens.bm25 import lucene_idf, saturated_tf
-
-    vocab: dict = {}
-    rows, cols, vals = [], [], []
-    for i, terms in enumerate(doc_terms):
-        for term, tf in Counter(terms).items():
-            rows.append(i)
-            cols.append(vocab.setdefault(term, len(vocab)))
-            vals.append(tf)
-    n = len(doc_terms)
-    tf = sparse.csr_matrix((np.asarray(vals, dtype=np.float64), (rows, cols)), shape=(n, len(vocab)))
-    lengths = np.asarray([len(t) for t in doc_terms], dtype=np.float64)
-    avg = max(float(lengths.mean()), 1e-9)
-    df = np.bincount(np.asarray(cols, dtype=np.int64), minlength=len(vocab))
-    idf = lucene_idf(df, n)
-    weighted = tf.tocoo()
-    weighted.data = saturated_tf(weighted.data, lengths[weighted.row], avg) * idf[weighted.col]
-    weighted = weighted.tocsc()
-    q = sparse.lil_matrix((len(query_terms), len(vocab)), dtype=np.float64)
-    for i, terms in enumerate(query_terms):
-        for term, count in Counter(terms).items():
-            if term in vocab:
-                q[i, vocab[term]] = float(count)
-    return np.asarray((q.tocsr() @ weighted.T).todense(), dtype=np.float32)
+    part = BM25Part.empty()
+    part.add_terms([[str(t) for t in terms] for terms in doc_terms], list(range(len(doc_terms))))
+    return np.stack([part.scores([str(t) for t in terms]) for terms in query_terms])
 
 
+@functools.lru_cache(maxsize=2)  # one tokenizer per run: its forms once, not once per set
 def token_forms(tokenizer) -> np.ndarray:
     """(V,) int64: each token's form (see the module docstring), numbered in sorted order of the forms."""
     import Stemmer
@@ -118,13 +98,13 @@ def form_clusters(enc, forms: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
     return _FORM_CLUSTERS[key]
 
 
-def presence_cosine(doc_clusters: Sequence[np.ndarray], query_clusters: Sequence[np.ndarray], k: int,
-                    idf: np.ndarray) -> np.ndarray:
-    """(queries, documents) cosines of idf-weighed query clusters against present / absent document clusters."""
-    from index.vectors import l2_normalize, support_mask
+def presence_cosine(doc_mask: np.ndarray, query_mask: np.ndarray, idf: np.ndarray) -> np.ndarray:
+    """(queries, documents) cosines of idf-weighed query clusters against present / absent document clusters (the
+    texts' own clusters as ``index.vectors.support_mask`` marks them)."""
+    from index.vectors import l2_normalize
 
-    d = l2_normalize(support_mask(doc_clusters, k).astype(np.float32))
-    q = l2_normalize(support_mask(query_clusters, k).astype(np.float32) * idf.astype(np.float32))
+    d = l2_normalize(doc_mask.astype(np.float32))
+    q = l2_normalize(query_mask.astype(np.float32) * idf.astype(np.float32))
     return q @ d.T
 
 
@@ -151,12 +131,13 @@ def study_set(name: str, args, resources) -> dict:
     q_clusters = [enc.assignment[t] for t in q_tokens]
     forms = token_forms(enc.tokenizer)
     grouped = form_clusters(enc, forms, k)
-    siblings: dict[int, set[int]] = {}  # form -> the clusters of its tokens
+    members: dict[int, set[int]] = {}  # form -> the clusters of its tokens
     for token, form in enumerate(forms.tolist()):
-        siblings.setdefault(form, set()).add(int(enc.assignment[token]))
+        members.setdefault(form, set()).add(int(enc.assignment[token]))
+    siblings = {form: sorted(clusters) for form, clusters in members.items()}
 
     def expanded(ids: np.ndarray) -> list[int]:
-        return [c for t in ids.tolist() for c in sorted(siblings[int(forms[t])])]
+        return [c for t in ids.tolist() for c in siblings[int(forms[t])]]
 
     unstemmed = [bm25s.tokenize(list(x), stopwords="en", show_progress=False, return_ids=False)
                  for x in (texts, qtexts)]
@@ -172,13 +153,13 @@ def study_set(name: str, args, resources) -> dict:
     }
     docs = lens.documents(texts).arrays["lexicon"].astype(np.float32)
     idf = cluster_idf((docs > 0).sum(axis=0), docs.shape[0])
+    doc_mask, own = support_mask(doc_clusters, k), support_mask(q_clusters, k)  # the texts' own clusters
     # the presence row's idf: BM25's over the clusters the texts' own tokens fall in
-    token_idf = cluster_idf(support_mask(doc_clusters, k).sum(axis=0), len(doc_clusters))
-    scores["clusters, presence"] = presence_cosine(doc_clusters, q_clusters, k, token_idf)
+    token_idf = cluster_idf(doc_mask.sum(axis=0), len(doc_clusters))
+    scores["clusters, presence"] = presence_cosine(doc_mask, own, token_idf)
     raw_q = enc.encode_queries(qtexts, instruction=lookup(data.name).text, batch_size=16, show_progress_bar=False)
     q = l2_normalize(raw_q * idf.astype(np.float32))
     scores["lexicon (idf)"] = q @ docs.T
-    own = support_mask(q_clusters, k)
     scores["lexicon (idf), own clusters of the query"] = l2_normalize(np.where(own, q, 0.0).astype(np.float32)) @ docs.T
     scores["lexicon (idf) + clusters, presence"] = 0.5 * scores["lexicon (idf)"] + 0.5 * scores["clusters, presence"]
 

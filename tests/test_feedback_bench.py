@@ -165,7 +165,10 @@ def test_exact_space_bm25_over_any_terms_scores_as_bm25s():
 def test_exact_space_presence_cosine_is_idf_weighed_clusters_against_present_ones():
     bench = load_script("exact_space")
     idf = np.array([1.0, 2.0, 3.0, 4.0])
-    got = bench.presence_cosine([np.array([0, 1, 1]), np.array([2])], [np.array([1, 2])], 4, idf)
+    from index.vectors import support_mask
+
+    got = bench.presence_cosine(support_mask([np.array([0, 1, 1]), np.array([2])], 4),
+                                support_mask([np.array([1, 2])], 4), idf)
     q = np.array([0.0, 2.0, 3.0, 0.0]) / np.sqrt(13.0)
     d = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]]) / np.array([[np.sqrt(2.0)], [1.0]])
     np.testing.assert_allclose(got, q[None] @ d.T, rtol=1e-6)
