@@ -52,6 +52,7 @@ $(VENV)/.peers-installed: | $(VENV)/.installed
 #   of 20 iterations');
 # - the index holds the first passage of each of the 79 pydoc topics (DEMO_CORPUS), not all 522 passages of
 #   `--corpus pydoc-topics` (~0.7 CPU-seconds per passage in float32).
+# `--overwrite`: a rerun replaces the demo's own index (a build over an existing index is refused without it).
 # `--quantize auto` encodes in int8 where a two-second probe (measured once per host, cached) shows int8 at least
 # 1.15x float32's speed here, else in float32; `index info` shows which (lens_quantize), and the queries match it.
 # OMP_WAIT_POLICY=PASSIVE (unless set already): torch's threads sleep between parallel regions instead of spinning;
@@ -66,7 +67,7 @@ demo: setup $(DEMO_CORPUS)
 	$(LENS) explain --model default --top-k 5 --query \
 		--instruction "Given a scientific claim, retrieve documents that support or refute the claim" \
 		"statins reduce cardiovascular events"
-	$(LENS) index build --corpus $(DEMO_CORPUS) --model default --quantize auto --output $(DEMO_INDEX)
+	$(LENS) index build --corpus $(DEMO_CORPUS) --model default --quantize auto --output $(DEMO_INDEX) --overwrite
 	$(LENS) index info $(DEMO_INDEX)
 	$(LENS) search $(DEMO_INDEX) -k 3 --quantize auto "how do I define a class with a custom constructor" \
 		"catching exceptions with try and except" "what does the yield keyword do"

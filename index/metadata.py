@@ -31,12 +31,14 @@ from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["DocTable", "FieldIndex", "check_filter", "check_ids", "encode_metadata"]
+__all__ = ["DocTable", "FieldIndex", "check_filter", "check_ids", "encode_metadata", "field_path", "missing_fields"]
 
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _BATCH = 500  # ids per IN (...) query; well under SQLite's bound-parameter limit
+_FIELDS_SAMPLE = 200  # documents whose metadata field names a filter on a missing field lists
+_FIELDS_SHOWN = 8  # of those names, the ones shown
 _MATCH_CACHE = 16  # filters whose matching ids a table remembers
 FIELD_INDEX_MAX_VALUES = 100_000  # a field with more distinct values is scanned, not indexed (memory: see FieldIndex)
 
@@ -86,9 +88,10 @@ Filter = tuple[tuple[str, tuple[FilterValue, ...]], ...]
 def check_filter(filter: Mapping[str, Any] | None) -> Filter | None:
     """A metadata filter ``{field: value}`` or ``{field: [value, ...]}`` checked and normalised (None stays None).
 
-    A document matches when, for every field, its metadata's top-level ``field`` equals one of the values, or is a
-    list holding one. Values are strings, numbers or booleans, compared by JSON type (``1`` never matches
-    ``"1"`` or ``true``)."""
+    A document matches when, for every field, its metadata's ``field`` equals one of the values, or is a list
+    holding one. A dotted field reaches into nested objects (``metadata.author``: the ``author`` of the object
+    under ``metadata``, as BEIR corpora keep it), so a key holding a dot is not reachable. Values are strings,
+    numbers or booleans, compared by JSON type (``1`` never matches ``"1"`` or ``true``)."""
     if filter is None:
         return None
     if not isinstance(filter, Mapping) or not filter:
@@ -97,6 +100,9 @@ def check_filter(filter: Mapping[str, Any] | None) -> Filter | None:
     for field, values in filter.items():
         if not isinstance(field, str) or not field or '"' in field:
             raise ValueError(f"filter field {field!r} must be a non-empty string without double quotes")
+        if "" in field.split("."):
+            raise ValueError(f"filter field {field!r} has an empty name between its dots; write a nested field as "
+                             "OUTER.INNER, e.g. metadata.author")
         values = tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else (values,)
         if not values:
             raise ValueError(f"filter field {field!r} has an empty list of values; give at least one")
@@ -105,6 +111,35 @@ def check_filter(filter: Mapping[str, Any] | None) -> Filter | None:
                 raise ValueError(f"filter field {field!r}: values must be strings, numbers or booleans, got {v!r}")
         out.append((field, values))
     return tuple(out)
+
+
+def field_path(field: str) -> str:
+    """The SQLite JSON path of a (checked) filter field: ``metadata.author`` -> ``$."metadata"."author"``."""
+    return "$" + "".join(f'."{name}"' for name in field.split("."))
+
+
+def missing_fields(tables: Sequence["DocTable"], filter: Filter) -> str | None:
+    """Why ``filter`` (from :func:`check_filter`) can match nothing, when one of its fields is held by no document
+    of ``tables`` (an index's, or each of its shards'): the field, and a few that the documents do have; None
+    when every field is held somewhere (then it is the values that match nothing)."""
+    missing = [field for field, _ in filter if not any(t.has_field(field) for t in tables)]
+    if not missing:
+        return None
+    held = sorted({name for t in tables for name in t.field_names()})
+    shown = ", ".join(held[:_FIELDS_SHOWN]) + (", ..." if len(held) > _FIELDS_SHOWN else "")
+    fields = ", ".join(repr(f) for f in missing)
+    return (f"no document has the metadata field{'s' if len(missing) > 1 else ''} {fields}; "
+            + (f"fields they have: {shown} (a dot reaches into a nested object, e.g. metadata.author)" if held
+               else "the documents have no metadata fields"))
+
+
+def _leaf_names(meta: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    """The dotted names of the fields a filter can match in one document's metadata (nested objects entered)."""
+    for key, value in meta.items():
+        if isinstance(value, Mapping):
+            yield from _leaf_names(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
 
 
 def _value_condition(value: FilterValue) -> tuple[str, list[Any]]:
@@ -228,6 +263,7 @@ class DocTable:
         self._matches: OrderedDict[tuple, np.ndarray] = OrderedDict()  # filter -> int ids, the latest few
         self._filtered: set[str] = set()  # fields a filter has scanned for: the next one gets a field index
         self._fields: dict[str, FieldIndex | None] = {}  # field -> its index, None: too many values (until a change)
+        self._held: dict[str, bool] = {}  # field -> whether a document holds it (has_field, until a change)
         self._changed()
 
     def _changed(self) -> None:
@@ -235,6 +271,7 @@ class DocTable:
         self._count = self._query_count()
         self._matches.clear()
         self._fields.clear()
+        self._held.clear()
 
     @property
     def indexed_fields(self) -> frozenset[str]:
@@ -326,9 +363,25 @@ class DocTable:
                 self._matches.popitem(last=False)
             return found
 
+    def has_field(self, field: str) -> bool:
+        """Whether any document's metadata holds ``field`` (a checked filter field; dotted: nested); remembered
+        until the table changes, as a missing field costs a scan."""
+        q = "SELECT 1 FROM ids WHERE meta IS NOT NULL AND json_type(meta, ?) IS NOT NULL LIMIT 1"
+        with self._lock:
+            if field not in self._held:
+                self._held[field] = self._conn.execute(q, (field_path(field),)).fetchone() is not None
+            return self._held[field]
+
+    def field_names(self, sample: int = _FIELDS_SAMPLE) -> set[str]:
+        """The dotted names of the metadata fields of the first ``sample`` documents with metadata (what a filter
+        can name; a sample, so that saying them costs no scan)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT meta FROM ids WHERE meta IS NOT NULL LIMIT ?", (sample,)).fetchall()
+        return {name for (meta,) in rows for name in _leaf_names(json.loads(meta))}
+
     def _index_field(self, field: str) -> FieldIndex | None:
         """The :class:`FieldIndex` of ``field`` from its ``json_each`` rows, as :meth:`_scan` reads them."""
-        path = f'$."{field}"'
+        path = field_path(field)
         rows = self._conn.execute("SELECT j.type, j.value, ids.int_id FROM ids, json_each(ids.meta, ?) AS j "
                                   "WHERE ids.meta IS NOT NULL AND json_type(ids.meta, ?) != 'object'", (path, path))
         index = FieldIndex.build(rows, FIELD_INDEX_MAX_VALUES)
@@ -343,7 +396,7 @@ class DocTable:
             conditions = [_value_condition(v) for v in values]
             clauses.append("EXISTS (SELECT 1 FROM json_each(ids.meta, ?) WHERE json_type(ids.meta, ?) != 'object' "
                            f"AND ({' OR '.join(f'({c})' for c, _ in conditions)}))")
-            path = f'$."{field}"'
+            path = field_path(field)
             params += [path, path] + [p for _, ps in conditions for p in ps]
         q = f"SELECT int_id FROM ids WHERE meta IS NOT NULL AND {' AND '.join(clauses)} ORDER BY int_id"
         with self._lock:

@@ -41,7 +41,7 @@ from .manifest import (
     validate_manifest,
     verify_stream,
 )
-from .metadata import DocTable, check_filter, check_ids
+from .metadata import DocTable, check_filter, check_ids, missing_fields
 from .store import HybridIndex, SearchResult, check_save_target, idf_weights
 from .bm25_fusion import split_weights
 from .bm25_part import BM25Part, BM25Scores
@@ -162,6 +162,10 @@ class ShardedIndex:
         """``HybridIndex.ids_matching`` over every shard, shard by shard."""
         return [doc_id for shard in self._shards for doc_id in shard.ids_matching(filter)]
 
+    def missing_filter_fields(self, filter: Mapping[str, Any]) -> str | None:
+        """``HybridIndex.missing_filter_fields`` over every shard: a field no shard's documents hold."""
+        return missing_fields([s.doc_table for s in self._shards], check_filter(filter))
+
     # ---- search and changes -----------------------------------------------------------------
 
     @property
@@ -197,7 +201,8 @@ class ShardedIndex:
         checked = check_filter(filter)
         allowed = [s.selection(filter) for s in self._shards]
         if checked is not None and not any(len(a) for a in allowed) and len(self):
-            logger.warning("no document matches the filter %s: returning no hits", filter)
+            note = self.missing_filter_fields(filter)
+            logger.warning("no document matches the filter %s: returning no hits%s", filter, f"; {note}" if note else "")
         weighing = self.query_idf(idf)
         bm25 = [None] * len(self._shards)
         if w_bm25 > 0:

@@ -98,7 +98,7 @@ from .manifest import (
 from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, sparse_lookup, split_weights
 from .bm25_part import BM25_FILE, BM25Part, BM25Scores
 from .df_part import DF_FILE, DocFrequencyPart
-from .metadata import DocTable, check_filter, check_ids, encode_metadata
+from .metadata import DocTable, check_filter, check_ids, encode_metadata, missing_fields
 from . import ondisk
 from .ondisk import DATA_FILE
 from .rescore import stored_scores
@@ -443,6 +443,12 @@ class HybridIndex:
             raise ValueError("ids_matching needs a filter, e.g. {'source': 'wiki'}")
         return self._docs.doc_ids(self._docs.matching(checked))
 
+    def missing_filter_fields(self, filter: Mapping[str, Any]) -> str | None:
+        """Why ``filter`` can match nothing when one of its fields is held by no document (``author`` where a BEIR
+        corpus keeps ``metadata.author``): that field and some the documents have; None when every field is held
+        (then it is the values that match nothing). For the warning of a filter that matched nothing."""
+        return missing_fields([self._docs], check_filter(filter))
+
     def selection(self, filter: Mapping[str, Any] | None) -> np.ndarray | None:
         """The internal ids of the documents whose metadata matches ``filter`` (as :meth:`search` takes it), for
         :meth:`search_selection`; None for no filter (every document)."""
@@ -739,7 +745,8 @@ class HybridIndex:
         """
         allowed = self.selection(filter)
         if allowed is not None and len(allowed) == 0 and len(self):
-            logger.warning("no document matches the filter %s: returning no hits", filter)
+            note = self.missing_filter_fields(filter)
+            logger.warning("no document matches the filter %s: returning no hits%s", filter, f"; {note}" if note else "")
         return self.search_selection(lexicon, dense, k, weights, query_top_m, allowed, texts, depth,
                                      self.query_idf(idf))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import warnings
 from contextlib import contextmanager, nullcontext
@@ -143,6 +144,30 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``lens ARGV``; its exit status. A reader that stops reading early (``lens index info DIR | head -1``)
+    ends the command quietly instead of with a traceback."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # what is still buffered fails here, where it is caught, not in the interpreter's exit
+    except BrokenPipeError:
+        return _stdout_closed()
+    return code
+
+
+def _stdout_closed() -> int:
+    """Status 1 for a closed stdout, the rest of the output sent to devnull so that the interpreter's last flush
+    does not fail again (Python's recipe: the ``signal`` module's "Note on SIGPIPE")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's stand-in): nothing is flushed at exit
+        return 1
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return 1
+
+
+def _run(argv: list[str] | None) -> int:
     from lens.atomic import StorageError, storage_error
     from lens.extras import MissingExtraError
     try:

@@ -20,7 +20,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     import contextlib
 
     from lens.corpus import load_corpus
-    from lens.indexing import DEFAULT_IDF, build_saved, check_build_options, partial_dir
+    from lens.indexing import DEFAULT_IDF, build_saved, check_build_options, check_build_output, partial_dir
     from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
     from index.store import check_save_target
@@ -36,6 +36,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     first = ranked is None or ranked[0] == 0
     if first:
         check_save_target(args.output)  # before any work: never build over a folder that is not an index
+        check_build_output(args.output, resume=args.resume, overwrite=args.overwrite)  # nor over one unasked
     # a second build of the same output fails now, not after loading
     with DirectoryLock(args.output, "index") if first else contextlib.nullcontext():
         docs = load_corpus(args.corpus)
@@ -182,6 +183,9 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
         found = index.ids_matching(flt) if flt is not None else [i for i in dict.fromkeys(ids) if i in index]
         shown = ", ".join(found[:10]) + (f", ... ({len(found) - 10} more)" if len(found) > 10 else "")
         print(f"would remove {len(found)} of {len(index)} documents from {args.dir}" + (f": {shown}" if found else ""))
+        note = None if found or flt is None else index.missing_filter_fields(flt)
+        if note is not None:
+            logger.warning("the filter %s cannot match: %s", flt, note)
         return
     try:
         change = remove_documents(args.dir, None if flt is not None else ids, filter=flt)
@@ -244,11 +248,13 @@ def _run_target(path: Path) -> None:
 
 def _search_queries(args: argparse.Namespace) -> dict[str, str]:
     """``{query id: text}``: the --queries-file's, or the positional queries numbered 1, 2, ..."""
-    from lens.corpus import load_queries
+    from lens.corpus import QUERY_FILES, load_queries
 
     if args.queries_file is not None:
         if args.query:
             raise ValueError("give queries as arguments or in --queries-file, not both")
+        if not args.queries_file.exists():
+            raise FileNotFoundError(f"--queries-file {args.queries_file} not found: give {QUERY_FILES}")
         queries = load_queries(args.queries_file)
         if not queries:
             raise ValueError(f"{args.queries_file} holds no queries")
@@ -342,7 +348,9 @@ def register(subparsers) -> None:
     b = ix.add_parser("build", help="encode a corpus and save a hybrid index")
     b.add_argument("--corpus", required=True,
                    help="a BEIR directory, a corpus.jsonl[.gz], a JSONL of {id, text[, title]}, or 'pydoc-topics'")
-    b.add_argument("--output", required=True, type=Path, help="index directory to write")
+    b.add_argument("--output", required=True, type=Path,
+                   help="index directory to write: a new or empty one (an index there is replaced only with "
+                        "--overwrite)")
     b.add_argument("--model", default="default", help="LENS model directory or 'default'")
     add_registry_argument(b, "--dense", registry="lens.hybrid:DENSE_KINDS", default="minilm", metavar="KIND",
                           help="dense part: %(choices)s (default %(default)s; minilm = the packaged "
@@ -351,6 +359,9 @@ def register(subparsers) -> None:
     add_registry_argument(b, "--index", registry="index.factory:INDEX_TYPES", default="flat", metavar="TYPE",
                           help="FAISS index type: %(choices)s (default %(default)s)")
     b.add_argument("--resume", action="store_true", help="continue an interrupted build from its last chunk")
+    b.add_argument("--overwrite", action="store_true",
+                   help="replace the index already in --output (atomically: it stays whole until the new one is "
+                        "saved); without it a build refuses an --output that holds an index")
     b.add_argument("--chunk-size", type=positive_int, default=None,
                    help="documents per saved chunk (the unit of --resume; default 64 on a CPU, 1024 on a GPU)")
     b.add_argument("--batch-size", type=positive_int, default=None,
@@ -420,7 +431,8 @@ def register(subparsers) -> None:
     s = subparsers.add_parser("search", help="search a hybrid index")
     s.add_argument("dir", type=Path, help="index directory (from lens index build)")
     s.add_argument("query", nargs="*", help="one or more queries (or --queries-file)")
-    s.add_argument("-k", type=positive_int, default=10)
+    s.add_argument("-k", "--top-k", dest="k", type=positive_int, default=10,
+                   help="hits per query (default %(default)s)")
     s.add_argument("--queries-file", type=Path, default=None,
                    help="queries to answer: a BEIR queries.jsonl[.gz] or directory, or a .tsv of id<TAB>text")
     s.add_argument("--run", type=Path, default=None, metavar="FILE",
@@ -440,8 +452,9 @@ def register(subparsers) -> None:
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     s.add_argument("--json", action="store_true", help="print hits as JSON")
     s.add_argument("--filter", type=filter_item_arg, action="append", metavar="FIELD=VALUE",
-                   help="search only documents whose metadata FIELD equals VALUE (or, for a list field, holds it); "
-                        "VALUE is read as JSON when it parses (2020, true, [\"a\",\"b\"]: any of them), else as "
+                   help="search only documents whose metadata FIELD equals VALUE (or, for a list field, holds it; "
+                        "a dotted FIELD such as metadata.author reaches into nested objects); VALUE is read as JSON "
+                        "when it parses (2020, true, [\"a\",\"b\"]: any of them), else as "
                         "text; repeat for more fields (all must match; the same field twice: either value)")
     add_quantize_argument(s, "; a warning if the index was built otherwise")
     s.set_defaults(func=cmd_search, more_positionals="query")

@@ -19,6 +19,7 @@ from typing import Iterator
 
 PYDOC_TOPICS = "pydoc-topics"
 CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
+QUERY_FILES = "a BEIR directory, a queries.jsonl[.gz], or a .tsv of id<TAB>text lines"  # what load_queries reads
 
 
 @dataclass
@@ -108,8 +109,8 @@ def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
                     continue
                 try:
                     yield n, json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+                except json.JSONDecodeError as e:  # json's own message, at the file's line (it sees line 1)
+                    raise ValueError(f"{path}:{n}: not valid JSON ({e.msg}: line {n} column {e.colno})") from None
     except UnicodeDecodeError as e:
         raise ValueError(decode_error_message(path, e)) from None
     except (OSError, EOFError) as e:  # truncated gzip
@@ -172,6 +173,8 @@ def load_queries(path: str | os.PathLike) -> dict[str, str]:
     """Queries ``{query id: text}`` from a BEIR queries.jsonl[.gz] (``_id``/``id`` and ``text``), a BEIR directory,
     or a ``.tsv`` of ``id<TAB>text`` lines (MS MARCO's and Pyserini's topic files)."""
     p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"queries {os.fspath(path)!r} not found: give {QUERY_FILES}")
     if p.is_dir():
         p = _first_existing(p, ("queries.jsonl", "queries.jsonl.gz"), "queries")
     out = {}

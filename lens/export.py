@@ -210,13 +210,18 @@ FORMATS: dict[str, Format] = {
 
 
 def check_format(name: str, path: str | os.PathLike | None = None) -> Format:
-    """The format called ``name``, refusing an unknown name or an output path without the format's extension."""
+    """The format called ``name``, refusing an unknown name or an output path without the format's extension (so
+    ``lens encode --output x.jsonl`` never writes a .npy matrix under that name)."""
     if name not in FORMATS:
         raise ValueError(f"unknown export format {name!r}; valid: {', '.join(FORMATS)}")
     fmt = FORMATS[name]
-    if path is not None and fmt.sparse and not os.fspath(path).endswith(fmt.suffix):
-        raise ValueError(f"format {name!r} writes JSON lines: give an output file ending in {fmt.suffix}, "
-                         f"got {os.fspath(path)!r}")
+    given = None if path is None else os.fspath(path)
+    if given is not None and not given.endswith(fmt.suffix):
+        what = "JSON lines" if fmt.sparse else "a NumPy matrix"
+        others = [n for n, f in FORMATS.items() if given.endswith(f.suffix)]
+        instead = f", or choose --format {' / '.join(others)} to write {os.path.splitext(given)[1]}" if others else ""
+        raise ValueError(f"format {name!r} writes {what}: give an output file ending in {fmt.suffix} (got {given!r})"
+                         f"{instead}")
     return fmt
 
 

@@ -50,9 +50,9 @@ from lens.sharding import EncoderSpec, RankGroup, load_encoder, run_in_processes
 logger = logging.getLogger(__name__)
 
 __all__ = ["FLOAT32", "RECORD_VERSION", "SNIPPET_CHARS", "STATE_VERSION", "EncodedChunks", "adding_dir",
-           "build_index", "build_saved", "check_build_options", "check_documents", "corpus_hash", "document_metadata",
-           "encode_chunk", "encode_chunks", "encode_shard", "fill_index", "ids_hash", "partial_dir",
-           "report_truncation", "resolve_bm25"]
+           "build_index", "build_saved", "check_build_options", "check_build_output", "check_documents", "corpus_hash",
+           "document_metadata", "encode_chunk", "encode_chunks", "encode_shard", "fill_index", "ids_hash",
+           "partial_dir", "report_truncation", "resolve_bm25"]
 
 SNIPPET_CHARS = 300
 # A built index weighs each query's lexicon by its clusters' idf in the corpus unless told otherwise (`lens index build
@@ -135,6 +135,35 @@ def check_build_options(workers: int, shards: int, top_m: int | None, n_docs: in
     if n_docs is not None and shards > max(n_docs, 1):
         raise ValueError(f"--shards {shards} is more than the {n_docs} documents of the corpus; every shard needs a "
                          "document: give fewer shards")
+
+
+def check_build_output(output: str | Path, *, resume: bool = False, overwrite: bool = False) -> None:
+    """Refuse to build over a saved index unless asked to: ``overwrite``, or ``resume`` of the unfinished build
+    whose chunks are kept beside it (``partial_dir``). A build replaces its output whole, so an ``--output`` that
+    names an existing index by mistake would otherwise lose it. (``index.store.check_save_target`` refuses what is
+    not an index.)"""
+    output = Path(output)
+    if overwrite or not output.is_dir() or not [n for n in output.iterdir() if n.name != ".DS_Store"]:
+        return
+    resumable = partial_dir(output).is_dir()
+    if resume and resumable:
+        return
+    found = f"{output} already holds a LENS index{_document_count(output)}"
+    if resume:
+        raise FileExistsError(f"{found} and no unfinished build of it to resume (no {partial_dir(output).name}): "
+                              "pass --overwrite to replace it, or choose a new --output")
+    raise FileExistsError(f"{found}: pass --overwrite to replace it, --resume to continue an interrupted build of "
+                          "it, or choose a new --output")
+
+
+def _document_count(directory: Path) -> str:
+    """`` (N documents)`` from the manifest of the index in ``directory``; empty when it cannot be read."""
+    from index.manifest import read_manifest
+
+    try:
+        return f" ({read_manifest(directory)['count']} documents)"
+    except (OSError, ValueError, KeyError):
+        return ""
 
 
 def encode_chunk(encoder, texts: list[str], batch_size: int):

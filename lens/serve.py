@@ -224,8 +224,8 @@ class SearchService:
         if weights is not None:
             if not isinstance(weights, list) or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
                                                         for w in weights):
-                raise RequestError(f'"weights" must be a list of two numbers [w_lex, w_dense] or three [w_lex, '
-                                   f'w_dense, w_bm25], got {weights!r}')
+                raise RequestError(f'"weights" must be a list of two or three numbers LEX,DENSE[,BM25] ([w_lex, '
+                                   f'w_dense] or [w_lex, w_dense, w_bm25]), got {weights!r}')
             weights = query_weights(weights, '"weights"')
         else:
             weights = self.weights

@@ -129,7 +129,9 @@ def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = N
         if filter is not None:
             ids = index.ids_matching(filter)
             if not ids:
-                logger.warning("no document in %s matches the filter %s: nothing removed", directory, filter)
+                note = index.missing_filter_fields(filter)
+                logger.warning("no document in %s matches the filter %s: nothing removed%s", directory, filter,
+                               f"; {note}" if note else "")
                 return IndexChange(count=len(index))
         index.remove(ids)
         index.save(directory)

@@ -4,13 +4,15 @@ stored vectors (index.rescore), each against a naive reference."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import faiss
 import numpy as np
 import pytest
 
-from index.bm25_fusion import bm25_top, candidate_union, fuse, normalise_bm25, sparse_lookup, split_weights  # noqa: E402
+from index.bm25_fusion import (bm25_top, candidate_union, fuse, normalise_bm25, query_weights,  # noqa: E402
+                                 sparse_lookup, split_weights)
 from index.bm25_part import BM25Part  # noqa: E402
 from index.factory import get_index_type  # noqa: E402
 from index.rescore import stored_scores  # noqa: E402
@@ -29,8 +31,18 @@ def test_split_weights():
     assert split_weights("0.4,0.3,0.3") == ((0.4, 0.3), 0.3)
     assert split_weights([0, 0, 1]) == ((0.0, 0.0), 1.0)
     for bad in ("1,2,-1", "0,0,0", "a,b,c", (1, float("nan"), 1)):
-        with pytest.raises(ValueError, match="LEX,DENSE,BM25"):
+        with pytest.raises(ValueError, match=re.escape("two or three numbers LEX,DENSE[,BM25]")):
             split_weights(bad)
+
+
+def test_query_weights_name_both_forms():
+    assert query_weights("0.7,0.3") == (0.7, 0.3) and query_weights([0.4, 0.3, 0.3]) == (0.4, 0.3, 0.3)
+    assert query_weights("0.5,0.5,0") == (0.5, 0.5)  # BM25 at 0: the two-part search
+    for bad in ("1", "1,2,3,4", "a,b", "0,0", [], (1, float("inf"))):
+        with pytest.raises(ValueError, match=re.escape("--weights must be two or three numbers LEX,DENSE[,BM25]")):
+            query_weights(bad, "--weights")
+    with pytest.raises(ValueError, match="negative weights are not supported"):
+        query_weights("-1,2", "--weights")
 
 
 def test_normalise_and_top():

@@ -141,3 +141,40 @@ def test_verbose_enables_our_info_logs(tiny_lens_dir, caplog, capsys):
     assert logging.getLogger("lens").level == before  # restored for the rest of the process
     assert main(["-q", "-v"] + argv) == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def _small_index(directory):
+    """A saved three-document index, made without a model."""
+    from index import HybridIndex
+
+    ix = HybridIndex(4, 2)
+    rng = np.random.default_rng(0)
+    ix.add(["a", "b", "c"], rng.random((3, 4), dtype=np.float32), rng.random((3, 2), dtype=np.float32))
+    ix.save(directory)
+    return directory
+
+
+def test_a_reader_that_closes_early_ends_the_command_quietly(tmp_path, capsys, monkeypatch):
+    """``lens index info DIR | head -1``: no BrokenPipeError traceback, status 1 (the SIGPIPE recipe)."""
+    import io
+    import os
+    import subprocess
+    import sys
+
+    ix = _small_index(tmp_path / "ix")
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes its first line
+    try:
+        done = subprocess.run([sys.executable, "-m", "lens.cli", "index", "info", str(ix)], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 1 and done.stderr == ""
+
+    class ClosedPipe(io.TextIOBase):
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["index", "info", str(ix)]) == 1
+    assert capsys.readouterr().err == ""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from index import HybridIndex
-from index.metadata import DocTable, check_filter, encode_metadata
+from index.metadata import DocTable, check_filter, encode_metadata, missing_fields
 from index.shards import ShardedIndex
 
 N, LEX, DENSE = 240, 24, 8
@@ -125,7 +125,31 @@ def test_values_match_by_json_type():
     assert table.matching(check_filter({"v": "1"})).tolist() == [1]
     assert table.matching(check_filter({"v": True})).tolist() == [2]
     assert table.matching(check_filter({"v": "a"})).tolist() == [4]  # a list field: any item
-    assert table.matching(check_filter({"w": 1})).tolist() == []  # fields are top-level only
+    assert table.matching(check_filter({"w": 1})).tolist() == []  # a nested field is named by its path
+    assert table.matching(check_filter({"v.w": 1})).tolist() == [5]
+
+
+def test_dotted_fields_reach_into_nested_objects_scanned_or_indexed():
+    """BEIR corpora keep fields such as the author under ``metadata``: ``metadata.author`` finds them, by a scan
+    and then by the field's index, and a field no document has says which fields there are."""
+    metas = [{"title": "t", "metadata": {"author": ["ann", "bob"][i % 2], "year": 2000 + i % 3,
+                                         "venue": {"name": ["acl", "sigir"][i % 2]}}} for i in range(12)]
+    metas[3] = {"title": "t", "metadata": "flat text"}  # not an object: holds no nested field
+    table = DocTable()
+    table.insert(range(12), [f"d{i}" for i in range(12)], [encode_metadata(m, "x") for m in metas])
+    want = [i for i in range(12) if i != 3 and i % 2 == 0]
+    for _ in range(3):  # a scan, then (a field filtered twice) its FieldIndex
+        assert table.matching(check_filter({"metadata.author": "ann"})).tolist() == want
+        assert table.matching(check_filter({"metadata.venue.name": ["acl"]})).tolist() == want
+        assert table.matching(check_filter({"metadata.author": "bob", "metadata.year": 2001})).tolist() == [1, 7]
+    assert "metadata.author" in table.indexed_fields
+    assert table.matching(check_filter({"author": "ann"})).tolist() == []
+    assert missing_fields([table], check_filter({"metadata.author": "x"})) is None  # the value matches nothing
+    note = missing_fields([DocTable(), table], check_filter({"author": "ann", "title": "t"}))
+    assert note.startswith("no document has the metadata field 'author'; fields they have: metadata, "
+                           "metadata.author, metadata.venue.name, metadata.year, title (")  # d3's metadata is text
+    with pytest.raises(ValueError, match="empty name between its dots"):
+        check_filter({"metadata..author": "ann"})
 
 
 def test_a_field_filtered_twice_gets_an_index_that_matches_like_the_scan(tmp_path):

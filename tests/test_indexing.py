@@ -220,6 +220,8 @@ def test_cli_build_search_info_and_encoder_mismatch(tiny_lens_dir, corpus_file, 
     assert main(["search", str(ix), "cancer drug", "brain", "-k", "2"]) == 0
     out = capsys.readouterr().out
     assert "cancer drug" in out and "brain" in out and out.count("\n  1. ") == 2 and "  3. " not in out
+    assert main(["search", str(ix), "cancer drug", "brain", "--top-k", "2"]) == 0  # -k's long name
+    assert capsys.readouterr().out == out
 
     # another clustering of the same backbone: the index must refuse it
     other = tmp_path / "other-k8"
@@ -229,10 +231,45 @@ def test_cli_build_search_info_and_encoder_mismatch(tiny_lens_dir, corpus_file, 
     assert "lens_clusters" in capsys.readouterr().err
 
 
+def _tree_bytes(directory):
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_cli_build_refuses_an_existing_index_unless_overwrite_or_resume(tiny_lens_dir, corpus_file, tmp_path, capsys,
+                                                                      monkeypatch):
+    ix, other = tmp_path / "ix", write_corpus(tmp_path / "other.jsonl", 9, "o", 3)
+    build = ["-q", "index", "build", "--output", str(ix), "--model", str(tiny_lens_dir), "--dense", "none",
+             "--chunk-size", "4"]
+    assert main(build + ["--corpus", str(corpus_file)]) == 0
+    before = _tree_bytes(ix)
+    capsys.readouterr()
+    for extra in ([], ["--resume"]):  # no unfinished build to resume either
+        assert main(build + ["--corpus", str(other)] + extra) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"lens index build: error: {ix} already holds a LENS index (23 documents)")
+        assert "--overwrite" in line and "--output" in line and ("--resume" in line) != bool(extra)
+    assert _tree_bytes(ix) == before and not (tmp_path / ".ix.partial").exists()
+
+    chunks = ChunkCounter(monkeypatch, crash_at=2)  # an interrupted --overwrite build continues with --resume alone
+    with pytest.raises(Crash):
+        main(build + ["--corpus", str(other), "--overwrite"])
+    assert _tree_bytes(ix) == before  # the old index stays whole until the new one is saved
+    chunks.reset()
+    assert main(build + ["--corpus", str(other), "--resume"]) == 0 and chunks.calls == 2
+    rebuilt = HybridIndex.load(ix)
+    assert len(rebuilt) == 9 and "o8" in rebuilt and "d0" not in rebuilt
+    assert main(build + ["--corpus", str(corpus_file), "--overwrite"]) == 0
+    assert len(HybridIndex.load(ix)) == 23 and not (tmp_path / ".ix.partial").exists()
+
+
 @pytest.mark.parametrize("argv,match", [
     (["search", "{ix}", "cell", "   "], "query is empty"),
-    (["search", "{ix}", "cell", "--weights", "1"], "two numbers"),
+    (["search", "{ix}", "cell", "--weights", "1"], "two or three numbers LEX,DENSE[,BM25]"),
+    (["search", "{ix}", "cell", "--weights", "1,2,3,4"], "two or three numbers LEX,DENSE[,BM25]"),
+    (["search", "{ix}", "cell", "--weights", "a,b"], "two or three numbers LEX,DENSE[,BM25]"),
     (["search", "{tmp}/nothing", "cell"], "not found"),
+    (["search", "{ix}", "--queries-file", "{tmp}/nosuch.tsv"], "--queries-file {tmp}/nosuch.tsv not found: give a "
+     "BEIR directory, a queries.jsonl[.gz], or a .tsv of id<TAB>text lines"),
 ])
 def test_cli_bad_search_input(tiny_lens_dir, corpus_file, tmp_path, capsys, argv, match):
     ix = tmp_path / "ix"
@@ -240,13 +277,14 @@ def test_cli_bad_search_input(tiny_lens_dir, corpus_file, tmp_path, capsys, argv
                  "--dense", "none"]) == 0
     capsys.readouterr()
     assert main([a.format(ix=ix, tmp=tmp_path) for a in argv]) == 2
-    assert match in capsys.readouterr().err
+    assert match.format(tmp=tmp_path) in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("line,match", [
     ('{"text": "no id"}', ":2: record has no id"),
     ('{"_id": "x"}', ":2: record 'x' has no 'text'"),
     ("not json", ":2: not valid JSON"),
+    ('{"_id": "b", "text": "a\tb"}', r":2: not valid JSON \(Invalid control character at: line 2 column 24\)$"),
 ])
 def test_corpus_line_errors_name_the_line(tmp_path, line, match):
     path = tmp_path / "c.jsonl"
@@ -292,13 +330,13 @@ def test_adi_build_and_search(tmp_path, capsys):
     assert len(index) == 82 and index.mode == "hybrid" and index.dense_dim == 384
 
 
-def test_cli_search_filters_on_corpus_fields(tiny_lens_dir, tmp_path, capsys):
+def test_cli_search_filters_on_corpus_fields(tiny_lens_dir, tmp_path, capsys, caplog):
     corpus = tmp_path / "c.jsonl"
     words = "cell gene protein cancer patients drug dose mouse brain blood".split()
     corpus.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"{words[i % 10]} {words[(i * 3) % 10]}",
                                           "source": ["wiki", "news", "forum"][i % 3], "year": 2020 + i % 4,
-                                          "score": 100 + i}) + "\n"
-                              for i in range(30)))
+                                          "score": 100 + i, "metadata": {"author": f"A. {i % 5}"}}) + "\n"
+                              for i in range(30)))  # "metadata": nested, as BEIR corpora keep their extra fields
     ix = tmp_path / "ix"
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
                  "--dense", "none"]) == 0
@@ -318,6 +356,25 @@ def test_cli_search_filters_on_corpus_fields(tiny_lens_dir, tmp_path, capsys):
     assert "no results" in capsys.readouterr().out
     assert main(["search", str(ix), "cancer", "--filter", "source"]) == 2
     assert "FIELD=VALUE" in capsys.readouterr().err
+    assert main(["search", str(ix), "cancer drug", "-k", "30", "--json", "--filter", "metadata.author=A. 2"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert sorted(h["id"] for h in result["hits"]) == ["d12", "d17", "d2", "d22", "d27", "d7"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(["search", str(ix), "cancer", "--filter", "author=A. 2"]) == 0  # the field is metadata.author
+    assert "no results" in capsys.readouterr().out
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]  # one line, saying why
+    assert warning.startswith("no document matches the filter {'author': ['A. 2']}: returning no hits; no document has "
+                              "the metadata field 'author'; fields they have: metadata.author, score, snippet, source, "
+                              "title, year")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(["index", "remove", str(ix), "--dry-run", "--filter", "author=A. 2"]) == 0
+        assert main(["index", "remove", str(ix), "--filter", "author=A. 2"]) == 0
+    assert [r.getMessage().count("no document has the metadata field 'author'") for r in caplog.records
+            if r.levelno == logging.WARNING] == [1, 1]
+    assert main(["index", "remove", str(ix), "--filter", "metadata.author=A. 2"]) == 0
+    assert "removed 6 documents" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ chunk and batch sizes by device (issue 42)
