@@ -40,14 +40,19 @@ _MAX_LISTED = 10
 def as_matrix(x: Any, what: str) -> np.ndarray:
     """Return ``x`` as a 2-D array (a 1-D input becomes one row), without copying when possible.
 
-    Accepts numpy arrays, nested lists and CPU/GPU torch tensors (duck-typed, so torch is not imported
-    here). The dtype is left as is: callers convert to contiguous float32 chunk by chunk, so a large
-    float64 input is never copied whole.
+    Accepts numpy arrays, nested lists, CPU/GPU torch tensors (dense or sparse) and SciPy sparse matrices such as
+    ``encode(..., convert_to="sparse")`` gives (duck-typed, so neither is imported here; sparse inputs are made
+    dense: the index stores dense rows). The dtype is left as is: callers convert to contiguous float32 chunk by
+    chunk, so a large float64 input is never copied whole.
     """
     if x is None:
         raise ValueError(f"{what} vectors are missing")
+    if hasattr(x, "toarray") and hasattr(x, "nnz"):  # SciPy sparse
+        x = x.toarray()
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor: bf16/fp16 and GPU need a cast
         x = x.detach()
+        if getattr(x, "is_sparse", False) or str(getattr(x, "layout", "torch.strided")) != "torch.strided":
+            x = x.to_dense()
         if str(getattr(x, "dtype", "")) not in ("torch.float32", "torch.float64"):
             x = x.float()
         x = x.cpu().numpy()

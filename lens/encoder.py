@@ -27,10 +27,11 @@ from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
 from lens.inputs import (NO_TEXT_RULE, PADDING_SIDE, Encoded, check_text_normalization, encode_model_texts,
-                         length_sorted_batches, pad_batch)
+                         length_sorted_batches, pad_batch, query_prompt)
 from lens.fixed_shape import FixedShapeForward
 from lens.model import LensModel, LensOutput, decoder_of
-from lens.model_dir import BACKBONE_DIR, read_model_dir, write_model_dir
+from lens.model_dir import (BACKBONE_DIR, TRAINING_RECORDS, read_model_dir, sentence_transformers_config,
+                             write_model_dir)
 from lens.paper_models import is_released_dir, load_released_decoder
 from lens.quantize import AUTO, quantize_decoder, resolve_quantize
 
@@ -46,6 +47,7 @@ CPU_BATCH_SIZE = 32  # ``batch_size=None`` on a CPU: the default ``encode`` alwa
 # ``batch_size=None`` on a GPU: as many texts as ``auto_batch_size`` finds room for, at most this many (past a few
 # hundred 256-token texts a forward is no faster per text, and the pooling's logit chunks get short)
 GPU_MAX_BATCH_SIZE = 256
+LABEL_TOKENS = 3  # distinct member tokens in a cluster's label (``decode``)
 
 
 class EncodeOutput(NamedTuple):
@@ -168,11 +170,12 @@ def encode_items(
     return lexicon, dense
 
 
-def check_texts(texts, what: str = "texts") -> list[str]:
+def check_texts(texts, what: str = "texts", *, allow_empty: bool = False) -> list[str]:
     """``texts`` as a list of strings (a string is one text), refusing what would be encoded wrongly or silently.
 
     A mapping would give its keys and a set an arbitrary order (rows no longer match what the caller holds), so
-    both are refused; so are bytes, non-strings and text that is not valid Unicode (named by index).
+    both are refused; so are bytes, non-strings and text that is not valid Unicode (named by index). An empty list
+    is refused unless ``allow_empty`` (``encode`` gives it zero rows, as sentence-transformers does).
     """
     if texts is None:
         raise TypeError(f"{what} is None; pass a string or a list of strings")
@@ -190,7 +193,7 @@ def check_texts(texts, what: str = "texts") -> list[str]:
     elif not isinstance(texts, Sequence) and not hasattr(texts, "__iter__"):
         raise TypeError(f"{what} must be a string or a list of strings, got {type(texts).__name__}")
     texts = list(texts)
-    if not texts:
+    if not texts and not allow_empty:
         raise ValueError(f"{what} is an empty list; pass at least one string")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
@@ -211,7 +214,8 @@ class LensEncoder:
 
     def __init__(self, model: LensModel, tokenizer, config: LensConfig, assignment: np.ndarray, *,
                  causal_lm=None, source_dir: Path | None = None, adapter_sha256: str | None = None,
-                 adapter_merged: bool = False, backbone_sha256: str | None = None):
+                 adapter_merged: bool = False, backbone_sha256: str | None = None,
+                 bundled_sha256: str | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = config
@@ -222,8 +226,11 @@ class LensEncoder:
         self.adapter_sha256 = adapter_sha256  # sha256 of the LoRA adapter's weights, None without one
         self.adapter_merged = adapter_merged  # the adapter is folded into the decoder's weights
         self.quantize: str | None = None  # or "int8" after apply_quantize (lens.quantize; inference only)
-        # sha256 of a bundled (merged) backbone's weights: two merges share clusters and head hashes, not weights
+        # sha256 of a bundled (merged) backbone's weights: two merges share clusters and head hashes, not weights.
+        # backbone_sha256 is the fingerprint's (a merged copy keeps its source's: save_pretrained), bundled_sha256
+        # always the files' own (what keys states computed from these weights, e.g. the trainer's prefix cache).
         self.backbone_sha256 = backbone_sha256
+        self.bundled_sha256 = bundled_sha256
         self.cpu_batch_tokens: int | None = CPU_BATCH_TOKENS
         # On CUDA, a single text of up to 128 tokens (a query) replays a captured CUDA graph instead of launching
         # every kernel from Python (lens.fixed_shape; 4 ms against 18-25 ms on an H100). False: always the batch path.
@@ -265,6 +272,12 @@ class LensEncoder:
         where this host runs it clearly faster than float32 (``lens.quantize.resolve_quantize``), else float32;
         ``encoder.quantize`` says which.
         """
+        if device is not None:
+            try:
+                torch.device(device)
+            except (RuntimeError, TypeError) as e:
+                raise ValueError(f"device {device!r} is not a torch device: use 'cpu', 'cuda', 'cuda:N' or 'mps' "
+                                 "(or None: CUDA when available)") from e
         if quantize == AUTO and (dtype not in (None, torch.float32) or not merge_adapter):
             quantize = None  # what the other options ask for rules int8 out: "auto" is float32 (or dtype) then
         quantize = resolve_quantize(quantize, device)  # "auto" becomes "int8" or None (float32) here
@@ -277,7 +290,8 @@ class LensEncoder:
                                  "merge_adapter=False")
         files = read_model_dir(path)
         config = files.config
-        backbone_sha = _bundled_backbone_sha256(files) if backbone is None else None
+        backbone_sha = bundled_sha = _bundled_backbone_sha256(files) if backbone is None else None
+        merged_from = _merge_provenance(files, bundled_sha)
         config.backbone = backbone if backbone is not None else files.backbone
         if attention is not None:
             config.attention = attention
@@ -315,6 +329,8 @@ class LensEncoder:
         adapter_sha = None
         if files.adapter_dir is not None:
             adapter_sha = _load_adapter(decoder, files.adapter_dir, merge_adapter)
+        elif merged_from is not None:  # a merged copy is the model it was saved from: the same fingerprint
+            adapter_sha, backbone_sha = merged_from[ADAPTER_KEY], merged_from.get(BACKBONE_WEIGHTS_KEY)
         # the released pass pools in float32; so does a half-precision decoder (bf16 on CUDA): log1p(relu(logit))
         # in float32, the pooled weights never rounded to 8 bits of mantissa
         low_precision = next(decoder.parameters()).dtype in (torch.bfloat16, torch.float16)
@@ -330,8 +346,9 @@ class LensEncoder:
         if files.term is not None:
             model.load_term_vector(files.term)
         encoder = cls(model, tokenizer, config, files.assignment, causal_lm=causal_lm, source_dir=files.directory,
-                      adapter_sha256=adapter_sha, adapter_merged=adapter_sha is not None and merge_adapter,
-                      backbone_sha256=backbone_sha)
+                      adapter_sha256=adapter_sha,
+                      adapter_merged=adapter_sha is not None and (merge_adapter or files.adapter_dir is None),
+                      backbone_sha256=backbone_sha, bundled_sha256=bundled_sha)
         return encoder if quantize is None else encoder.apply_quantize(quantize)
 
     def apply_quantize(self, quantize: str) -> "LensEncoder":
@@ -354,8 +371,11 @@ class LensEncoder:
         ``keep_existing`` keeps what else the directory holds (the checkpoint and log of the run writing it).
 
         A model whose LoRA adapter was merged on loading (the default) is written standalone: the merged backbone
-        goes to ``path/backbone`` in transformers' format and the config names it, so no adapter is needed. An
-        unmerged adapter is copied as it is (PEFT format).
+        goes to ``path/backbone`` in transformers' format and the config names it, so no adapter is needed; the
+        config records what was merged (``extra["merged"]``: the adapter's and base's hashes, and the written
+        weights'), so the copy keeps this model's ``fingerprint`` and searches the indexes it built. An unmerged
+        adapter is copied as it is (PEFT format). The model card and training records of the directory it was
+        loaded from (``README.md``, ``train_config.json``, ``train_log.csv``, ``curves.png``) are copied too.
         """
         if self.quantize is not None:
             raise ValueError(f"this encoder was loaded with quantize={self.quantize!r}, whose packed int8 weights "
@@ -367,13 +387,24 @@ class LensEncoder:
         elif config.adapter is not None:
             adapter = self.source_dir / config.adapter
 
-        def write_backbone(dest: Path) -> None:
-            self.causal_lm.save_pretrained(dest)
-            self.tokenizer.save_pretrained(dest)
+        merged = {ADAPTER_KEY: self.adapter_sha256, BACKBONE_WEIGHTS_KEY: self.backbone_sha256}
 
+        def write_backbone(dest: Path) -> None:
+            with quiet_loading():  # no "Writing model shards" bar
+                self.causal_lm.save_pretrained(dest)
+                self.tokenizer.save_pretrained(dest)
+            config.extra = {**config.extra, "merged": {
+                **merged, "weights_sha256": _weights_sha256(dest),
+                "note": "the backbone holds these weights merged; loading keeps their fingerprint while "
+                        "weights_sha256 matches"}}
+
+        records = {}
+        if self.source_dir is not None and not keep_existing:
+            records = {name: (self.source_dir / name).read_bytes() for name in TRAINING_RECORDS
+                       if (self.source_dir / name).is_file()}
         write_model_dir(path, config, self.assignment, self.model.head.weight.detach().float().cpu().numpy(),
                         self.tokenizer, adapter=adapter, backbone=write_backbone if self.adapter_merged else None,
-                        keep_existing=keep_existing, term=self.model.term_vector())
+                        files=records, keep_existing=keep_existing, term=self.model.term_vector())
 
     # ---------------------------------------------------------------- encoding
     @property
@@ -394,19 +425,23 @@ class LensEncoder:
         convert_to: Literal["numpy", "torch", "sparse"] = "numpy",
         prompt: str | None = None,
         *,
+        prompt_name: str | None = None,
         normalize_embeddings: bool | None = None,
         convert_to_tensor: bool | None = None,
         convert_to_numpy: bool | None = None,
     ):
-        """Encode texts; a single string gives a single vector, a list gives a (N, dim) matrix.
+        """Encode texts; a single string gives a single vector, a list gives a (N, dim) matrix (an empty list: zero
+        rows). ``convert_to="sparse"`` gives a 2-D SciPy CSR matrix even for a single string (one row).
 
-        ``prompt`` is put before every text (like an instruction) but is never pooled. ``normalize`` scales
+        ``prompt`` is an instruction (``lens.inputs.query_prompt``: put into ``config.query_template`` unless it
+        already has that form), before every text and never pooled; ``prompt_name`` picks one of ``prompts``
+        (``"query"``: the default instruction, ``"document"``: none) when no ``prompt`` is given. ``normalize`` scales
         each vector to unit L2 norm (lexicon and dense separately). ``convert_to="sparse"`` gives a SciPy CSR
         matrix for the lexicon part. Texts longer than ``max_seq_length`` are truncated (one warning per call; inside
         ``count_truncations`` they are counted instead, and ``reported_truncations`` warns once for all its calls).
         ``batch_size=None``: 32 on a CPU, and on a GPU as many as the free memory holds (``auto_batch_size``).
         sentence-transformers' ``normalize_embeddings``, ``convert_to_tensor`` and ``convert_to_numpy`` are accepted
-        for ``normalize`` and ``convert_to``.
+        for ``normalize`` and ``convert_to`` (``convert_to_numpy=False`` gives torch tensors).
         """
         normalize, convert_to = _st_keywords(normalize, convert_to, normalize_embeddings, convert_to_tensor,
                                              convert_to_numpy)
@@ -419,7 +454,10 @@ class LensEncoder:
             raise ValueError(f"batch_size must be a positive integer or None (chosen for the device), got "
                              f"{batch_size!r}")
         single = isinstance(texts, str)
-        texts = check_texts(texts)
+        texts = check_texts(texts, allow_empty=True)
+        if prompt is None and prompt_name is not None:
+            prompt = self._named_prompt(prompt_name)
+        prompt = query_prompt(self.config.query_template, prompt)
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO
 
@@ -491,23 +529,79 @@ class LensEncoder:
         device = self.device  # looked up once: it walks the model's parameters
         return self.model(**{k: v.to(device) for k, v in batch.items()})
 
-    def encode_queries(self, texts: str | list[str], instruction: str | None = None, **kwargs):
-        """Encode queries behind the instruction template (the paper's ``<instruct>{task}\\n<query>``)."""
-        if instruction is not None and not isinstance(instruction, str):
-            raise TypeError(f"instruction must be a string or None, got {type(instruction).__name__}")
-        if instruction is not None and invalid_unicode(instruction):
-            raise ValueError(f"instruction holds {invalid_unicode(instruction)}")
-        instruction = self.config.default_instruction if instruction is None else instruction
-        prompt = self.config.query_template.format(instruction=instruction)
+    def encode_queries(self, texts: str | list[str], instruction: str | None = None, *, prompt: str | None = None,
+                       prompt_name: str | None = None, **kwargs):
+        """Encode queries behind the instruction template (the paper's ``<instruct>{task}\\n<query>``); no
+        instruction: the model's default one. sentence-transformers' ``prompt`` is the instruction too (the same
+        vectors as its ``SparseEncoder.encode_query(prompt=...)``) and ``prompt_name`` names one of ``prompts``."""
+        for name, value in (("instruction", instruction), ("prompt", prompt)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string or None, got {type(value).__name__}")
+            if value is not None and invalid_unicode(value):
+                raise ValueError(f"{name} holds {invalid_unicode(value)}")
+        if instruction is not None and prompt is not None and instruction != prompt:
+            raise ValueError("instruction= and prompt= both given: they are the same thing here, give one")
+        instruction = instruction if instruction is not None else prompt
+        if instruction is None:
+            instruction = self.config.default_instruction if prompt_name is None else self._named_prompt(prompt_name)
+        template = self.config.query_template
+        prompt = query_prompt(template, instruction) if instruction else template.format(instruction=instruction)
         return self.encode(texts, prompt=prompt, **kwargs)
 
-    def encode_documents(self, texts: str | list[str], **kwargs):
-        """Encode documents as they are (no instruction)."""
-        return self.encode(texts, **kwargs)
+    def encode_documents(self, texts: str | list[str], *, prompt: str | None = None, prompt_name: str | None = None,
+                         **kwargs):
+        """Encode documents as they are (no instruction, unless a ``prompt`` / ``prompt_name`` asks for one)."""
+        return self.encode(texts, prompt=prompt, prompt_name=prompt_name, **kwargs)
 
     # sentence-transformers >= 5 names
     encode_query = encode_queries
     encode_document = encode_documents
+
+    @property
+    def prompts(self) -> dict[str, str]:
+        """sentence-transformers' named prompts: ``query`` is the default instruction, ``document`` none."""
+        return dict(sentence_transformers_config(self.config)["prompts"])
+
+    def _named_prompt(self, name: str) -> str:
+        prompts = self.prompts
+        if name not in prompts:
+            raise ValueError(f"prompt_name {name!r} is not one of this model's prompts ({', '.join(prompts)}); "
+                             "pass prompt= (an instruction) instead")
+        return prompts[name]
+
+    # ---------------------------------------------------------------- sentence-transformers' vector helpers
+    similarity_fn_name = "cosine"  # LENS vectors are compared by cosine (unit vectors: the dot product)
+
+    def get_sentence_embedding_dimension(self) -> int:
+        """The lexicon vector's width: the number of clusters."""
+        return self.num_clusters
+
+    get_embedding_dimension = get_sentence_embedding_dimension
+
+    def similarity(self, a, b) -> torch.Tensor:
+        """Cosine similarity of every row of ``a`` with every row of ``b`` (numpy, torch or SciPy sparse; a 1-D
+        vector is one row), as a (len(a), len(b)) float32 tensor, like sentence-transformers' ``similarity``."""
+        a, b = (torch.nn.functional.normalize(_as_rows(x), dim=-1) for x in (a, b))
+        return a @ b.T
+
+    def decode(self, embeddings, top_k: int | None = None):
+        """The non-zero weights of lexicon vectors as ``(cluster label, weight)`` pairs, heaviest first, at most
+        ``top_k`` (sentence-transformers' ``SparseEncoder.decode``): one list for a 1-D vector, one per row for a
+        matrix. A cluster's label is its first member tokens (``cluster_label``), as ``explain`` lists them."""
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be a positive integer or None (every non-zero weight), got {top_k!r}")
+        single = getattr(embeddings, "ndim", 2) == 1
+        rows = _as_rows(embeddings).numpy()
+        if rows.shape[1] != self.num_clusters:
+            raise ValueError(f"embeddings have {rows.shape[1]} columns but this model has {self.num_clusters} "
+                             "clusters: decode lexicon vectors of this model (encode(..., output='lexicon'))")
+        decoded = []
+        for row in rows:
+            nonzero = np.flatnonzero(row)
+            top = nonzero[np.argsort(-row[nonzero], kind="stable")][:top_k]
+            decoded.append([(cluster_label(self.cluster_tokens(int(c), 4 * LABEL_TOKENS), int(c)), float(row[c]))
+                            for c in top])
+        return decoded[0] if single else decoded
 
     def fingerprint(self) -> dict:
         """What identifies this encoder's vectors: clusters + head, backbone, adapter, pooling, attention.
@@ -522,7 +616,7 @@ class LensEncoder:
         fp = {
             "lens_clusters": h.hexdigest(),
             "lens_backbone_lm_head": self.config.clustering.lm_head_sha256,
-            "lens_adapter": self.adapter_sha256,
+            ADAPTER_KEY: self.adapter_sha256,
             "lens_pooling": self.config.pooling,
             "lens_attention": self.config.attention,
         }
@@ -564,16 +658,41 @@ class LensEncoder:
 def _st_keywords(normalize: bool, convert_to: str, normalize_embeddings: bool | None,
                  convert_to_tensor: bool | None, convert_to_numpy: bool | None) -> tuple[bool, str]:
     """``encode``'s ``normalize`` and ``convert_to`` with sentence-transformers' names for them applied (a
-    tensor wins over numpy, as there); a name that contradicts the LENS one given beside it is an error."""
+    tensor wins over numpy, as there; ``convert_to_numpy=False`` asks for tensors); a name that contradicts the LENS
+    one given beside it is an error."""
     if normalize_embeddings is not None:
         normalize = bool(normalize_embeddings)
-    wanted = "torch" if convert_to_tensor else "numpy" if convert_to_numpy else None
+    wanted = ("torch" if convert_to_tensor or convert_to_numpy is False else "numpy" if convert_to_numpy
+              else None)
     if wanted is not None:
         if convert_to not in ("numpy", wanted):
             name = "convert_to_tensor" if wanted == "torch" else "convert_to_numpy"
             raise ValueError(f"convert_to={convert_to!r} contradicts {name}=True; give one of them")
         convert_to = wanted
     return normalize, convert_to
+
+
+def cluster_label(tokens: list[str], cluster: int, size: int = LABEL_TOKENS) -> str:
+    """A cluster's name from its member tokens (in ``LensEncoder.cluster_tokens``' order): the first ``size``
+    distinct ones once stripped (a token that is only whitespace shown by ``repr``), joined by ``|``;
+    ``cluster N`` for a cluster without members."""
+    shown = list(dict.fromkeys(t.strip() or repr(t) for t in tokens))[:size]
+    return "|".join(shown) if shown else f"cluster {cluster}"
+
+
+def _as_rows(x) -> torch.Tensor:
+    """Vectors (numpy, torch dense or sparse, SciPy sparse; 1-D: one row) as a dense 2-D float32 CPU tensor."""
+    if hasattr(x, "toarray"):  # SciPy sparse
+        x = x.toarray()
+    if isinstance(x, torch.Tensor):
+        x = (x.to_dense() if x.is_sparse or x.layout != torch.strided else x).detach().float().cpu()
+    else:
+        x = torch.as_tensor(np.asarray(x, dtype=np.float32))
+    if x.ndim == 1:
+        x = x[None]
+    if x.ndim != 2:
+        raise ValueError(f"expected one vector or a matrix of vectors, got {x.ndim} dimensions")
+    return x
 
 
 def term_clusters_of(assignment: np.ndarray, tokenizer) -> np.ndarray:
@@ -609,6 +728,7 @@ def _load_adapter(decoder, adapter_dir: Path, merge: bool) -> str:
 
 
 BACKBONE_WEIGHTS_KEY = "lens_backbone_weights"  # fingerprint key since 2026-11: indexes built before lack it
+ADAPTER_KEY = "lens_adapter"
 LATER_FINGERPRINT_KEYS = (BACKBONE_WEIGHTS_KEY,)
 
 
@@ -618,12 +738,26 @@ def _bundled_backbone_sha256(files) -> str | None:
     bundled = files.directory / BACKBONE_DIR
     if files.config.backbone != BACKBONE_DIR or not bundled.is_dir():  # a user's own backbone directory is theirs
         return None
+    return _weights_sha256(bundled)
+
+
+def _weights_sha256(directory: Path) -> str:
+    """sha256 of a transformers directory's ``*.safetensors`` files, in name order."""
     h = hashlib.sha256()
-    for path in sorted(bundled.glob("*.safetensors")):
+    for path in sorted(Path(directory).glob("*.safetensors")):
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 24), b""):
                 h.update(block)
     return h.hexdigest()
+
+
+def _merge_provenance(files, backbone_sha: str | None) -> dict | None:
+    """What a merged save recorded (``save_pretrained``: the adapter's and base's fingerprint hashes), when the
+    bundled weights are still the ones it wrote; None otherwise (the weights' own hash then identifies them)."""
+    merged = files.config.extra.get("merged") if isinstance(files.config.extra, dict) else None
+    if backbone_sha is None or not isinstance(merged, dict) or merged.get("weights_sha256") != backbone_sha:
+        return None
+    return merged if merged.get(ADAPTER_KEY) else None
 
 
 def _check_lm_head(head: np.ndarray, ref: BackboneRef, config: LensConfig, dtype: torch.dtype) -> None:

@@ -84,6 +84,20 @@ class Encoded:
     truncated: bool
 
 
+def query_prompt(template: str, prompt: str | None) -> str | None:
+    """The one rule for a ``prompt`` (``LensEncoder.encode``'s and sentence-transformers'): none for ``None`` or
+    ``""``, the prompt itself when it already has the template's form (or the template takes no instruction), else
+    the template around it: a prompt is an instruction, as the model was trained to read one."""
+    if not prompt:
+        return None
+    head, found, tail = template.partition("{instruction}")
+    if not found:
+        return prompt
+    if len(prompt) >= len(head) + len(tail) and prompt.startswith(head) and prompt.endswith(tail):
+        return prompt
+    return template.format(instruction=prompt)
+
+
 def special_ids(tokenizer) -> tuple[int, int]:
     """(start id, EOS id): the start is the tokenizer's BOS, or EOS for tokenizers without one (e.g. Qwen2)."""
     eos = tokenizer.eos_token_id

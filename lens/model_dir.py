@@ -46,6 +46,7 @@ __all__ = ["BACKBONE_DIR", "convert_released", "DEFAULT_MODEL_DIR", "ST_CONFIG_N
 
 DEFAULT_MODEL_DIR = Path(__file__).parent / "default_model"
 BACKBONE_DIR = "backbone"
+TRANSFORMERS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 # sentence-transformers' files; the module is named by its import path only (this layer never imports it)
 ST_MODULES_NAME = "modules.json"
 ST_CONFIG_NAME = "config_sentence_transformers.json"
@@ -65,11 +66,41 @@ def resolve_model_dir(path: str | os.PathLike) -> Path:
                 f"no default LENS model is installed at {directory}; create one with "
                 "`lens cluster-vocab --out DIR` and load DIR"
             )
-        raise FileNotFoundError(
-            f"{path!r} is not a LENS model directory (no {CONFIG_NAME}); create one with "
-            "`lens cluster-vocab --model BACKBONE --out DIR`"
-        )
+        raise FileNotFoundError(_not_a_model_dir(path, directory))
+    if _is_transformers_dir(directory) and not is_released_dir(directory):  # the paper's checkpoints load as they are
+        raise FileNotFoundError(_not_a_model_dir(path, directory))
     return directory
+
+
+def _is_transformers_dir(directory: Path) -> bool:
+    """A transformers model (its own ``config.json``, weights beside it) rather than a LENS directory."""
+    if not any((directory / n).is_file() for n in TRANSFORMERS_WEIGHTS):
+        return False
+    try:
+        config = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # LensConfig.load says what is wrong with it
+    return isinstance(config, dict) and "model_type" in config and "clustering" not in config
+
+
+def _not_a_model_dir(path, directory: Path) -> str:
+    """Why ``directory`` cannot be loaded as a LENS model, and what to do, by what it holds."""
+    name = os.fspath(path)
+    if not directory.exists():
+        hub = "/" in name and not os.path.isabs(name) and len(Path(name).parts) == 2
+        hint = (" LENS loads models offline, from local directories only: for a Hugging Face id, download the "
+                "repository and pass its directory" if hub else "")
+        return (f"'{name}' does not exist: pass a LENS model directory (from `lens cluster-vocab`, `lens train` or "
+                f"save_pretrained) or 'default'.{hint}")
+    if (directory / CLUSTERS_NAME).is_file() and not (directory / CONFIG_NAME).is_file():
+        return (f"'{name}' holds a LENS model's {CLUSTERS_NAME} but no {CONFIG_NAME}: the directory is incomplete; "
+                f"restore {CONFIG_NAME} from where it was copied or from a backup (it cannot be re-created from the "
+                "other files)")
+    if any((directory / n).is_file() for n in TRANSFORMERS_WEIGHTS):
+        return (f"'{name}' is a backbone (transformers weights), not a LENS model directory; make one from it with "
+                f"`lens cluster-vocab --model {name} --out DIR` and load DIR")
+    return (f"'{name}' is not a LENS model directory (no {CONFIG_NAME}); create one with "
+            "`lens cluster-vocab --model BACKBONE --out DIR`")
 
 
 @dataclass
@@ -89,8 +120,19 @@ class ModelFiles:
 
     @property
     def backbone(self) -> str:
-        """The backbone reference, resolved against the directory when it carries its own (merged) backbone."""
+        """The backbone reference, resolved against the directory when it carries its own (merged) backbone; a
+        bundled one that is missing or holds no weights is an incomplete directory (a clear error here)."""
         bundled = self.directory / self.config.backbone
+        if self.config.backbone == BACKBONE_DIR:
+            if not bundled.is_dir():
+                raise FileNotFoundError(
+                    f"{self.directory} is incomplete: its config names the model's own merged backbone "
+                    f"({BACKBONE_DIR}/) but {bundled} is missing; copy {BACKBONE_DIR}/ back from where the model came "
+                    "from, or save the model again")
+            if not any(bundled.glob("*.safetensors")) and not (bundled / "pytorch_model.bin").is_file():
+                raise FileNotFoundError(
+                    f"{self.directory} is incomplete: {bundled} holds no weights (*.safetensors); copy them back "
+                    "from where the model came from, or save the model again")
         return str(bundled.resolve()) if bundled.is_dir() else self.config.backbone
 
 
@@ -202,7 +244,7 @@ def write_model_dir(
 
 
 # a trained directory's own records, carried into its stacked form
-_TRAINING_RECORDS = ("README.md", "train_config.json", "train_log.csv", "curves.png")
+TRAINING_RECORDS = ("README.md", "train_config.json", "train_log.csv", "curves.png")
 
 
 def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str | os.PathLike,
@@ -243,7 +285,7 @@ def stack_model_dirs(top: str | os.PathLike, bottom: str | os.PathLike, out: str
         config.extra = {**config.extra, "interpolated": {
             "fraction": fraction, "from": bottom_files.directory.name, "to": top_files.directory.name,
             "note": "weights bottom + fraction x (top - bottom): lens merge TO --onto FROM --fraction F"}}
-    records = {n: (top_files.directory / n).read_bytes() for n in _TRAINING_RECORDS
+    records = {n: (top_files.directory / n).read_bytes() for n in TRAINING_RECORDS
                if (top_files.directory / n).is_file()}
 
     def adapter(dest: Path) -> None:  # called by write_model_dir before it saves the config

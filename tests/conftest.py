@@ -66,6 +66,31 @@ def tiny_lens_dir(tmp_path_factory, tiny_backbone_dir):
     return out
 
 
+@pytest.fixture(scope="session")
+def trained_lens_dir(tiny_lens_dir, tmp_path_factory):
+    """``tiny_lens_dir`` with a LoRA adapter whose update is not zero (as after training), and a model card."""
+    import json
+    import shutil
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    d = tmp_path_factory.mktemp("trained") / "tiny-trained"
+    shutil.copytree(tiny_lens_dir, d)
+    config = json.loads((d / "config.json").read_text())
+    decoder = AutoModelForCausalLM.from_pretrained(config["backbone"], local_files_only=True).model
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        lora = get_peft_model(decoder, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"],
+                                                  init_lora_weights=False))
+    lora.save_pretrained(d / "adapter")
+    (d / "config.json").write_text(json.dumps({**config, "adapter": "adapter"}))
+    (d / "README.md").write_text("# tiny trained model\n")
+    return d
+
+
 def lens_dir_copy(source: Path, out: Path, **settings) -> Path:
     """A copy of the LENS directory ``source`` at ``out`` with ``settings`` (``LensConfig`` fields) changed."""
     import shutil

@@ -107,7 +107,7 @@ def test_outputs_and_conversions(tiny_encoder):
 
 
 @pytest.mark.parametrize("bad,exc,match", [
-    (None, TypeError, "None"), ([], ValueError, "empty list"), (["a", 3], TypeError, "texts\\[1\\] is a int"),
+    (None, TypeError, "None"), (["a", 3], TypeError, "texts\\[1\\] is a int"),
     (42, TypeError, "string or a list"),
 ])
 def test_bad_input(tiny_encoder, bad, exc, match):
@@ -348,3 +348,111 @@ def test_sentence_transformers_keyword_names(tiny_encoder):
     assert isinstance(tiny_encoder.encode(texts, convert_to_numpy=True), np.ndarray)
     with pytest.raises(ValueError, match="contradicts convert_to_tensor"):
         tiny_encoder.encode(texts, convert_to="sparse", convert_to_tensor=True)
+
+
+def test_a_merged_copy_keeps_the_fingerprint_and_searches_the_index_it_built(trained_lens_dir, tmp_path):
+    """``save_pretrained`` of a model whose adapter was merged on loading writes the merged weights; the copy is the
+    same model, so an index built with the original loads with the copy (and the copy of the copy), while weights
+    changed afterwards are another model."""
+    from safetensors.torch import load_file, save_file
+
+    from index import FingerprintMismatchError, HybridIndex
+
+    original = LensEncoder.from_pretrained(trained_lens_dir)
+    original.save_pretrained(tmp_path / "copy")
+    copy = LensEncoder.from_pretrained(tmp_path / "copy")
+    assert not (tmp_path / "copy" / "adapter").exists() and (tmp_path / "copy" / "backbone").is_dir()
+    assert (tmp_path / "copy" / "README.md").read_text() == "# tiny trained model\n"  # the model card goes along
+    assert_close(copy.encode(DOCS), original.encode(DOCS), atol=1e-6)
+    assert copy.fingerprint() == original.fingerprint()
+    copy.save_pretrained(tmp_path / "copy2")
+    assert LensEncoder.from_pretrained(tmp_path / "copy2").fingerprint() == original.fingerprint()
+
+    ix = HybridIndex(original.num_clusters, 0, fingerprint=original.fingerprint())
+    ix.add(["a", "b"], lexicon=original.encode(DOCS[:2]))
+    ix.save(tmp_path / "ix")
+    assert len(HybridIndex.load(tmp_path / "ix", expected_fingerprint=copy.fingerprint())) == 2
+
+    # the bundled weights changed after the save: no longer the model the record names
+    weights = next((tmp_path / "copy2" / "backbone").glob("*.safetensors"))
+    tensors = load_file(weights)
+    name = next(n for n in tensors if n.endswith("q_proj.weight"))
+    tensors[name] = tensors[name] + 0.01
+    save_file(tensors, weights, metadata={"format": "pt"})
+    changed = LensEncoder.from_pretrained(tmp_path / "copy2")
+    assert changed.fingerprint() != original.fingerprint()
+    with pytest.raises(FingerprintMismatchError):
+        HybridIndex.load(tmp_path / "ix", expected_fingerprint=changed.fingerprint())
+
+
+def test_sentence_transformers_names(tiny_encoder):
+    """``encode_query`` / ``encode_document`` take sentence-transformers' ``prompt`` and ``prompt_name``; a prompt is
+    an instruction everywhere (``encode``, ``encode_queries``); ``decode``, ``similarity`` and the dimension as
+    there."""
+    instruction = "Retrieve passages about genes"
+    by_instruction = tiny_encoder.encode_queries(DOCS, instruction=instruction)
+    assert_close(tiny_encoder.encode_query(DOCS, prompt=instruction), by_instruction, atol=0)
+    assert_close(tiny_encoder.encode(DOCS, prompt=instruction), by_instruction, atol=0)
+    assert_close(tiny_encoder.encode_document(DOCS, prompt=instruction), by_instruction, atol=0)
+    assert_close(tiny_encoder.encode_query(DOCS, prompt_name="query"), tiny_encoder.encode_queries(DOCS), atol=0)
+    assert_close(tiny_encoder.encode_document(DOCS, prompt_name="document"), tiny_encoder.encode(DOCS), atol=0)
+    assert not np.allclose(by_instruction, tiny_encoder.encode(DOCS))
+    with pytest.raises(ValueError, match="prompt_name 'passage' is not one of"):
+        tiny_encoder.encode(DOCS, prompt_name="passage")
+    with pytest.raises(ValueError, match="give one"):
+        tiny_encoder.encode_queries(DOCS, instruction="a", prompt="b")
+
+    vectors = tiny_encoder.encode(DOCS, normalize=False)
+    sims = tiny_encoder.similarity(vectors, vectors[:2])
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert isinstance(sims, torch.Tensor) and sims.shape == (len(DOCS), 2)
+    assert_close(sims.numpy(), unit @ unit[:2].T, atol=1e-6)
+    assert_close(tiny_encoder.similarity(tiny_encoder.encode(DOCS, convert_to="sparse"), vectors[0]).numpy(),
+                 unit @ unit[:1].T, atol=1e-6)
+    assert tiny_encoder.similarity_fn_name == "cosine"
+    assert tiny_encoder.get_sentence_embedding_dimension() == tiny_encoder.num_clusters
+
+    one = tiny_encoder.decode(vectors[0], top_k=2)
+    nonzero = np.flatnonzero(vectors[0])
+    heaviest = nonzero[np.argsort(-vectors[0][nonzero], kind="stable")][:2]
+    assert [w for _, w in one] == pytest.approx(vectors[0][heaviest].tolist())
+    assert one[0][0] == "|".join(dict.fromkeys(t.strip() or repr(t)
+                                               for t in tiny_encoder.cluster_tokens(int(heaviest[0]), 12)))[:len(one[0][0])]
+    every = tiny_encoder.decode(torch.from_numpy(vectors))
+    assert len(every) == len(DOCS) and [len(r) for r in every] == [int((v > 0).sum()) for v in vectors]
+    with pytest.raises(ValueError, match="columns but this model has"):
+        tiny_encoder.decode(np.ones(3))
+
+
+def test_empty_list_and_convert_to_numpy_false(tiny_encoder):
+    """As in sentence-transformers: no texts give zero rows; ``convert_to_numpy=False`` gives tensors."""
+    assert tiny_encoder.encode([]).shape == (0, tiny_encoder.num_clusters)
+    both = tiny_encoder.encode([], output="both", convert_to="torch")
+    assert both.lexicon.shape == (0, tiny_encoder.num_clusters) and isinstance(both.dense, torch.Tensor)
+    assert tiny_encoder.encode([], convert_to="sparse").shape == (0, tiny_encoder.num_clusters)
+    out = tiny_encoder.encode(DOCS, convert_to_numpy=False)
+    assert isinstance(out, torch.Tensor) and out.shape == (len(DOCS), tiny_encoder.num_clusters)
+
+
+def test_an_incomplete_or_wrong_directory_says_what_it_is(trained_lens_dir, tiny_backbone_dir, tmp_path):
+    """Each way a model directory can be wrong gets its own error: what is missing and what to do."""
+    import shutil
+
+    LensEncoder.from_pretrained(trained_lens_dir).save_pretrained(tmp_path / "copy")
+    shutil.copytree(tmp_path / "copy", tmp_path / "no-weights")
+    for f in (tmp_path / "no-weights" / "backbone").glob("*.safetensors"):
+        f.unlink()
+    with pytest.raises(FileNotFoundError, match="incomplete: .* holds no weights"):
+        LensEncoder.from_pretrained(tmp_path / "no-weights")
+    shutil.rmtree(tmp_path / "copy" / "backbone")
+    with pytest.raises(FileNotFoundError, match="incomplete: .*own merged backbone"):
+        LensEncoder.from_pretrained(tmp_path / "copy")
+    (tmp_path / "copy" / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="no config.json: the directory is incomplete"):
+        LensEncoder.from_pretrained(tmp_path / "copy")
+    with pytest.raises(FileNotFoundError, match="is a backbone .*lens cluster-vocab --model"):
+        LensEncoder.from_pretrained(tiny_backbone_dir)
+    with pytest.raises(FileNotFoundError, match="does not exist.*offline, from local directories"):
+        LensEncoder.from_pretrained("HuggingFaceTB/SmolLM2-135M")
+    with pytest.raises(ValueError, match="'gpu' is not a torch device"):
+        LensEncoder.from_pretrained(trained_lens_dir, device="gpu")

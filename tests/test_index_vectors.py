@@ -127,6 +127,16 @@ def test_as_matrix_shapes_dtypes_and_torch():
     np.testing.assert_array_equal(arr, [[1, 2], [3, 4]])
 
 
+def test_as_matrix_takes_sparse_vectors_as_dense_rows():
+    """``encode(..., convert_to="sparse")`` output (SciPy CSR) and torch sparse tensors go into an index as they are."""
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    torch = pytest.importorskip("torch")
+    dense = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 0.5]], dtype=np.float32)
+    np.testing.assert_array_equal(as_matrix(scipy_sparse.csr_matrix(dense), "lexicon"), dense)
+    np.testing.assert_array_equal(as_matrix(torch.from_numpy(dense).to_sparse(), "lexicon"), dense)
+    np.testing.assert_array_equal(as_matrix(torch.from_numpy(dense).to_sparse_csr(), "lexicon"), dense)
+
+
 def test_prune_top_m_matches_a_naive_sort():
     from index.vectors import prune_top_m
 

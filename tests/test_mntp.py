@@ -129,6 +129,20 @@ def test_the_warmed_model_is_bidirectional_merged_and_trainable(tiny_lens_dir, d
     assert LensEncoder.from_pretrained(trained).config.attention == "bidirectional"
 
 
+def test_a_warm_up_from_a_trained_model_is_a_new_model(trained_lens_dir, docs_file, tmp_path):
+    """The start's adapter is merged and then warmed up: the output's fingerprint is its own weights', never the
+    start's (which a merged copy of the start keeps: ``save_pretrained``)."""
+    from lens.encoder import LensEncoder
+
+    LensEncoder.from_pretrained(trained_lens_dir).save_pretrained(tmp_path / "merged")  # as `lens merge` does
+    out = _warmup(tmp_path / "merged", docs_file, tmp_path / "warm").run()
+    start = LensEncoder.from_pretrained(tmp_path / "merged", attention="bidirectional").fingerprint()
+    assert start["lens_adapter"]  # the merged start is the trained model
+    warmed = LensEncoder.from_pretrained(out).fingerprint()
+    assert warmed["lens_adapter"] is None and warmed["lens_backbone_weights"]
+    assert warmed != start
+
+
 def _lora(w) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in w.encoder.model.decoder.named_parameters() if p.requires_grad}
 

@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lens.atomic import DirectoryLock
-from lens.encoder import LensEncoder, check_texts
+from lens.encoder import LABEL_TOKENS, LensEncoder, check_texts, cluster_label
 from lens.extras import require
-from lens.inputs import PADDING_SIDE, encode_model_texts, pad_batch
+from lens.inputs import PADDING_SIDE, encode_model_texts, pad_batch, query_prompt
 from lens.model_dir import (
     ST_CONFIG_NAME,
     ST_MODULES_NAME,
@@ -52,9 +52,6 @@ __all__ = ["ClusterVocabulary", "LensSparseModule", "add_st_files", "cluster_lab
            "query_prompt"]
 
 logger = logging.getLogger(__name__)
-
-LABEL_TOKENS = 3  # distinct member tokens in a cluster's label
-
 
 class ClusterVocabulary:
     """The backbone's tokenizer, whose output vocabulary is the clusters: ``SparseEncoder.decode`` names an
@@ -221,25 +218,3 @@ def save_into(encoder: LensEncoder, target: Path) -> None:
                 os.replace(entry, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def query_prompt(template: str, prompt: str | None) -> str | None:
-    """The prompt LENS puts before a text for sentence-transformers' ``prompt``: none for ``None`` or ``""``, the
-    prompt itself when it already has the template's form (or the template takes no instruction), else the
-    template around it (the prompt is an instruction)."""
-    if not prompt:
-        return None
-    head, found, tail = template.partition("{instruction}")
-    if not found:
-        return prompt
-    if len(prompt) >= len(head) + len(tail) and prompt.startswith(head) and prompt.endswith(tail):
-        return prompt
-    return template.format(instruction=prompt)
-
-
-def cluster_label(tokens: list[str], cluster: int, size: int = LABEL_TOKENS) -> str:
-    """A cluster's name from its member tokens (in ``LensEncoder.cluster_tokens``' order): the first ``size``
-    distinct ones once stripped (a token that is only whitespace shown by ``repr``), joined by ``|``;
-    ``cluster N`` for a cluster without members."""
-    shown = list(dict.fromkeys(t.strip() or repr(t) for t in tokens))[:size]
-    return "|".join(shown) if shown else f"cluster {cluster}"

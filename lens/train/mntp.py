@@ -327,6 +327,7 @@ class MNTPWarmup:
         self.encoder.model.decoder.eval()
         self.peft.merge_and_unload()  # the decoder's LoRA layers become plain, merged linear layers
         self.encoder.adapter_merged = True  # so save_pretrained writes the merged backbone beside the clusters
+        self.encoder.adapter_sha256 = None  # new weights: identified by their own hash, not as the start's merge
         if main:
             with DirectoryLock(self.out, "model directory"):
                 self.encoder.save_pretrained(self.out, keep_existing=True)  # the checkpoint and log stay beside it

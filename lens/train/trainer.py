@@ -220,8 +220,8 @@ class Trainer:
         if self.split:
             fp = self.encoder.config.clustering.lm_head_sha256
             namespace = f"{self.encoder.config.backbone}|{fp}|{self.encoder.config.attention}"
-            if self.encoder.backbone_sha256:  # a bundled backbone: its weights, not only its path, key the states
-                namespace += f"|{self.encoder.backbone_sha256}"
+            if self.encoder.bundled_sha256:  # a bundled backbone: its weights, not only its path, key the states
+                namespace += f"|{self.encoder.bundled_sha256}"
             cache_dir = self.prefix_cache_dir or (self.output_dir / "prefix-cache")
             self.cache = PrefixCache(self.decoder, self.split, namespace, cache_dir)
             had = len(self.cache)
