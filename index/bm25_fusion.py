@@ -50,10 +50,12 @@ def split_weights(weights: Any, what: str = "weights") -> tuple[Any, float]:
     return (w[0], w[1]), w[2]
 
 
+WEIGHT_FORMS = "two or three numbers LEX,DENSE[,BM25]"  # what query weights may be (CLI, lens serve, Python)
+
+
 def _weights_error(what: str, weights: Any) -> str:
-    """The one message for query weights that are not two or three usable numbers (CLI, ``lens serve``, Python)."""
-    return (f"{what} must be two or three numbers LEX,DENSE[,BM25] (finite, >= 0, not all 0) such as 0.5,0.5 or "
-            f"0.4,0.3,0.3; got {weights!r}")
+    """The message for three query weights that are not usable (``weight_pair``'s for the rest)."""
+    return f"{what} must be {WEIGHT_FORMS} (finite, >= 0, not all 0) such as 0.5,0.5 or 0.4,0.3,0.3; got {weights!r}"
 
 
 def query_weights(value: Any, what: str = "weights") -> tuple[float, ...]:
@@ -62,18 +64,7 @@ def query_weights(value: Any, what: str = "weights") -> tuple[float, ...]:
     ``index.vectors.weight_pair``'s error (what 0 means instead); anything else that is not two or three such
     numbers, one error naming both forms."""
     pair, w_bm25 = split_weights(value, what)
-    if w_bm25 > 0:
-        return (*pair, w_bm25)
-    parts = pair.split(",") if isinstance(pair, str) else pair
-    try:
-        w = tuple(float(x) for x in parts)
-    except (TypeError, ValueError):
-        w = ()
-    if len(w) == 2 and all(math.isfinite(x) for x in w) and min(w) < 0:
-        return weight_pair(pair, what)  # refuses it, saying that 0 turns a part off
-    if len(w) != 2 or not all(math.isfinite(x) and x >= 0 for x in w) or not any(w):
-        raise ValueError(_weights_error(what, value))
-    return w
+    return (*pair, w_bm25) if w_bm25 > 0 else weight_pair(pair, what, WEIGHT_FORMS)
 
 
 def normalise_bm25(scores: np.ndarray, top: float | None = None) -> np.ndarray:

@@ -137,8 +137,9 @@ def document_vectors(lexicon: np.ndarray | None, dense: np.ndarray | None) -> np
     return out
 
 
-def weight_pair(weights: Any, what: str = "weights") -> tuple[float, float]:
-    """``(w_lex, w_dense)`` from a pair or from text such as ``"0.7,0.3"``: finite, >= 0, not both 0."""
+def weight_pair(weights: Any, what: str = "weights", forms: str = "two numbers LEX,DENSE") -> tuple[float, float]:
+    """``(w_lex, w_dense)`` from a pair or from text such as ``"0.7,0.3"``: finite, >= 0, not both 0. ``forms``
+    names what the caller accepts in the error (``index.bm25_fusion.query_weights``: a third, BM25's)."""
     parts = weights.split(",") if isinstance(weights, str) else weights
     try:
         w = tuple(float(x) for x in parts)
@@ -148,8 +149,7 @@ def weight_pair(weights: Any, what: str = "weights") -> tuple[float, float]:
         raise ValueError(f"{what}: negative weights are not supported (got {weights!r}); each weight is >= 0 and "
                          "0 turns that part off, e.g. 1,0 for the lexicon alone")
     if len(w) != 2 or not all(math.isfinite(x) and x >= 0 for x in w) or w == (0.0, 0.0):
-        raise ValueError(f"{what} must be two numbers LEX,DENSE (finite, >= 0, not both 0) such as 0.5,0.5; "
-                         f"got {weights!r}")
+        raise ValueError(f"{what} must be {forms} (finite, >= 0, not all 0) such as 0.5,0.5; got {weights!r}")
     return w
 
 

@@ -87,7 +87,7 @@ def test_per_query_weights_override_default(small):
     assert index.weights == (0.5, 0.5)  # default unchanged
     with pytest.raises(ValueError, match="one pair per query"):
         index.search(qlex, qden, weights=np.ones((2, 2)))
-    with pytest.raises(ValueError, match="not both 0"):
+    with pytest.raises(ValueError, match="not all 0"):
         index.search(qlex, qden, weights=(0, 0))
     with pytest.raises(ValueError, match=">= 0"):
         index.search(qlex, qden, weights=(-1, 1))
