@@ -115,12 +115,21 @@ def ids_hash(docs: Sequence[Document]) -> str:
 
 
 def check_documents(docs: Sequence[Document]) -> None:
-    """Refuse a document whose id, title or text is not valid Unicode, naming it (before any encoding)."""
+    """Refuse a document whose id, title or text is not valid Unicode, naming it (before any encoding); warn of
+    documents with no text at all (title and text blank), which are kept with all-zero vectors: they score 0 for
+    every query."""
+    blank = []
     for d in docs:
         for field, value in (("id", d.id), ("title", d.title), ("text", d.text)):
             problem = invalid_unicode(value)
             if problem is not None:
                 raise ValueError(f"document {d.id!r}: its {field} holds {problem}; fix the corpus record")
+        if not d.full_text:
+            blank.append(d.id)
+    if blank:
+        shown = ", ".join(repr(i) for i in blank[:5]) + (f" and {len(blank) - 5} more" if len(blank) > 5 else "")
+        logger.warning("%d of %d documents have no text (title and text blank): %s; they are kept with all-zero "
+                       "vectors, which score 0 for every query", len(blank), len(docs), shown)
 
 
 def check_build_options(workers: int, shards: int, top_m: int | None, n_docs: int | None = None) -> None:

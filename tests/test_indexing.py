@@ -433,3 +433,20 @@ def test_a_cuda_build_hands_the_batch_size_to_encode(tiny_encoder, corpus_file, 
     seen.clear()
     hybrid.encode_documents(["cell protein"], batch_size=None)
     assert seen == [(1, None), ("dense", DENSE_BATCH_SIZE)]
+
+
+def test_documents_without_text_are_named_in_a_warning(caplog):
+    import logging
+
+    from lens.corpus import Document
+    from lens.indexing import check_documents
+
+    docs = [Document("a", "cell gene"), Document("b", "  ", title=""), Document("c", "", title="A title")]
+    with caplog.at_level(logging.WARNING):
+        check_documents(docs)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("1 of 3 documents have no text (title and text blank): 'b';")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        check_documents(docs[:1] + docs[2:])
+    assert not caplog.records
