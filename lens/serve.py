@@ -6,7 +6,9 @@ Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 
   ``HybridIndex.search``), ``"weights"`` ``[w_lex, w_dense]`` or ``[w_lex, w_dense, w_bm25]`` (an index with a BM25
   part), ``"idf"`` (true / false: weigh the query lexicon by the index's inverse document frequencies; default:
   the index's), ``"instruction"``; answers
-  ``{"results": [{"query", "hits": [{"rank", "id", "score", "metadata"}]}], "documents", "took_ms"}``.
+  ``{"results": [{"query", "hits": [{"rank", "id", "score", "metadata"}]}], "documents", "took_ms"}``, and
+  ``"warnings"`` (a list of lines) when there is something to say: a filter that matches no document, and why
+  when one of its fields is held by none (``HybridIndex.missing_filter_fields``).
 - ``GET /search?q=...&k=...``: one query, for a quick look with curl or a browser.
 - ``GET /health``: ``{"status": "ok", "documents": N}`` (and ``"reload_error"`` when the index on disk could not be
   loaded again and the previous version is still served).
@@ -236,8 +238,13 @@ class SearchService:
         results = searcher.search(queries, k=k, weights=weights, instruction=instruction, filter=body.get("filter"),
                                   batch_size=len(queries), idf=idf,
                                   encode=lambda texts, instr: self._batcher.encode(searcher.encoder, texts, instr))
-        return {"results": [{"query": q, "hits": hit_records(h)} for q, h in zip(queries, results)],
-                "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
+        answer = {"results": [{"query": q, "hits": hit_records(h)} for q, h in zip(queries, results)],
+                  "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
+        flt = body.get("filter")
+        if flt is not None and len(searcher.index) and not any(len(r.ids) for r in results):
+            note = searcher.index.missing_filter_fields(flt)
+            answer["warnings"] = [f"no document matches the filter {json.dumps(flt)}" + (f"; {note}" if note else "")]
+        return answer
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -87,7 +87,15 @@ def test_answers_equal_the_searcher(index_dir):
         assert status == 200
         want = expected(index_dir, ["cancer drug"], k=20, filter=flt, weights=tuple(weights))
         assert_same(served(body["results"]), want)
-        assert {m["title"] for _, _, m in want[0]} == {"cancer", "drug"} and len(want[0]) == 4
+        assert {m["title"] for _, _, m in want[0]} == {"cancer", "drug"} and len(want[0]) == 4 and "warnings" not in body
+
+        status, body = srv.call("/search", {"query": "cancer drug", "filter": {"author": "x"}})  # no such field
+        assert status == 200 and body["results"][0]["hits"] == []
+        assert body["warnings"] == ['no document matches the filter {"author": "x"}; no document has the metadata '
+                                    "field 'author'; fields they have: snippet, title (a dot reaches into a "
+                                    "nested object, e.g. metadata.author)"]
+        status, body = srv.call("/search", {"query": "cancer drug", "filter": {"title": "no such title"}})
+        assert body["warnings"] == ['no document matches the filter {"title": "no such title"}']
 
         status, body = srv.call("/search?q=brain+cell&k=3")
         assert status == 200 and body["results"][0]["query"] == "brain cell"
