@@ -60,7 +60,7 @@ $(VENV)/.peers-installed: | $(VENV)/.installed
 # float32: 50 s wall spinning, 10 s passive). Not measured on an idle machine, where it should cost little.
 demo: export OMP_WAIT_POLICY ?= PASSIVE
 demo: setup $(DEMO_CORPUS)
-	$(LENS) cluster-vocab --model default --clusters 8000 --iterations $(DEMO_ITERATIONS) --out $(DEMO_DIR)
+	$(LENS) cluster-vocab --model default --clusters 8000 --iterations $(DEMO_ITERATIONS) --out $(DEMO_DIR) --overwrite
 	$(LENS) explain --model default --top-k 5 \
 		"A systematic review of randomized trials of statins for the prevention of heart disease." \
 		"Photosynthesis converts light energy into chemical energy stored in glucose."
@@ -161,7 +161,7 @@ $(TRAIN_DATA)/remined/scifact-train.jsonl.gz: | setup
 
 # The starting point of a trained default: its vocabulary clustered into k (the % of the name), causal attention.
 $(TRAIN_DATA)/smollm2-k%-causal/config.json: | setup
-	$(LENS) cluster-vocab --model default --clusters $* --attention causal --out $(@D)
+	$(LENS) cluster-vocab --model default --clusters $* --attention causal --out $(@D) --overwrite
 
 # The shipped default (lens/default_model) since issue 10's GPU run: k 8000, LoRA on all 30 layers, batches of 64
 # with up to 7 hard negatives (lens/train/configs/default-gpu.json); about 20 minutes on one H100. Needs CUDA.
@@ -181,13 +181,13 @@ train-default-gpu-bm25: train-data $(TRAIN_DATA)/smollm2-k8000-causal/config.jso
 # two stacked, cut back to rank 32 by a truncated SVD). The continuation alone, train-out/default-continue-gpu-bm25,
 # is the candidate that lost SciFact's hybrid. Needs CUDA.
 $(TRAIN_DATA)/default-gpu-merged/config.json: train-default-gpu
-	$(LENS) merge train-out/default-gpu --out $(@D)
+	$(LENS) merge train-out/default-gpu --out $(@D) --overwrite
 
 train-default-continued-gpu: $(TRAIN_DATA)/default-gpu-merged/config.json
 	$(LENS) -v train --config lens/train/configs/default-continue-gpu-bm25.json --model $(<D) \
 		--out train-out/default-continue-gpu-bm25 --resume $(TRAIN_FLAGS)
 	$(LENS) merge train-out/default-continue-gpu-bm25 --onto train-out/default-gpu --fraction 0.5 --rank 32 \
-		--out train-out/default-continued
+		--out train-out/default-continued --overwrite
 
 # The shipped GPU recipe with attention both ways, after LLM2Vec's MNTP warm-up at its own length (1000 steps of 32
 # texts; lens/train/configs/mntp-gpu.json): the test issue 10's CPU studies could not make. Needs CUDA; resumable.

@@ -90,7 +90,7 @@ done
 for v in ${INTERPOLATE:-}; do
   name=${v%%:*} f=${v#*:}
   [ -f "$W/$name/config.json" ] || continue
-  step "interpolate-$name-$f" 60 $LENS merge "$W/$name" --onto default --fraction "$f" --out "$W/$name-f$f"
+  step "interpolate-$name-$f" 60 $LENS merge "$W/$name" --onto default --fraction "$f" --overwrite --out "$W/$name-f$f"
   [ -f "$W/$name-f$f/config.json" ] && models+=("continue-gpu-$name-f$f:$W/$name-f$f")
 done
 suite() {  # SETS TAG MODEL

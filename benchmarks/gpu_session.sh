@@ -85,7 +85,7 @@ PY
 # 3. training smoke: inputs as the Makefile makes them, SIGTERM after the first checkpoint, then --resume
 W=.cache/gpu-smoke   # the paths lens/train/configs/smoke-gpu.json names
 rm -rf "$W" && mkdir -p "$W"
-step smoke-inputs 90 bash -c "$LENS cluster-vocab --model default --clusters 1000 --iterations 5 --attention causal --out $W/clusters && \
+step smoke-inputs 90 bash -c "$LENS cluster-vocab --model default --clusters 1000 --iterations 5 --attention causal --overwrite --out $W/clusters && \
   $LENS data shared '$DATA/train/pubmedqa-labeled' --instruction auto --out $W/pubmedqa-labeled.jsonl.gz"
 train_once() {  # first run, stopped with SIGTERM once its first checkpoint is written (exit 75 = stopped, resumable)
   $LENS -v train --config lens/train/configs/smoke-gpu.json --out "$W/train" &

@@ -55,3 +55,9 @@ def add_quantize_argument(parser: argparse.ArgumentParser, help_suffix: str = ""
     ``help_suffix``."""
     return add_registry_argument(parser, "--quantize", registry="lens.quantize:QUANTIZE_MODES", default=None,
                                  help=QUANTIZE_HELP + help_suffix)
+
+
+def add_overwrite_argument(parser: argparse.ArgumentParser, what: str = "a LENS model") -> None:
+    """``--overwrite``: a command that writes a model directory replaces one already at ``--out`` only when asked."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help=f"replace {what} already at --out (refused without it; never one of the inputs)")

@@ -6,17 +6,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lens.cli_args import add_quantize_argument, add_registry_argument
+from lens.cli_args import add_overwrite_argument, add_quantize_argument, add_registry_argument
 from lens.cmdline import check_quantize_workers, positive_int
 
 
 # ---------------------------------------------------------------------------------------------- cluster-vocab
 def cmd_cluster_vocab(args: argparse.Namespace) -> None:
     from lens.atomic import DirectoryLock
-    from lens.model_dir import check_model_target
+    from lens.model_dir import check_model_output
     from lens.vocab import cluster_vocab
 
-    check_model_target(args.out)  # before the clustering: never over a folder that is not a model
+    check_model_output(args.out, [args.model], overwrite=args.overwrite)  # before the clustering
     with DirectoryLock(args.out, "model directory"):  # a second writer of --out fails now, not after KMeans
         r = cluster_vocab(args.out, args.model, args.clusters, iterations=args.iterations, seed=args.seed,
                           backend=args.backend, exclude_special=args.exclude_special, compact=args.compact,
@@ -225,6 +225,7 @@ def register(subparsers) -> None:
     c.add_argument("--compact", action="store_true",
                    help="omit the centroids (they are the cluster means, recomputed from the verified backbone)")
     c.add_argument("--out", required=True, type=Path, help="directory to write (LensEncoder.from_pretrained loads it)")
+    add_overwrite_argument(c)
     c.set_defaults(func=cmd_cluster_vocab)
 
     e = subparsers.add_parser("encode", help="encode texts to a .npy matrix (rows in input order) or a sparse export")

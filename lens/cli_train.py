@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from lens.cli_args import LazyChoices
-from lens.cmdline import positive_int
+from lens.cli_args import LazyChoices, add_overwrite_argument
+from lens.cmdline import positive_float, positive_int
 
 
 def _stop_rule(args: argparse.Namespace, start: float):
@@ -77,15 +77,75 @@ def cmd_train(args: argparse.Namespace) -> int:
             stage.steps = args.steps if args.steps is not None else stage.steps
             stage.epochs = args.epochs if args.epochs is not None else stage.epochs
             StageConfig.loss_weights(stage)
+    _check_train_out(args.out, config.model, resume=args.resume, overwrite=args.overwrite)
+    _check_device(config.device)
     start = time.perf_counter()
     trainer = Trainer(config, args.out, prefix_cache_dir=args.prefix_cache)  # joins torchrun's process group
-    return _run_loop(trainer, lambda: trainer.train(resume=args.resume, stop=_stop_rule(args, start)), start,
-              lambda out, s: f"trained {trainer.step} steps in {s:.0f} s; model in {out} "
-                             f"(LensEncoder.from_pretrained({str(out)!r}))", args.command)
+
+    def done(out, s: float) -> str:
+        if trainer.start_step == trainer.step:
+            return (f"{out} was already complete (step {trainer.step} of {trainer.step}): nothing to train; model in "
+                    f"{out} (LensEncoder.from_pretrained({str(out)!r}))")
+        return f"trained {trainer.step} steps in {s:.0f} s; model in {out} (LensEncoder.from_pretrained({str(out)!r}))"
+
+    try:
+        return _run_loop(trainer, lambda: trainer.train(resume=args.resume, stop=_stop_rule(args, start)), start,
+                         done, args.command)
+    except KeyboardInterrupt:
+        step = _checkpoint_step(args.out)
+        if step is None:
+            raise
+        raise KeyboardInterrupt(f"{args.out / 'checkpoint'} holds step {step}: run the same command with --resume "
+                                "to continue") from None
+
+
+def _check_device(device: str | None) -> None:
+    """A named device checked as `lens bench --device` checks it (``cuda`` without a GPU: one line, no assert)."""
+    if device is not None:
+        from lens.sharding import check_devices
+
+        check_devices([device])
+
+
+def _checkpoint_step(out: Path) -> int | None:
+    """The step of the checkpoint a training run left in ``out``, or None when there is none (or it is unreadable)."""
+    from lens.atomic import read_json
+    from lens.train.checkpoint import STATE_JSON
+    from lens.train.trainer import CHECKPOINT_DIR
+
+    try:
+        return int(read_json(out / CHECKPOINT_DIR / STATE_JSON, "checkpoint state")["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _check_train_out(out: Path, model: str, *, resume: bool, overwrite: bool) -> None:
+    """``lens train``'s --out: never its own --model or a user's folder; a run's checkpoint only with --resume
+    (continue) or --overwrite (start again); a finished model (or any LENS model) only with --overwrite."""
+    from lens.config import CONFIG_NAME
+    from lens.model_dir import check_model_output, check_not_input
+    from lens.train.trainer import CHECKPOINT_DIR, TRAIN_CONFIG_NAME
+
+    if resume and overwrite:
+        raise ValueError("--resume continues the run in --out and --overwrite starts it again: give one of them")
+    check_not_input(out, [model])
+    if not ((out / CHECKPOINT_DIR).is_dir() or (out / TRAIN_CONFIG_NAME).is_file()):  # not a training run's folder
+        if not resume:
+            check_model_output(out, overwrite=overwrite)
+        return
+    if resume or overwrite:
+        return
+    if (out / CONFIG_NAME).is_file():
+        raise FileExistsError(f"{out} holds a finished trained model: pass --overwrite to train again over it, or "
+                              "choose a new --out")
+    step = _checkpoint_step(out)
+    if step is not None:
+        raise FileExistsError(f"{out} holds a checkpoint at step {step} of an interrupted run: pass --resume to "
+                              "continue it, --overwrite to start again, or choose a new --out")
 
 
 def cmd_mntp(args: argparse.Namespace) -> int:
-    from lens.train.mntp import MNTP_CONFIG_NAME, MNTPConfig, MNTPWarmup
+    from lens.train.mntp import CHECKPOINT_DIR, MNTP_CONFIG_NAME, MNTPConfig, MNTPWarmup
 
     saved = args.out / MNTP_CONFIG_NAME
     if args.config is None and args.resume and saved.is_file():
@@ -101,6 +161,11 @@ def cmd_mntp(args: argparse.Namespace) -> int:
         raw["data"] = [str(p) for p in args.data]
     if not raw.get("data"):
         raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
+    if not ((args.out / CHECKPOINT_DIR).is_dir() and saved.is_file()):  # its own unfinished run: check_run_target
+        from lens.model_dir import check_model_output
+
+        check_model_output(args.out, [raw.get("model", "default")], overwrite=args.overwrite)
+    _check_device(raw.get("device"))
     start = time.perf_counter()
     warmup = MNTPWarmup(MNTPConfig.from_dict(raw), args.out, show_progress_bar=True)  # -q hides bars
     return _run_loop(warmup, lambda: warmup.run(resume=args.resume, stop=_stop_rule(args, start)), start,
@@ -111,9 +176,9 @@ def cmd_mntp(args: argparse.Namespace) -> int:
 def cmd_merge(args: argparse.Namespace) -> None:
     from lens.atomic import DirectoryLock
     from lens.encoder import LensEncoder
-    from lens.model_dir import check_model_target
+    from lens.model_dir import check_model_output
 
-    check_model_target(args.out)
+    check_model_output(args.out, [args.model, args.onto], overwrite=args.overwrite)
     for flag, on in (("--term-channel", args.term_channel), ("--echo", args.echo)):
         if on and args.onto is not None:
             raise ValueError(f"{flag} writes a start for training (`lens merge MODEL --out START {flag}`, then "
@@ -181,8 +246,8 @@ def register(subparsers) -> None:
     loss = t.add_argument("--loss", type=_loss_expression, default=None,
                           help="a loss name (%(names)s) or a weighted sum such as infonce+0.5*bce")
     loss.names = LazyChoices("lens.train.objectives:OBJECTIVES")
-    t.add_argument("--steps", type=int, default=None)
-    t.add_argument("--epochs", type=float, default=None)
+    t.add_argument("--steps", type=positive_int, default=None)
+    t.add_argument("--epochs", type=positive_float, default=None)
     t.add_argument("--lora-layers", type=int, default=None,
                    help="train the top N layers only (cache the rest); 0: no LoRA, the decoder frozen (only the head, "
                         "or the term channel with train_head false in --config, trains)")
@@ -197,7 +262,10 @@ def register(subparsers) -> None:
                         "activation memory of N texts only")
     t.add_argument("--prefix-cache", type=Path, default=None,
                    help="where to keep the frozen layers' outputs (default: OUT/prefix-cache); share it between runs")
-    t.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    t.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoint (with the same settings; --time-limit, --threads, --device and "
+                        "--cache-chunk may change)")
+    add_overwrite_argument(t, "a trained model or an interrupted run's checkpoint")
     add_time_limit_argument(t)
     t.set_defaults(func=cmd_train)
 
@@ -226,6 +294,7 @@ def register(subparsers) -> None:
                    help="texts per forward on a process (default: its whole share of the batch); same gradients")
     w.add_argument("--gradient-checkpointing", action="store_true",
                    help="recompute each layer in the backward pass: less memory, more time (large backbones)")
+    add_overwrite_argument(w)
     add_time_limit_argument(w)
     w.set_defaults(func=cmd_mntp)
 
@@ -251,4 +320,5 @@ def register(subparsers) -> None:
     m.add_argument("--echo", action="store_true",
                    help="write the merged model reading its texts with echo (each text twice, the second copy "
                         "pooled; lens.inputs), a start for `lens train --model OUT` to adapt it to that input")
+    add_overwrite_argument(m)
     m.set_defaults(func=cmd_merge)

@@ -42,6 +42,17 @@ def positive_int(value: str) -> int:
     return n
 
 
+def positive_float(value: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = 0.0
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
+    return x
+
+
 def int_list(flag: str, minimum: int = 1, example: str = "64,128"):
     """argparse type for ``flag``: comma-separated integers >= ``minimum``, duplicates dropped, order kept."""
 

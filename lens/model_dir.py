@@ -30,7 +30,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -40,7 +40,8 @@ from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
 from lens.paper_models import is_released_dir, load_released_tokenizer, read_released
 
 __all__ = ["BACKBONE_DIR", "convert_released", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
-           "add_sentence_transformers_files", "check_model_target", "read_model_dir",
+           "add_sentence_transformers_files", "check_model_output", "check_model_target", "check_not_input",
+           "read_model_dir",
            "read_sentence_transformers_config", "resolve_model_dir", "sentence_transformers_config",
            "sentence_transformers_files", "stack_model_dirs", "write_model_dir"]
 
@@ -190,6 +191,30 @@ def check_model_target(path: str | os.PathLike) -> Path:
         raise FileExistsError(f"{path} exists, is not empty and is not a LENS model directory (no {CONFIG_NAME}); "
                               "writing would replace it: choose a new or empty directory")
     return path
+
+
+def check_not_input(out: str | os.PathLike, inputs: Sequence[str | os.PathLike | None]) -> Path:
+    """Refuse an output directory that is one of the command's own inputs (even with ``--overwrite``)."""
+    out = Path(out)
+    for source in inputs:
+        if source is not None and os.fspath(source) != "default" and Path(source).exists() \
+                and out.resolve() == Path(source).resolve():
+            raise FileExistsError(f"--out {out} is also this command's input {source}: writing would replace what it "
+                                  "reads; choose a new --out")
+    return out
+
+
+def check_model_output(out: str | os.PathLike, inputs: Sequence[str | os.PathLike | None] = (), *,
+                       overwrite: bool = False) -> Path:
+    """The check of a command that writes a model directory (``lens cluster-vocab``, ``merge``, ``mntp``): never
+    over one of its own ``inputs``, over a LENS model only with ``overwrite`` (``--overwrite``), and never over a
+    folder that is not a model (``check_model_target``). The Python API (``write_model_dir``) replaces as asked."""
+    out = check_not_input(out, inputs)
+    if (out / CONFIG_NAME).is_file() and not overwrite:
+        held = [n for n in ("adapter", "checkpoint", "backbone", "train_log.csv") if (out / n).exists()]
+        what = f"a trained LENS model ({', '.join(held)})" if held else "a LENS model"
+        raise FileExistsError(f"{out} already holds {what}; pass --overwrite to replace it, or choose a new --out")
+    return check_model_target(out)
 
 
 def write_model_dir(

@@ -204,7 +204,7 @@ def test_cli_train_and_resume(tiny_lens_dir, data_file, tmp_path, capsys):
     log = (out / "train_log.csv").read_text().splitlines()
     assert len(log) == 4 and log[0].startswith("step,stage,task,loss")
     assert main(argv + ["--resume"]) == 0  # the checkpoint is at the last step: nothing left but saving
-    assert "trained 3 steps" in capsys.readouterr().out
+    assert "already complete (step 3 of 3)" in capsys.readouterr().out
     assert (out / "train_log.csv").read_text().splitlines() == log
     LensEncoder.from_pretrained(out).encode("cancer drug")
     assert main(["train", "--model", str(tiny_lens_dir), "--out", str(out)]) == 2  # no data, no config

@@ -11,6 +11,10 @@ from lens.atomic import read_json, write_json
 
 TRAIN_FORMAT_VERSION = 1
 BIAS_INITS = ("fitted", "siglip")  # TrainConfig.bias_init
+# TrainConfig fields a resumed run may change: they do not change what a step computes (where it runs and how
+# fast; GradCache's chunk gives the same gradients; bf16 follows the device by default) or are for people only
+RESUMABLE_CHANGES = {"device", "threads", "bf16", "gradient_checkpointing", "cache_chunk", "checkpoint_every",
+                     "notes"}
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -105,8 +109,10 @@ class TrainConfig:
             for name in ("max_examples", "max_per_task"):
                 if getattr(s, name) is not None and getattr(s, name) < 1:
                     raise ValueError(f"stage {s.name!r}: {name} must be >= 1 (or null), got {getattr(s, name)}")
-            if s.steps is None and not s.epochs > 0:
-                raise ValueError(f"stage {s.name!r} needs steps or epochs > 0")
+            if s.steps is not None and s.steps < 1:
+                raise ValueError(f"stage {s.name!r}: steps must be >= 1 (or null to use epochs), got {s.steps}")
+            if not s.epochs > 0:
+                raise ValueError(f"stage {s.name!r}: epochs must be > 0, got {s.epochs}")
         w_lex, w_dense = weight_pair(self.hybrid_weights, "hybrid_weights")
         if w_lex == 0:
             raise ValueError("hybrid_weights: the lexicon weight must be > 0 (the hybrid loss trains the lexicon)")
@@ -152,6 +158,20 @@ class TrainConfig:
     def load(cls, path: str | Path) -> "TrainConfig":
         """The config in ``path``, its ``extends`` chain resolved (``resolve_extends``)."""
         return cls.from_dict(resolve_extends(path), source=str(path))
+
+
+def resume_changes(saved: dict, config: TrainConfig) -> list[str]:
+    """The settings of ``config`` that differ from a run's saved ``train_config.json`` (``saved``), as
+    ``"field: saved X, given Y"``, those a resume may change (``RESUMABLE_CHANGES``) left out."""
+    old, new = TrainConfig.from_dict(saved, source="the saved train_config.json").to_dict(), config.to_dict()
+    changes = [f"{k}: saved {old.get(k)!r}, given {v!r}" for k, v in new.items()
+               if k not in RESUMABLE_CHANGES | {"stages"} and old.get(k) != v]
+    if len(old["stages"]) != len(new["stages"]):
+        changes.append(f"stages: saved {len(old['stages'])}, given {len(new['stages'])}")
+    else:
+        changes += [f"stage {b['name']!r} {k}: saved {a.get(k)!r}, given {v!r}"
+                    for a, b in zip(old["stages"], new["stages"]) for k, v in b.items() if a.get(k) != v]
+    return changes
 
 
 def resolve_extends(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:

@@ -90,7 +90,10 @@ class TrainExample:
             fail(f"expected a JSON object, got {type(obj).__name__}")
         unknown = sorted(set(obj) - set(FIELDS))
         if unknown:
-            fail(f"unknown field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(FIELDS)}")
+            raw = {"negative", "qid"} & set(unknown)  # a shared set's own line (../shared/data/train)
+            hint = "; a raw shared training set: convert it first with `lens data shared FILE --out OUT.jsonl.gz`" \
+                if raw else ""
+            fail(f"unknown field(s) {', '.join(map(repr, unknown))}; the fields are {', '.join(FIELDS)}{hint}")
         for key in ("query", "positive"):
             if not isinstance(obj.get(key), str) or not obj[key].strip():
                 fail(f"{key!r} must be a non-empty string")
@@ -129,6 +132,11 @@ class TrainExample:
 def read_examples(path: str | os.PathLike, task: str | None = None) -> list[TrainExample]:
     """Examples of a .jsonl or .jsonl.gz file; a line without ``task`` gets ``task`` or else the file's stem."""
     path = Path(path)
+    if path.is_dir():
+        held = sorted(p.name for p in path.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
+        raise IsADirectoryError(f"{path} is a folder, not a training file (it holds {', '.join(held) or 'no .jsonl[.gz]'})"
+                                f"; pass a file of it, converted with `lens data shared {path / (held or ['FILE'])[0]} "
+                                "--out OUT.jsonl.gz` if it is a shared set")
     default = task or _stem(path)
     return [TrainExample.from_json(obj, f"{path}:{n}", default) for n, obj in iter_json_lines(path)]
 

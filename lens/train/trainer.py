@@ -31,11 +31,12 @@ import torch
 from torch import Tensor, nn
 
 from index.vectors import l2_normalize
+from lens.atomic import read_json
 from lens.inputs import Encoded, encode_model_texts, pad_batch, text_ids
 from lens.layers import embed, num_layers
 from lens.train import losses as L
 from lens.train.checkpoint import load_checkpoint, save_checkpoint
-from lens.train.config import TrainConfig
+from lens.train.config import TrainConfig, resume_changes
 from lens.train.data import TrainExample, plan_steps, read_examples, sample_examples, task_batches
 from lens.train.distributed import (
     DistributedContext, all_reduce_gradients, check_same, gather_pieces, init_from_env, rank_seed, shard_sizes,
@@ -89,6 +90,7 @@ class Trainer:
         self.dist = distributed if distributed is not None else init_from_env(config.device)
         self.show_progress_bar = show_progress_bar and self.dist.is_main
         self.step = 0
+        self.start_step = 0  # the step train() started from (a resumed run's checkpoint's)
         self.cache: PrefixCache | None = None
         self.cache_seconds = 0.0
         self._items: dict[tuple[str, str], Encoded] = {}
@@ -491,6 +493,12 @@ class Trainer:
         from tqdm.auto import tqdm
 
         main = self.dist.is_main
+        saved = self.output_dir / TRAIN_CONFIG_NAME
+        if resume and (self.output_dir / CHECKPOINT_DIR).is_dir() and saved.is_file():
+            changes = resume_changes(read_json(saved, "training config"), self.config)
+            if changes:
+                raise ValueError(f"{self.output_dir} holds a run with other settings ({'; '.join(changes)}); resume "
+                                 "it with its own settings, or train to a new --out")
         if main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             self.config.save(self.output_dir / TRAIN_CONFIG_NAME)
@@ -500,6 +508,7 @@ class Trainer:
             self.load_checkpoint(self.output_dir / CHECKPOINT_DIR)
             rows = [r for r in read_log(log_path) if int(r["step"]) <= self.step] if main else []
             logger.info("resumed at step %d of %d", self.step, len(self.plan))
+            self.start_step = self.step
         elif resume:
             logger.warning("no checkpoint in %s; starting from step 0", self.output_dir)
         check_same(self.step, self.dist, f"the step to start from (does every rank see {self.output_dir}?)")
