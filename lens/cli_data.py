@@ -272,7 +272,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                           help="the rewrite: %(choices)s")
     va.add_argument("--out", type=Path, required=True, help="the directory to write (with variant.json)")
     va.add_argument("--seed", type=int, default=0, help="the typos' seed (default 0)")
-    va.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    va.add_argument("--overwrite", action="store_true",
+                    help="replace --out if it is an earlier variant (has variant.json) or empty")
     va.set_defaults(func=cmd_variant, command="data variant")
 
     ca = sub.add_parser("casing", help="the casing table of the truecase-shouted text rule (lens.casing): each "

@@ -117,10 +117,21 @@ def _doc_record(d: Document) -> dict:
     return {"_id": d.id, "title": d.title, "text": d.text, **d.extra}
 
 
+def check_variant_target(path: Path) -> None:
+    """Refuse to write a variant over something that is not one: a file, or a non-empty directory without a
+    ``variant.json`` (writing replaces the whole directory, so a user's folder must never be taken for a variant)."""
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} exists and is a file, not a variant directory; choose another --out")
+    if path.is_dir() and not (path / "variant.json").is_file() and any(path.iterdir()):
+        raise FileExistsError(f"{path} exists, is not empty and is not a variant directory (no variant.json); "
+                              "writing would replace it even with --overwrite: choose a new or empty --out")
+
+
 def write_variant(source: str | os.PathLike, out: str | os.PathLike, name: str, *, seed: int = 0,
                   overwrite: bool = False) -> dict:
     """Write variant ``name`` of the BEIR-layout set at ``source`` to ``out`` (corpus, queries, every qrels file,
-    ``variant.json``); returns what ``variant.json`` records. ``out`` must not exist unless ``overwrite``."""
+    ``variant.json``); returns what ``variant.json`` records. ``out`` must not exist unless ``overwrite``, and
+    even then must be an earlier variant (it has ``variant.json``) or empty (``check_variant_target``)."""
     variant = get_variant(name)
     src, dst = Path(source), Path(out)
     if not src.is_dir():
@@ -129,6 +140,7 @@ def write_variant(source: str | os.PathLike, out: str | os.PathLike, name: str, 
         raise ValueError(f"the variant would replace its source {src}: give another --out")
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{dst} exists; remove it or pass --overwrite")
+    check_variant_target(dst)
     qrels_dir = src / "qrels"
     qrels = sorted(qrels_dir.glob("*.tsv*")) if qrels_dir.is_dir() else []
     if not qrels:

@@ -53,3 +53,47 @@ def test_host_reads_the_cpu_once_and_picks_the_int8_features():
     assert model and cpu_name() == model and flags == " ".join(sorted(flags.split()))
     assert int8_features("sse4_2 avx512_vnni avx2 fma amx_int8") == ["avx2", "avx512_vnni", "amx_int8"]
     assert int8_features("") == [] and set(int8_features()) <= set(flags.split())
+
+
+def _results(tmp_path, folder, systems, model="default"):
+    from lens.atomic import write_json
+
+    s = {"ndcg@10": 0.5, "recall@100": 0.9, "mrr@10": 0.6, "docs_per_s": 10.0, "query_ms_p50": 1.0,
+         "query_ms_p95": 2.0}
+    write_json(tmp_path / folder / "results.json", {"dataset": folder, "split": "test", "command": "lens bench beir",
+                                                     "model": model, "systems": {n: s for n in systems}})
+
+
+def test_a_readme_the_runner_did_not_write_is_never_replaced(tmp_path):
+    """write_readme replaces its own README (it carries GENERATED_MARKER), never a user's; a folder of other
+    systems only names no LENS model."""
+    import pytest
+
+    from lens.eval.report import GENERATED_MARKER, check_readme_target, write_readme
+
+    _results(tmp_path, "adi", ["bm25", "minilm"])
+    readme = write_readme(tmp_path)
+    assert GENERATED_MARKER in readme.read_text() and "LENS model(s)" not in readme.read_text()
+    _results(tmp_path, "cran", ["bm25", "lens-lexicon"], model="my-model")
+    assert "LENS model(s): `my-model`." in write_readme(tmp_path).read_text()  # its own: replaced
+    readme.write_text("# My project\n")
+    with pytest.raises(FileExistsError, match="not written by the benchmark runner.*choose another --output-dir"):
+        write_readme(tmp_path)
+    assert readme.read_text() == "# My project\n"
+    with pytest.raises(FileExistsError, match="choose another --output$"):
+        check_readme_target(tmp_path, "--output")
+
+
+def test_lens_bench_beir_refuses_a_users_readme_before_any_work(tmp_path, capsys):
+    from lens.cli import main
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "README.md").write_text("mine\n")
+    assert main(["bench", "beir", str(tmp_path / "missing-set"), "--systems", "bm25", "--output-dir",
+                 str(tmp_path / "out")]) == 2  # a wrong set name is named first
+    capsys.readouterr()
+    data = tmp_path / "set"
+    (data / "qrels").mkdir(parents=True)
+    assert main(["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(tmp_path / "out")]) == 2
+    assert "README.md exists and was not written by the benchmark runner" in capsys.readouterr().err
+    assert (tmp_path / "out" / "README.md").read_text() == "mine\n"

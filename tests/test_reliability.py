@@ -519,3 +519,28 @@ def test_read_only_directory_is_a_storage_error(tmp_path):
             make_index("a", 5, 0).save(tmp_path / "ro" / "ix")
     finally:
         os.chmod(tmp_path / "ro", 0o755)
+
+
+def test_saved_files_get_the_usual_modes(tmp_path):
+    """Files written in an atomic_dir get what a plain open() gives, even by a writer that leaves mkstemp's 0600
+    (safetensors' save_file, under PEFT's save_pretrained); atomic_write_bytes keeps a replaced file's mode."""
+    from safetensors.numpy import save_file
+
+    from lens.atomic import atomic_write_bytes
+
+    old = os.umask(0o022)
+    try:
+        with atomic_dir(tmp_path / "model") as tmp:
+            (tmp / "adapter").mkdir()
+            save_file({"w": np.zeros(2, dtype=np.float32)}, str(tmp / "adapter" / "adapter_model.safetensors"))
+            (tmp / "run.sh").write_text("#!/bin/sh\n")
+            os.chmod(tmp / "run.sh", 0o700)
+        assert (tmp_path / "model" / "adapter" / "adapter_model.safetensors").stat().st_mode & 0o777 == 0o644
+        assert (tmp_path / "model" / "run.sh").stat().st_mode & 0o777 == 0o755
+        atomic_write_bytes(tmp_path / "new.json", b"{}")
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
+        os.chmod(tmp_path / "new.json", 0o640)
+        atomic_write_bytes(tmp_path / "new.json", b"[]")
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -46,27 +47,42 @@ def test_rows_are_paired_tests_on_the_saved_values(tmp_path):
     assert "- read" in out.with_suffix(".md").read_text()
 
 
-def test_verdicts_and_errors(tmp_path):
+def test_verdicts_and_errors(tmp_path, capsys):
     assert sig.verdict({"diff": 0.02, "p_ttest": 0.01, "p_randomization": 0.02}) == "A ahead, significant"
     assert sig.verdict({"diff": -0.02, "p_ttest": 0.01, "p_randomization": 0.2}) == "B ahead, not significant"
     with pytest.raises(Exception, match="SYSTEM_A:SYSTEM_B"):
         sig.pair_list("bm25")
     per_query = {"x": {"q1": {"ndcg@10": 0.1}, "q2": {"ndcg@10": 0.3}}, "y": {"q1": {"ndcg@10": 0.2}}}
     run = _run(tmp_path, per_query)
-    for pairs, message in (("x:nope", r"\['nope'\] not in this run"), ("x:y", "different queries")):
-        with pytest.raises(SystemExit, match=message):
-            main(["bench", "significance", "--run", str(run), "--sets", "tiny", "--pairs", pairs, "--output",
-                  str(tmp_path / "o")])
-    with pytest.raises(SystemExit, match="per_query.json.gz not found.*lens bench beir"):
-        main(["bench", "significance", "--run", str(run), "--sets", "absent", "--output",
-              str(tmp_path / "o")])
+    for pairs, message in (("x:nope", "'nope' not in this run"), ("x:y", "different queries")):
+        assert main(["bench", "significance", "--run", str(run), "--sets", "tiny", "--pairs", pairs, "--output",
+                     str(tmp_path / "o")]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["bench", "significance", "--run", str(run), "--sets", "absent", "--output",
+                 str(tmp_path / "o")]) == 2
+    assert re.search("per_query.json.gz not found.*lens bench beir.*this run holds: tiny", capsys.readouterr().err)
     per_query["y"]["q2"] = {"recall@100": 1.0}
-    with pytest.raises(SystemExit, match="measure 'ndcg@10' is not saved"):
-        main(["bench", "significance", "--run", str(_run(tmp_path / "b", per_query)), "--sets", "tiny", "--pairs",
-              "x:y", "--output", str(tmp_path / "o")])
+    assert main(["bench", "significance", "--run", str(_run(tmp_path / "b", per_query)), "--sets", "tiny", "--pairs",
+                 "x:y", "--output", str(tmp_path / "o")]) == 2
+    assert "measure 'ndcg@10' is not saved" in capsys.readouterr().err
 
 
-def test_a_side_can_come_from_another_run(tmp_path):
+def test_the_default_sets_are_the_runs_and_a_missing_system_names_all_it_has(tmp_path, capsys):
+    """Without --sets, every set the run holds (not sets it never ran); a system not in the run is named beside
+    every system the run holds, and the CLI's input-error status is 2."""
+    values = {f"q{i}": {"ndcg@10": i / 10} for i in range(5)}
+    run = _run(tmp_path, {"bm25": values, "minilm": values, "bm25+minilm": values}, name="adi")
+    out = tmp_path / "sig"
+    assert main(["bench", "significance", "--run", str(run), "--pairs", "bm25:minilm", "--output", str(out),
+                 "--resamples", "50"]) == 0
+    assert list(json.loads(out.with_suffix(".json").read_text())["sets"]) == ["adi"]
+    assert main(["bench", "significance", "--run", str(run), "--sets", "adi", "--output", str(out)]) == 2
+    assert "'lens-lexicon' not in this run (it has bm25, bm25+minilm, minilm)" in capsys.readouterr().err
+    assert main(["bench", "significance", "--run", str(tmp_path / "empty"), "--output", str(out)]) == 2
+    assert "holds no set" in capsys.readouterr().err
+
+
+def test_a_side_can_come_from_another_run(tmp_path, capsys):
     rng = np.random.default_rng(1)
     a, b = rng.random(30), rng.random(30)
     first = _run(tmp_path / "one", {"lens-lexicon": {f"q{i}": {"ndcg@10": float(v)} for i, v in enumerate(a)}})
@@ -80,12 +96,12 @@ def test_a_side_can_come_from_another_run(tmp_path):
     order = sorted(f"q{i}" for i in range(30))
     ref = paired_test([float(a[int(q[1:])]) for q in order], [float(b[int(q[1:])]) for q in order], resamples=300)
     assert row == {"a": "lens-lexicon", "b": f"lens-lexicon@{second}", **ref.__dict__}
-    with pytest.raises(SystemExit, match="not in this run"):
-        main(["bench", "significance", "--run", str(first), "--sets", "tiny", "--pairs",
-              f"lens-lexicon:bm25@{second}", "--output", str(out)])
+    assert main(["bench", "significance", "--run", str(first), "--sets", "tiny", "--pairs",
+                 f"lens-lexicon:bm25@{second}", "--output", str(out)]) == 2
+    assert f"'bm25' not in {second} (it has lens-lexicon)" in capsys.readouterr().err
 
 
-def test_an_ateb_run_is_read_per_formulation(tmp_path):
+def test_an_ateb_run_is_read_per_formulation(tmp_path, capsys):
     """A set TASK/FORMULATION of an ATEB run: per-query measures from the stored ranks and choices, whose means are
     the harness's own (pool_ndcg_at_10, choice_accuracy), paired across two runs by query id."""
     from lens.metrics import choice_accuracy, gold_ranks, pool_ndcg_at_10
@@ -115,9 +131,12 @@ def test_an_ateb_run_is_read_per_formulation(tmp_path):
                      "--measure", measure, "--output", str(out), "--resamples", "200"]) == 0
         row = json.loads(out.with_suffix(".json").read_text())["sets"][f"piqa/{formulation}"][0]
         assert row["mean_a"] == pytest.approx(mean_a) and row["mean_b"] == pytest.approx(mean_b)
-    with pytest.raises(SystemExit, match="average precision is not a mean over queries"):
-        main(["bench", "significance", "--run", str(first), "--sets", "piqa/pair-classification", "--pairs", pair,
-              "--output", str(out)])
-    with pytest.raises(SystemExit, match="no formulation 'classification'"):
-        main(["bench", "significance", "--run", str(first), "--sets", "piqa/classification", "--pairs", pair,
-              "--output", str(out)])
+    assert main(["bench", "significance", "--run", str(first), "--sets", "piqa/pair-classification", "--pairs", pair,
+                 "--output", str(out)]) == 2
+    assert "average precision is not a mean over queries" in capsys.readouterr().err
+    assert main(["bench", "significance", "--run", str(first), "--sets", "piqa/classification", "--pairs", pair,
+                 "--output", str(out)]) == 2
+    assert "no formulation 'classification'" in capsys.readouterr().err
+    assert main(["bench", "significance", "--run", str(first), "--pairs", pair, "--measure", "accuracy",
+                 "--output", str(out), "--resamples", "50"]) == 2  # every formulation by default: one is not a mean
+    assert "piqa/pair-classification" in capsys.readouterr().err

@@ -92,3 +92,25 @@ def test_lens_data_variant_command(tmp_path, capsys):
     assert "pass --overwrite" in capsys.readouterr().err
     assert main(["data", "variant", str(src), "--variant", "upper-queries", "--out", str(tmp_path / "v"),
                  "--overwrite"]) == 0
+
+
+def test_overwrite_replaces_only_a_variant_or_an_empty_folder(tmp_path, capsys):
+    """--overwrite replaces an earlier variant (it has variant.json) or an empty folder; a folder of the user's own
+    files, or a file, is refused in one line and left as it was."""
+    from lens.cli import main
+
+    src = _write_set(tmp_path / "src")
+    mine = tmp_path / "mydir"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (mine / "important.csv").write_text("a,b\n")
+    assert main(["data", "variant", str(src), "--variant", "title-only", "--out", str(mine), "--overwrite"]) == 2
+    assert "is not a variant directory (no variant.json)" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["important.csv", "notes.txt"]
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(FileExistsError, match="is a file"):
+        write_variant(src, tmp_path / "afile", "upper-all", overwrite=True)
+    (tmp_path / "empty").mkdir()
+    write_variant(src, tmp_path / "empty", "upper-all", overwrite=True)
+    assert write_variant(src, tmp_path / "empty", "lower-all", overwrite=True)["variant"] == "lower-all"
+    assert json.loads((tmp_path / "empty" / "variant.json").read_text())["variant"] == "lower-all"

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -66,7 +67,8 @@ def atomic_dir(target: str | os.PathLike, *, keep_existing: bool = False, what: 
     and ``target`` is untouched; an OS failure of the storage becomes a ``StorageError`` naming ``target``.
     ``keep_existing`` carries every entry of the old ``target`` that the body did not write into the new version
     (hard links where the file system allows, so nothing is copied and the old version stays whole until the
-    swap): a training run's checkpoint and logs survive the model being written into the same directory.
+    swap): a training run's checkpoint and logs survive the model being written into the same directory. The
+    files the body wrote get the mode a plain ``open()`` would (``_usual_modes``), whatever wrote them.
     """
     target = Path(target).resolve()
     note = "nothing was changed: the previous version, if any, is intact"
@@ -78,6 +80,7 @@ def atomic_dir(target: str | os.PathLike, *, keep_existing: bool = False, what: 
         try:
             os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; a saved artefact gets the usual permissions
             yield tmp
+            _usual_modes(tmp)
             if keep_existing and target.is_dir():
                 for entry in target.iterdir():
                     if not (tmp / entry.name).exists():
@@ -120,6 +123,22 @@ def _link_tree(src: Path, dst: Path) -> None:
         _link_or_copy(str(src), str(dst))
 
 
+def _usual_modes(root: Path) -> None:
+    """Give every file under ``root`` the mode a plain ``open()`` would (0666 less the umask; 0777 less it where an
+    execute bit is set): writers that go through a temporary file of their own (safetensors' ``save_file``, under
+    PEFT's ``save_pretrained``) leave mkstemp's 0600, unreadable to the group a saved model is shared with."""
+    mask = _umask()
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            mode = (0o777 if st.st_mode & 0o111 else 0o666) & ~mask
+            if stat.S_IMODE(st.st_mode) != mode:
+                os.chmod(path, mode)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -129,7 +148,8 @@ def _umask() -> int:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
 
-    An OS failure of the storage raises ``StorageError`` and leaves neither a temporary file nor a change.
+    A new file gets the mode a plain ``open()`` would (0666 less the umask), a replaced one keeps its own. An OS
+    failure of the storage raises ``StorageError`` and leaves neither a temporary file nor a change.
     """
     path = Path(path)
     with storage_errors(path, "nothing was written"):
@@ -140,7 +160,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(tmp, 0o666 & ~_umask())
+            try:  # a replaced file keeps its mode; a new one gets what a plain open() would give (not 0600)
+                mode = stat.S_IMODE(os.stat(path).st_mode)
+            except FileNotFoundError:
+                mode = 0o666 & ~_umask()
+            os.chmod(tmp, mode)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

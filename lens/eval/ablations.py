@@ -37,11 +37,12 @@ def _cluster_list(value: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from lens.cmdline import positive_int
-    from lens.eval.beir import add_data_argument, add_thread_arguments
+    from lens.eval.beir import DATA_DIR_HELP, add_data_argument, add_thread_arguments
     from lens.eval.systems import DEFAULT_DEPTH
 
     parser.add_argument("ablation", choices=ABLATIONS, help="which ablation to run")
-    parser.add_argument("--dataset", default="scifact", help="BEIR directory or name under the data dir (default scifact)")
+    parser.add_argument("--dataset", default="scifact",
+                        help="BEIR directory or set name (default scifact): " + DATA_DIR_HELP)
     add_data_argument(parser)
     parser.add_argument("--split", default="test")
     parser.add_argument("--model", default="default",
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     command = getattr(args, "bench_command_line", None) or command_line()
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
+    report.check_readme_target(out_root)  # a user's README where ours would go: refused before any work
     data = load_dataset(args.dataset, args.split, args.max_docs, args.max_queries, args.data_dir)
     instruction = lookup(data.name, args.instruction)
     systems = variants(args, cache_dir, instruction.text)

@@ -546,6 +546,9 @@ def run(args: argparse.Namespace) -> int:
                                 f"set {DATA_DIR_ENV}")
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output or DEFAULT_OUTPUT_DIR)
+    from lens.eval.report import check_readme_target
+
+    check_readme_target(out_root, "--output")  # a user's README where ours would go: refused before any work
     loaded = {name: load_rows(name, root) for name in args.tasks}  # fail early on a missing or malformed file
     names = args.systems or default_systems()
     resources = Resources(model=args.model, cache_root=cache_dir, lens_batch_size=args.lens_batch_size,
@@ -580,6 +583,7 @@ def run(args: argparse.Namespace) -> int:
     readme = out_root / "README.md"
     from lens.atomic import atomic_write_bytes
 
+    check_readme_target(out_root, "--output")
     atomic_write_bytes(readme, readme_text(out_root).encode("utf-8"))
     print("\n\n".join(summaries) + f"\n\nresults in {out_root} (README: {readme})")
     return 0

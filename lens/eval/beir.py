@@ -41,6 +41,9 @@ DEFAULT_DATA_DIR = Path("..") / "shared" / "data"  # the project's layout: the d
 DEFAULT_CACHE_DIR = Path(".cache") / "lens-bench"
 DEFAULT_OUTPUT_DIR = Path("benchmarks") / "results" / "beir"
 DATA_GROUPS = ("beir", "classic")
+# How a set name resolves, for the help of every flag that takes one (``resolve_dataset``).
+DATA_DIR_HELP = (f"a name is looked up under DATA_DIR/beir and DATA_DIR/classic, DATA_DIR being --data-dir, else "
+                 f"${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR} (relative to the current folder)")
 
 
 def data_dir(given: str | os.PathLike | None = None) -> Path:
@@ -60,7 +63,8 @@ def resolve_dataset(arg: str | os.PathLike, data: str | os.PathLike | None = Non
             return candidate
     raise FileNotFoundError(
         f"dataset {os.fspath(arg)!r} not found: it is not a directory, nor a name under "
-        f"{root / 'beir'} or {root / 'classic'}; give a path, --data-dir DIR or set {DATA_DIR_ENV}"
+        f"{root / 'beir'} or {root / 'classic'}; give a path, --data-dir DIR or set {DATA_DIR_ENV} "
+        f"(the data dir when neither is given: {DEFAULT_DATA_DIR}, relative to the current folder)"
     )
 
 
@@ -329,8 +333,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from lens.eval.systems import ALL_SYSTEMS, DEFAULT_DEPTH, PEER_SYSTEMS
 
     parser.add_argument("datasets", nargs="+",
-                        help="BEIR-layout directories, or names under DATA_DIR/beir or DATA_DIR/classic "
-                             "(e.g. scifact cranfield medline)")
+                        help="BEIR-layout directories, or set names (e.g. scifact cranfield medline): "
+                             + DATA_DIR_HELP)
     add_data_argument(parser)
     parser.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
     parser.add_argument("--model", default="default", help="LENS model directory or 'default'")
@@ -394,7 +398,8 @@ def lens_batch_size(given: int | None, device: str | None) -> int | None:
 
 def add_data_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=None,
-                        help=f"where dataset names are looked up (default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR})")
+                        help=f"where dataset names are looked up (default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR} "
+                             "relative to the current folder)")
 
 
 def add_thread_arguments(parser: argparse.ArgumentParser) -> None:
@@ -425,6 +430,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
     paths = [resolve_dataset(d, args.data_dir) for d in args.datasets]  # fail early on a wrong name
+    report.check_readme_target(out_root)  # and on a user's README where ours would go
     device = getattr(args, "device", None)
     if device is not None:
         from lens.sharding import check_devices

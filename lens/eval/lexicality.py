@@ -172,10 +172,11 @@ def render(results: dict) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options of ``lens bench lexicality`` (and ``benchmarks/lexicality.py``) to ``parser``."""
-    from lens.eval.beir import DEFAULT_CACHE_DIR, add_data_argument
+    from lens.eval.beir import DATA_DIR_HELP, DEFAULT_CACHE_DIR, add_data_argument
 
     parser.add_argument("datasets", nargs="*", default=["scifact", "cranfield", "medline"],
-                        help="BEIR-layout sets (names or paths; default scifact cranfield medline), test split")
+                        help="BEIR-layout sets (names or paths; default scifact cranfield medline), test split: "
+                             + DATA_DIR_HELP)
     parser.add_argument("--model", default="default",
                         help="LENS model(s), comma-separated names or directories (default: default)")
     parser.add_argument("--splade", action="store_true", help="also measure SPLADE-tiny (needs the peers extra)")

@@ -23,12 +23,13 @@ from lens.atomic import atomic_write_bytes, read_json, write_json
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["REQUIRED_SYSTEM_KEYS", "RESULT_KEYS", "check_results", "readme_text", "results_markdown",
-           "write_dataset_results", "write_readme"]
+__all__ = ["GENERATED_MARKER", "REQUIRED_SYSTEM_KEYS", "RESULT_KEYS", "check_readme_target", "check_results",
+           "readme_text", "results_markdown", "write_dataset_results", "write_readme"]
 
 PER_QUERY_FILE = "per_query.json.gz"  # each system's value for each query, for paired tests (lens.eval.significance)
 LEGACY_PER_QUERY_FILE = "per_query.json"  # its name in runs saved before 2026-11-27, still read
 RESULT_KEYS = ("dataset", "split", "command", "model", "systems")
+GENERATED_MARKER = "do not edit by hand"  # in every README a runner writes: one without it is a user's, never replaced
 REQUIRED_SYSTEM_KEYS = ("ndcg@10", "recall@100", "mrr@10", "docs_per_s", "query_ms_p50", "query_ms_p95")
 
 
@@ -295,13 +296,24 @@ def readme_text(root: str | os.PathLike) -> str:
             lines.append(f"| {label} | {results['split']} | {name} | {_fmt(s['ndcg@10'])} | {_fmt(s['recall@100'])} | "
                          f"{_fmt(s['mrr@10'])} | {_fmt(s['docs_per_s'], 1)} | {_fmt(s['query_ms_p50'], 1)} | "
                          f"{_fmt(s['query_ms_p95'], 1)} |")
-    models = sorted({r["model"] for _, r, _ in entries})
-    lines += ["", f"LENS model(s): {', '.join(f'`{m}`' for m in models)}."]
+    models = sorted({r["model"] for _, r, _ in entries if any(n.startswith("lens") for n in r["systems"])})
+    if models:  # a run of other systems only (bm25, minilm) used no LENS model
+        lines += ["", f"LENS model(s): {', '.join(f'`{m}`' for m in models)}."]
     return "\n".join(lines) + "\n"
 
 
-def write_readme(root: str | os.PathLike) -> Path:
+def check_readme_target(root: str | os.PathLike, flag: str = "--output-dir") -> Path:
+    """Refuse, before any work starts, an output folder whose ``README.md`` the runner did not write (it lacks
+    ``GENERATED_MARKER``): the runner replaces its own README, never a user's."""
     path = Path(root) / "README.md"
+    if path.is_dir() or (path.exists() and GENERATED_MARKER not in path.read_text(encoding="utf-8", errors="replace")):
+        raise FileExistsError(f"{path} exists and was not written by the benchmark runner (no "
+                              f"'{GENERATED_MARKER}' line); writing would replace it: choose another {flag}")
+    return path
+
+
+def write_readme(root: str | os.PathLike) -> Path:
+    path = check_readme_target(root)
     atomic_write_bytes(path, readme_text(root).encode("utf-8"))
     return path
 

@@ -49,9 +49,9 @@ def load_qrels_arg(value: str | os.PathLike, split: str = "test",
     if not path.is_file():
         try:
             path = resolve_dataset(value, data) / "qrels" / f"{split}.tsv"
-        except FileNotFoundError:
+        except FileNotFoundError as e:
             raise FileNotFoundError(f"--qrels {os.fspath(value)!r} is neither a qrels file nor a BEIR directory or "
-                                    "set name (see --data-dir)") from None
+                                    f"set name: {e}") from None
     qrels = load_qrels(path)
     if not qrels:
         raise ValueError(f"{path} holds no judgements")
@@ -130,13 +130,17 @@ def render(result: dict, qrels_path: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options of ``lens bench runs`` to ``parser``."""
+    from lens.eval.beir import DATA_DIR_ENV, DATA_DIR_HELP, DEFAULT_DATA_DIR
     from lens.metrics import DEFAULT_MEASURES, MEASURES
 
     parser.add_argument("runs", nargs="+", type=Path, help="TREC run files (qid Q0 docid rank score tag)")
     parser.add_argument("--qrels", required=True,
-                        help="a qrels file (BEIR TSV, or TREC 'qid 0 docid grade'), or a BEIR directory or set name")
+                        help="a qrels file (BEIR TSV, or TREC 'qid 0 docid grade'), or a BEIR directory or set name: "
+                             + DATA_DIR_HELP)
     parser.add_argument("--split", default="test", help="the qrels split of a BEIR directory (default test)")
-    parser.add_argument("--data-dir", default=None, help="where set names are looked up (default ../shared/data)")
+    parser.add_argument("--data-dir", default=None,
+                        help=f"where set names are looked up (default: ${DATA_DIR_ENV}, else {DEFAULT_DATA_DIR} "
+                             "relative to the current folder)")
     parser.add_argument("--measures", type=_measures, default=DEFAULT_MEASURES,
                         help=f"comma-separated, of {', '.join(MEASURES)} (default {','.join(DEFAULT_MEASURES)})")
     parser.add_argument("--baseline", default=None,

@@ -17,8 +17,8 @@ import argparse
 from pathlib import Path
 
 from lens.cmdline import command_line, positive_int
-from lens.eval.report import (add_markdown_only_arguments, markdown_only, per_query_path, read_per_query,
-                               write_benchmark)
+from lens.eval.report import (PER_QUERY_FILE, add_markdown_only_arguments, markdown_only, per_query_path,
+                               read_per_query, write_benchmark)
 from lens.metrics import paired_test
 
 GOALS = ("lens-lexicon:bm25", "lens-lexicon:splade-tiny", "lens-hybrid:bm25+minilm", "lens-hybrid:bm25+minilm-rrf",
@@ -83,9 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options of ``lens bench significance`` (and ``benchmarks/significance.py``) to ``parser``."""
     parser.add_argument("--run", type=Path, default=Path("benchmarks/results/beir"),
                         help="a `lens bench beir` or `lens bench ateb` output folder (default benchmarks/results/beir)")
-    parser.add_argument("--sets", default="scifact,cranfield,medline",
+    parser.add_argument("--sets", default=None,
                         help="comma-separated set folders of the run (of an ATEB run: TASK/FORMULATION, such as "
-                             "piqa/answer-pool)")
+                             "piqa/answer-pool; default: every set the run holds)")
     parser.add_argument("--pairs", type=pair_list, default=pair_list(",".join(GOALS)),
                         help="comma-separated A:B system pairs (default: issue 10's goals)")
     parser.add_argument("--measure", default="ndcg@10", help="a per-query measure of the run (default ndcg@10)")
@@ -93,6 +93,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     add_markdown_only_arguments(parser, output="benchmarks/results/significance")
     return parser
+
+
+def run_sets(run: Path) -> list[str]:
+    """The sets ``run`` holds: each folder with a per-query file, an ATEB task's as one ``TASK/FORMULATION`` per
+    formulation (its values carry ``ids`` and ``systems``)."""
+    names = []
+    for folder in sorted(p for p in run.iterdir() if p.is_dir()) if run.is_dir() else []:
+        if not per_query_path(folder).is_file():
+            continue
+        saved = read_per_query(folder)
+        if saved and all(isinstance(v, dict) and {"ids", "systems"} <= set(v) for v in saved.values()):
+            names += [f"{folder.name}/{f}" for f in sorted(saved)]
+        else:
+            names.append(folder.name)
+    return names
 
 
 def read_set(run: Path, name: str) -> dict:
@@ -124,21 +139,31 @@ def _sides(run: Path, name: str, sides: tuple[str, str]) -> dict:
         folder = Path(other) if other else run
         if folder not in runs:
             runs[folder] = read_set(folder, name)
-        if system in runs[folder]:
-            out[side] = runs[folder][system]
+        if system not in runs[folder]:
+            raise ValueError(f"system {system!r} not in {'this run' if folder == run else folder} (it has "
+                             f"{', '.join(sorted(runs[folder]))}); give --pairs of those")
+        out[side] = runs[folder][system]
     return out
 
 
 def run(args: argparse.Namespace) -> int:
     if markdown_only(args, args.output, render):
         return 0
+    present = run_sets(args.run)
+    names = [s for s in args.sets.split(",") if s] if args.sets is not None else present
+    if not names:
+        raise FileNotFoundError(f"{args.run} holds no set with a {PER_QUERY_FILE}: give the --run of a "
+                                "`lens bench beir` or `lens bench ateb` output folder")
     sets = {}
-    for name in [s for s in args.sets.split(",") if s]:
+    for name in names:
         try:
             sets[name] = [compare(_sides(args.run, name, (a, b)), a, b, args.measure, args.resamples, args.seed)
                           for a, b in args.pairs]
-        except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(f"{args.run / name}: {e}") from None
+        except FileNotFoundError as e:  # input errors: the CLI reports them in one line with status 2
+            raise FileNotFoundError(f"{args.run / name}: {e}; this run holds: {', '.join(present) or 'no set'}") \
+                from None
+        except ValueError as e:
+            raise ValueError(f"{args.run / name}: {e}") from None
     command = getattr(args, "bench_command_line", None) or command_line()
     results = {"_meta": {"command": command, "run": str(args.run), "measure": args.measure,
                          "resamples": args.resamples, "seed": args.seed, "notes": list(args.note)}, "sets": sets}
