@@ -92,7 +92,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _run_loop(trainer, lambda: trainer.train(resume=args.resume, stop=_stop_rule(args, start)), start,
                          done, args.command)
     except KeyboardInterrupt:
-        step = _checkpoint_step(args.out)
+        step = _checkpoint_step_of(args.out)
         if step is None:
             raise
         raise KeyboardInterrupt(f"{args.out / 'checkpoint'} holds step {step}: run the same command with --resume "
@@ -107,16 +107,12 @@ def _check_device(device: str | None) -> None:
         check_devices([device])
 
 
-def _checkpoint_step(out: Path) -> int | None:
-    """The step of the checkpoint a training run left in ``out``, or None when there is none (or it is unreadable)."""
-    from lens.atomic import read_json
-    from lens.train.checkpoint import STATE_JSON
+def _checkpoint_step_of(out: Path) -> int | None:
+    """The step of the checkpoint a training run left in ``out`` (``lens.train.checkpoint.checkpoint_step``)."""
+    from lens.train.checkpoint import checkpoint_step
     from lens.train.trainer import CHECKPOINT_DIR
 
-    try:
-        return int(read_json(out / CHECKPOINT_DIR / STATE_JSON, "checkpoint state")["step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return checkpoint_step(out / CHECKPOINT_DIR)
 
 
 def _check_train_out(out: Path, model: str, *, resume: bool, overwrite: bool) -> None:
@@ -138,7 +134,7 @@ def _check_train_out(out: Path, model: str, *, resume: bool, overwrite: bool) ->
     if (out / CONFIG_NAME).is_file():
         raise FileExistsError(f"{out} holds a finished trained model: pass --overwrite to train again over it, or "
                               "choose a new --out")
-    step = _checkpoint_step(out)
+    step = _checkpoint_step_of(out)
     if step is not None:
         raise FileExistsError(f"{out} holds a checkpoint at step {step} of an interrupted run: pass --resume to "
                               "continue it, --overwrite to start again, or choose a new --out")

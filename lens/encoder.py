@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from index.vectors import l2_normalize
+from index.vectors import as_matrix, l2_normalize
 from lens.backbone import (BackboneRef, load_backbone, load_lm_head, matrix_sha256, quiet_loading, resolve_backbone,
                            special_token_ids)
 from lens.clustering import centroids_from_assignment
@@ -681,18 +681,9 @@ def cluster_label(tokens: list[str], cluster: int, size: int = LABEL_TOKENS) -> 
 
 
 def _as_rows(x) -> torch.Tensor:
-    """Vectors (numpy, torch dense or sparse, SciPy sparse; 1-D: one row) as a dense 2-D float32 CPU tensor."""
-    if hasattr(x, "toarray"):  # SciPy sparse
-        x = x.toarray()
-    if isinstance(x, torch.Tensor):
-        x = (x.to_dense() if x.is_sparse or x.layout != torch.strided else x).detach().float().cpu()
-    else:
-        x = torch.as_tensor(np.asarray(x, dtype=np.float32))
-    if x.ndim == 1:
-        x = x[None]
-    if x.ndim != 2:
-        raise ValueError(f"expected one vector or a matrix of vectors, got {x.ndim} dimensions")
-    return x
+    """Vectors in any form ``index.vectors.as_matrix`` takes (numpy, torch dense or sparse, SciPy sparse; 1-D: one
+    row) as a dense 2-D float32 CPU tensor."""
+    return torch.from_numpy(np.ascontiguousarray(as_matrix(x, "embeddings"), dtype=np.float32))
 
 
 def term_clusters_of(assignment: np.ndarray, tokenizer) -> np.ndarray:

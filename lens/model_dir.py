@@ -34,7 +34,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from lens.atomic import atomic_dir, atomic_write_bytes, ensure_present, read_json
+from lens.atomic import atomic_dir, atomic_write_bytes, check_replace_target, ensure_present, read_json
 from lens.clustering import clusters_tsv
 from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
 from lens.paper_models import is_released_dir, load_released_tokenizer, read_released
@@ -184,13 +184,7 @@ def read_model_dir(path: str | os.PathLike) -> ModelFiles:
 def check_model_target(path: str | os.PathLike) -> Path:
     """Refuse to write a model over something that is not one: a file, or a non-empty directory without a
     ``config.json`` (writing replaces the whole directory, so a user's folder must never be taken for a model)."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{path} exists and is a file, not a model directory; choose another path")
-    if path.is_dir() and not (path / CONFIG_NAME).is_file() and any(path.iterdir()):
-        raise FileExistsError(f"{path} exists, is not empty and is not a LENS model directory (no {CONFIG_NAME}); "
-                              "writing would replace it: choose a new or empty directory")
-    return path
+    return check_replace_target(path, CONFIG_NAME, "LENS model directory")
 
 
 def check_not_input(out: str | os.PathLike, inputs: Sequence[str | os.PathLike | None]) -> Path:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from lens.atomic import atomic_dir, write_json
+from lens.atomic import atomic_dir, check_replace_target, write_json
 from lens.corpus import Document, load_corpus, load_queries
 
 VARIANT_FORMAT = 1
@@ -120,11 +120,8 @@ def _doc_record(d: Document) -> dict:
 def check_variant_target(path: Path) -> None:
     """Refuse to write a variant over something that is not one: a file, or a non-empty directory without a
     ``variant.json`` (writing replaces the whole directory, so a user's folder must never be taken for a variant)."""
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"{path} exists and is a file, not a variant directory; choose another --out")
-    if path.is_dir() and not (path / "variant.json").is_file() and any(path.iterdir()):
-        raise FileExistsError(f"{path} exists, is not empty and is not a variant directory (no variant.json); "
-                              "writing would replace it even with --overwrite: choose a new or empty --out")
+    check_replace_target(path, "variant.json", "variant directory", where="--out",
+                         note="writing would replace it even with --overwrite")
 
 
 def write_variant(source: str | os.PathLike, out: str | os.PathLike, name: str, *, seed: int = 0,

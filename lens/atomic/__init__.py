@@ -18,10 +18,11 @@ from lens.atomic.errors import STORAGE_ERRNOS, LockedError, StorageError, storag
 from lens.atomic.lock import DirectoryLock
 from lens.atomic.reads import Generation, open_generation, parse_json, read_json
 from lens.atomic.recovery import ensure_present, recover
-from lens.atomic.writes import atomic_dir, atomic_write_bytes, check_output_file, write_json
+from lens.atomic.writes import atomic_dir, atomic_write_bytes, check_output_file, check_replace_target, write_json
 
 __all__ = [
     "DirectoryLock", "Generation", "LockedError", "STORAGE_ERRNOS", "StorageError", "atomic_dir",
-    "atomic_write_bytes", "check_output_file", "ensure_present", "open_generation", "parse_json", "read_json",
+    "atomic_write_bytes", "check_output_file", "check_replace_target", "ensure_present", "open_generation",
+    "parse_json", "read_json",
     "recover", "storage_error", "storage_errors", "write_json",
 ]

@@ -123,6 +123,20 @@ def _link_tree(src: Path, dst: Path) -> None:
         _link_or_copy(str(src), str(dst))
 
 
+def check_replace_target(path: str | os.PathLike, marker: str, kind: str, *, where: str = "directory",
+                         note: str = "writing would replace it") -> Path:
+    """Refuse to write a directory artefact (a ``kind`` such as a model directory, which holds ``marker``) over a
+    file or over a non-empty directory without ``marker``: writing replaces the whole directory, so a user's folder
+    must never be taken for one. ``where`` names what to choose instead (``directory``, ``--out``)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} exists and is a file, not a {kind}; choose another {where}")
+    if path.is_dir() and not (path / marker).is_file() and any(path.iterdir()):
+        raise FileExistsError(f"{path} exists, is not empty and is not a {kind} (no {marker}); {note}: choose a new "
+                              f"or empty {where}")
+    return path
+
+
 def _usual_modes(root: Path) -> None:
     """Give every file under ``root`` the mode a plain ``open()`` would (0666 less the umask; 0777 less it where an
     execute bit is set): writers that go through a temporary file of their own (safetensors' ``save_file``, under

@@ -56,6 +56,14 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer
                                       "world_size": world_size})
 
 
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step the checkpoint in ``path`` was saved at, or None when there is none there (or it is unreadable)."""
+    try:
+        return int(read_json(Path(path) / STATE_JSON, "checkpoint state")["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def load_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer: torch.optim.Optimizer,
                     plan_length: int,
                     device: torch.device, head: Tensor | None = None, bias: Tensor | None = None,
