@@ -232,6 +232,12 @@ class LensEncoder:
         self.backbone_sha256 = backbone_sha256
         self.bundled_sha256 = bundled_sha256
         self.cpu_batch_tokens: int | None = CPU_BATCH_TOKENS
+        # int8 rounds each activation to 8 bits with ranges and outlier channels taken over the call, so batching a
+        # text beside others would move its vector (cosine ~0.997, benchmarks/int8_batching.py). True: an int8
+        # encoder runs each text in a forward of its own, so a text's vector is a function of the text alone (a
+        # query's results never depend on concurrent requests), at some throughput (docs/s, int8_batching.md).
+        # False: batches as float32 does. Float32 ignores it (its batches move a vector by float rounding only).
+        self.batch_invariant = True
         # On CUDA, a single text of up to 128 tokens (a query) replays a captured CUDA graph instead of launching
         # every kernel from Python (lens.fixed_shape; 4 ms against 18-25 ms on an H100). False: always the batch path.
         self.cuda_graphs = True
@@ -267,8 +273,8 @@ class LensEncoder:
         the heaviest weight that each of a text's own token clusters gets at least: ``lens.pooling.term_floor``). A trained directory's
         LoRA adapter (PEFT format) is merged into the decoder weights (``merge_adapter=False`` keeps it separate).
         ``quantize="int8"`` runs the decoder's linear layers in int8 on CPU (``lens.quantize``; the cluster head and
-        pooling stay float32): faster, vectors close to but not equal to float32's (and to themselves encoded in
-        another batch, cosine ~0.997: ``benchmarks/int8_batching.py``), inference only. ``quantize="auto"``: int8
+        pooling stay float32): faster, vectors close to but not equal to float32's, each text in a forward of its own
+        so that its vector never depends on its batch (``batch_invariant``), inference only. ``quantize="auto"``: int8
         where this host runs it clearly faster than float32 (``lens.quantize.resolve_quantize``), else float32;
         ``encoder.quantize`` says which.
         """
@@ -475,6 +481,8 @@ class LensEncoder:
                 logger.warning("%s", truncation_message(n_cut, len(items), self.max_seq_length))
             if batch_size is None:
                 batch_size = self.default_batch_size(max(len(it.ids) for it in items))
+            if self.quantize is not None and self.batch_invariant:
+                batch_size = 1  # int8: one text per forward (see __init__)
             one = self._single_text(items)
             if one is not None:
                 lexicon[todo], dense[todo] = one[0][None], one[1][None]

@@ -17,9 +17,10 @@ kernel (``torch.ops.quantized.linear_dynamic``) differently:
 ``quantize="auto"`` (``resolve_quantize``) is int8 only on a CPU where a two-second probe, measured once per host and
 cached, runs int8 clearly faster than float32 (~2x on some x86 hosts, 1.05-1.3x on others); else float32.
 Outlier channels and the activation range are picked per call, and 8-bit rounding turns the last-bit differences of
-float32 kernels that block a batch differently into whole steps, so a text's int8 vector also moves with the texts
-batched beside it, about as far as from float32 (cosine ~0.997, mean |difference| ~2e-3:
-``benchmarks/int8_batching.py``).
+float32 kernels that block a batch differently into whole steps, so a token's int8 output depends on the tokens in the
+same call (texts batched together would move each other's vectors: cosine ~0.997, ``benchmarks/int8_batching.py``);
+``LensEncoder`` therefore runs an int8 text in a forward of its own (``batch_invariant``), where its vector is a
+function of the text alone.
 The float32 weights are kept for the outlier columns (memory: float32 + int8 copies of the linear weights).
 
 Why this operator: ``torch.ao.quantization`` and quantized tensors are deprecated in torch 2.13 in favour of torchao,
@@ -62,7 +63,7 @@ WEIGHT_LEVELS = 63  # 7-bit symmetric weights: u8 activation x s8 weight pairs s
 DEFAULT_OUTLIERS = 16
 DEFAULT_FLOAT32_LAYERS = 2
 # Bumped whenever the arithmetic above changes, so cached int8 vectors of an older recipe are never reused.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3  # 3: an encoder runs int8 texts one per forward (batch_invariant)
 ENGINES = ("x86", "fbgemm")  # the quantized engines whose dynamic linear these settings are checked against
 
 
@@ -188,18 +189,18 @@ def _engine() -> str:
 # timing on this host shows it clearly faster, once per host.
 AUTO_MIN_SPEEDUP = 1.15  # int8 must run the probe at least this many times faster than float32
 # The probe: one decoder block of the default's backbone (SmolLM2-135M: hidden 576, MLP 1536, 9 query heads, 3 key /
-# value heads), its seven linear layers at their real shapes plus attention, norms and the gated MLP, over a batch of
-# 2 texts of 256 tokens. Float32 and int8 copies of it run in turn until the budget is spent; the best of each counts.
+# value heads), its seven linear layers at their real shapes plus attention, norms and the gated MLP, over one text
+# of 256 tokens. Float32 and int8 copies of it run in turn until the budget is spent; the best of each counts.
 # It runs on one thread and counts that thread's CPU time: on a 2-core host shared with other jobs, wall-clock
 # ratios at 2 threads swung from 0.59 to 0.92 between runs a minute apart (threads spinning while the other waited for
 # a core), CPU-time ratios on one thread from 1.10 to 1.30, around the 1.25-1.3x that the whole model's encode
 # measured there (16 pydoc passages, 2 threads, OMP_WAIT_POLICY=PASSIVE). Two seconds of repeats keep the best times
 # close to an idle host's.
 PROBE_SHAPE = {"hidden": 576, "intermediate": 1536, "heads": 9, "kv_heads": 3}
-PROBE_TOKENS = (2, 256)  # (batch, length): the default's max_seq_length
+PROBE_TOKENS = (1, 256)  # (batch, length): one text of the default's max_seq_length (int8 runs one text per forward)
 PROBE_BUDGET_S = 2.0
 PROBE_REPEATS = (3, 50)  # at least, at most, each
-PROBE_VERSION = 1  # bumped when the probe changes, so an older cached measurement is taken again
+PROBE_VERSION = 2  # bumped when the probe changes, so an older cached measurement is taken again
 
 
 def resolve_quantize(mode: str | None, device: str | torch.device | None = None) -> str | None:

@@ -14,6 +14,7 @@ from conftest import requires_shared
 
 from lens.eval import ablations, beir, report
 from lens.eval.systems import ALL_SYSTEMS, SYSTEMS, FusionSystem, System, combined_rate
+from lens.quantize import recipe
 from lens.corpus import Document
 
 
@@ -262,7 +263,7 @@ def test_int8_systems_beside_float32_in_one_run(tmp_path, tiny_lens_dir):
     assert "int8 linear layers" in int8["description"]
     assert "int8" not in res["systems"]["lens-lexicon"]["description"]
     fingerprints = {json.loads(p.read_text()).get("quantize") for p in cache.rglob("fingerprint.json")}
-    assert {None, "int8-v2"} <= fingerprints  # int8 vectors keyed by the versioned recipe (lens.quantize.recipe)
+    assert {None, recipe("int8")} <= fingerprints  # int8 vectors keyed by the versioned recipe
 
 
 def test_idf_systems_weigh_queries_by_the_corpus_idf(tmp_path, tiny_lens_dir):

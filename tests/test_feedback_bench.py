@@ -95,11 +95,15 @@ def test_int8_batching_compares_each_texts_two_vectors():
     got = script._compare(a, b)
     assert got["cos_min"] == pytest.approx(0.96) and got["cos_mean"] == pytest.approx(0.98)
     assert got["diff_max"] == pytest.approx(0.2) and got["diff_mean"] == pytest.approx(0.4 / 3)  # zeros left out
-    meta = {"command": "x", "model": "default", "set": "adi", "texts": 2, "queries": True,
-            "modes": {"float32": script._compare(a, a), "int8": {**got, "cos_to_float32_mean": 0.99}}}
+    meta = {"command": "x", "model": "default", "set": "adi", "texts": 2, "queries": True, "repeats": 2,
+            "threads": 1, "machine_line": "a CPU",
+            "modes": {"float32": {**script._compare(a, a), "texts_per_s": 3.0},
+                      "int8-batched": {**got, "cos_to_float32_mean": 0.99, "texts_per_s": 5.5}}}
     lines = script.render(meta)
-    assert any(line.startswith("| float32 | 1.000000 |") and line.endswith("| - |") for line in lines)
-    assert any(line.startswith("| int8 | 0.960000 | 0.980000 |") and "0.99000" in line for line in lines)
+    assert any(line.startswith("| float32 | 1.000000 |") and line.endswith("| - | 3.00 |") for line in lines)
+    assert any(line.startswith("| int8-batched | 0.960000 | 0.980000 |") and line.endswith("| 0.99000 | 5.50 |")
+               for line in lines)
+    assert lines[-1] == "Machine: a CPU."
 
 def test_term_floor_pairs_the_index_bm25_part_with_the_hybrid():
     """benchmarks/term_floor.py's paired test: the index's three-part run against the hybrid's, per query, and the

@@ -420,3 +420,47 @@ def test_index_build_refuses_workers_for_an_int8_encoder(int8_encoder, tmp_path)
         build_index(docs, tmp_path / "ix", HybridEncoder(int8_encoder, "none"), chunk_size=2, workers=2,
                     show_progress_bar=False)
     assert not (tmp_path / "ix").exists()
+
+
+def test_an_int8_vector_does_not_depend_on_the_texts_batched_beside_it(int8_encoder, tiny_encoder):
+    """int8 ranges and outlier channels are taken over a forward, so the encoder gives each text a forward of its
+    own: the same vectors alone and in any batch, whatever batch_size asks for (sentence-transformers' contract)."""
+    texts = ["cell", "the review of the study was high and the dose was low", "cancer patients", "a"]
+    sizes = []
+    forward = int8_encoder._forward
+
+    def spy(items):
+        sizes.append(len(items))
+        return forward(items)
+
+    int8_encoder._forward = spy
+    try:
+        batched = int8_encoder.encode_documents(texts, batch_size=4, output="both")
+        queries = int8_encoder.encode_queries(texts, batch_size=32)
+    finally:
+        del int8_encoder._forward
+    assert sizes == [1] * 8
+    for i, text in enumerate(texts):
+        alone = int8_encoder.encode_documents([text], output="both")
+        assert np.array_equal(alone.lexicon[0], batched.lexicon[i])
+        assert np.array_equal(alone.dense[0], batched.dense[i])
+        assert np.array_equal(int8_encoder.encode_queries([text])[0], queries[i])
+    # float32 batches as it always did (its batches move a vector by float rounding only)
+    sizes.clear()
+    tiny_encoder._forward, plain = spy, tiny_encoder._forward
+    forward = plain
+    try:
+        tiny_encoder.encode_documents(texts, batch_size=4)
+    finally:
+        del tiny_encoder._forward
+    assert sizes == [4]
+
+
+def test_int8_batching_can_be_turned_back_on(tiny_lens_dir):
+    encoder = LensEncoder.from_pretrained(tiny_lens_dir, quantize="int8")
+    encoder.batch_invariant = False
+    sizes = []
+    forward = encoder._forward
+    encoder._forward = lambda items: sizes.append(len(items)) or forward(items)
+    encoder.encode_documents(["cell", "cancer patients", "drug dose"], batch_size=2)
+    assert sorted(sizes) == [1, 2]
