@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 from lens.eval.report import machine_lines, result_folders
@@ -97,3 +98,37 @@ def test_lens_bench_beir_refuses_a_users_readme_before_any_work(tmp_path, capsys
     assert main(["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(tmp_path / "out")]) == 2
     assert "README.md exists and was not written by the benchmark runner" in capsys.readouterr().err
     assert (tmp_path / "out" / "README.md").read_text() == "mine\n"
+
+
+def test_a_run_folder_of_the_users_files_is_refused_before_its_work(tmp_path, capsys):
+    """lens bench beir replaces an earlier run's files in a set's folder (a rerun updates it), never a user's; the
+    check comes before the set is evaluated, and the folder is left as it was."""
+    import pytest
+    from bench_helpers import write_beir
+
+    from lens.cli import main
+    from lens.eval.report import check_run_target
+
+    data = write_beir(tmp_path / "tiny")
+    out = tmp_path / "out"
+    argv = ["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(out), "--no-plot"]
+    assert main(argv) == 0
+    run = out / "tiny"
+    first = json.loads((run / "results.json").read_text())
+    assert main(argv) == 0 and json.loads((run / "results.json").read_text())["systems"].keys() == first["systems"].keys()
+
+    (run / "results.json").write_text('{"my": "notes"}')
+    assert main(argv) == 2
+    assert "holds files the benchmark runner did not write (its results.json is not a benchmark run's)" in \
+        capsys.readouterr().err
+    assert (run / "results.json").read_text() == '{"my": "notes"}'
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.md").write_text("# my results\n")
+    with pytest.raises(FileExistsError, match="holds results.md but no results.json.*choose another --output$"):
+        check_run_target(mine, "--output")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(FileExistsError, match="is a file where the run's folder goes"):
+        check_run_target(tmp_path / "afile")
+    assert check_run_target(tmp_path / "new") == tmp_path / "new"  # nothing there: fine

@@ -546,7 +546,7 @@ def run(args: argparse.Namespace) -> int:
                                 f"set {DATA_DIR_ENV}")
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output or DEFAULT_OUTPUT_DIR)
-    from lens.eval.report import check_readme_target
+    from lens.eval.report import check_readme_target, check_run_target
 
     check_readme_target(out_root, "--output")  # a user's README where ours would go: refused before any work
     loaded = {name: load_rows(name, root) for name in args.tasks}  # fail early on a missing or malformed file
@@ -559,6 +559,8 @@ def run(args: argparse.Namespace) -> int:
         rows = sample_rows(all_rows, args.max_rows, args.seed)
         if args.max_rows:
             logger.warning("%s: SUBSAMPLE (smoke test only): %d of %d rows", name, len(rows), len(all_rows))
+        folder = name + ("-subsample" if args.max_rows else "")
+        check_run_target(out_root / folder, "--output")  # a folder of the user's files there: refused before work
         started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         formulations, per_query = run_task(name, rows, len(all_rows), scorers, threads=args.threads)
         results = {"task": name, "file": TASKS[name].file, "command": command, "model": args.model,
@@ -575,7 +577,6 @@ def run(args: argparse.Namespace) -> int:
             enc = resources.lens.encoder
             info["lens"] = {"fingerprint": enc.fingerprint(), "num_clusters": enc.num_clusters,
                             "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds}
-        folder = name + ("-subsample" if args.max_rows else "")
         write_task_results(out_root / folder, results, per_query, info, plot=not args.no_plot)
         summaries.append(summary_table(results))
     for scorer in scorers:

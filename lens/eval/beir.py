@@ -262,6 +262,7 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
     from lens.eval import report
     from lens.trec import write_run
 
+    report.check_run_target(out_dir)  # a folder of the user's files where this set's run goes: refused before work
     if drop_self is None:
         drop_self = data.name == "arguana"
     started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")

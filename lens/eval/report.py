@@ -24,6 +24,7 @@ from lens.atomic import atomic_write_bytes, read_json, write_json
 logger = logging.getLogger(__name__)
 
 __all__ = ["GENERATED_MARKER", "REQUIRED_SYSTEM_KEYS", "RESULT_KEYS", "check_readme_target", "check_results",
+           "check_run_target",
            "readme_text", "results_markdown", "write_dataset_results", "write_readme"]
 
 PER_QUERY_FILE = "per_query.json.gz"  # each system's value for each query, for paired tests (lens.eval.significance)
@@ -164,6 +165,35 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> None:
     fig.savefig(buf, format="png", dpi=dpi)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+RUN_FILES = ("results.json", PER_QUERY_FILE, LEGACY_PER_QUERY_FILE, "run_info.json", "results.md")  # a run folder's
+
+
+def check_run_target(directory: str | os.PathLike, flag: str = "--output-dir") -> Path:
+    """Refuse, before a set's work starts, a run folder whose files the runner did not write: ``write_result_files``
+    replaces an earlier run's files (a rerun updates its results), never a user's. A folder is a run's when its
+    ``results.json`` is a JSON object holding ``command`` and ``systems`` (a BEIR run) or ``formulations`` (ATEB)."""
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise FileExistsError(f"{d} is a file where the run's folder goes: choose another {flag}")
+    present = [name for name in RUN_FILES if (d / name).exists()]
+    if not present:
+        return d
+    problem = None
+    try:
+        results = json.loads((d / "results.json").read_text(encoding="utf-8"))
+        if not (isinstance(results, dict) and "command" in results and ("systems" in results
+                                                                        or "formulations" in results)):
+            problem = "its results.json is not a benchmark run's"
+    except FileNotFoundError:
+        problem = f"it holds {', '.join(present)} but no results.json"
+    except (OSError, ValueError) as e:  # a folder named results.json, unreadable, not UTF-8, not JSON
+        problem = f"its results.json cannot be read as a run's ({type(e).__name__})"
+    if problem is not None:
+        raise FileExistsError(f"{d} holds files the benchmark runner did not write ({problem}); writing the run "
+                              f"there would replace them: choose another {flag}")
+    return d
 
 
 def write_result_files(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
