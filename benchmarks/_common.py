@@ -59,6 +59,26 @@ def machine(torch: bool = False) -> dict:
     return facts
 
 
+def proc_memory(field: str) -> int:
+    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``; kB there) of this process, in bytes (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def run_child(script: str | os.PathLike, mode: str, *args: str) -> dict:
+    """Run ``script --child mode *args`` in a fresh Python process (a measurement of its own: nothing this process
+    loaded counts) and return the JSON its last line of output prints."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, os.fspath(script), "--child", mode, *args], check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def machine_description() -> str:
     """The machine in one line, as training's model card writes it (``lens.train.report.machine_description``):
     ``CPU, N cores, GPU; torch V, T threads``."""

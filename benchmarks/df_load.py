@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, machine, script_command, write_results
+from _common import RESULTS, machine, run_child, script_command, write_results
 
 OUT = RESULTS / "df_load"
 
@@ -105,10 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         write_part(path, args.docs, args.nonzeros, args.clusters)
         loads = {}
         for label, mode in (("with its rows (read_only=False)", "rows"), ("counts only (read_only=True)", "counts")):
-            out = subprocess.run([sys.executable, __file__, "--child", mode, "--path", str(path), "--docs",
-                                  str(args.docs), "--nonzeros", str(args.nonzeros), "--clusters", str(args.clusters)],
-                                 check=True, capture_output=True, text=True)
-            loads[label] = json.loads(out.stdout.strip().splitlines()[-1])
+            loads[label] = run_child(__file__, mode, "--path", str(path), "--docs", str(args.docs), "--nonzeros",
+                                     str(args.nonzeros), "--clusters", str(args.clusters))
         file_bytes = path.stat().st_size
     sums = {r["df_sum"] for r in loads.values()}
     if sums != {args.docs * args.nonzeros}:

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import RESULTS, machine, script_command, write_results
+from _common import RESULTS, machine, proc_memory, run_child, script_command, write_results
 
 OUT = RESULTS / "doc_table_load"
 SOURCES = 8
@@ -55,14 +54,6 @@ def write_table(path: Path, docs: int, snippet: int, seed: int = 0, chunk: int =
     table.save(path)
 
 
-def _status(field: str) -> int:
-    """A ``/proc/self/status`` memory field (kB there) in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def child(path: Path, docs: int, in_place: bool, queries: int) -> dict:
     """Load ``path`` one way in this process (verified first, as ``HybridIndex.load`` verifies every file), then
     answer what a search asks of it."""
@@ -73,13 +64,13 @@ def child(path: Path, docs: int, in_place: bool, queries: int) -> dict:
     small = DocTable()  # SQLite and the JSON module warmed up before the baseline
     small.insert([0], ["x"], ['{"source": "s0"}'])
     small.matching(check_filter({"source": "s0"}))
-    rss0, hwm0 = _status("VmRSS"), _status("VmHWM")
+    rss0, hwm0 = proc_memory("VmRSS"), proc_memory("VmHWM")
     start = time.perf_counter()
     with open(path, "rb") as f:
         verify_stream(f, path, record)
         table = DocTable.read(f, path, in_place=in_place)
     seconds = time.perf_counter() - start
-    loaded_rss, peak = _status("VmRSS") - rss0, _status("VmHWM") - hwm0
+    loaded_rss, peak = proc_memory("VmRSS") - rss0, proc_memory("VmHWM") - hwm0
     assert len(table) == docs and table.read_only == in_place
     rng = np.random.default_rng(1)
     fetch_ms = []
@@ -95,7 +86,7 @@ def child(path: Path, docs: int, in_place: bool, queries: int) -> dict:
     return {"seconds": seconds, "loaded_rss_bytes": loaded_rss, "peak_rss_bytes": peak,
             "fetch_ms_p50": float(np.median(fetch_ms)), "fetch_ms_p95": float(np.percentile(fetch_ms, 95)),
             "filter_scan_s": filter_s, "filter_matches": int(len(matched)),
-            "rss_after_queries_bytes": _status("VmRSS") - rss0}
+            "rss_after_queries_bytes": proc_memory("VmRSS") - rss0}
 
 
 def _mb(n: float) -> str:
@@ -146,10 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         write_table(path, args.docs, args.snippet)
         loads = {}
         for mode, label in MODES.items():
-            out = subprocess.run([sys.executable, __file__, "--child", mode, "--path", str(path), "--docs",
-                                  str(args.docs), "--queries", str(args.queries)],
-                                 check=True, capture_output=True, text=True)
-            loads[label] = json.loads(out.stdout.strip().splitlines()[-1])
+            loads[label] = run_child(__file__, mode, "--path", str(path), "--docs", str(args.docs), "--queries",
+                                     str(args.queries))
         file_bytes = path.stat().st_size
     matches = {r["filter_matches"] for r in loads.values()}
     if len(matches) != 1:

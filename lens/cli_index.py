@@ -19,7 +19,7 @@ logger = logging.getLogger("lens")
 def cmd_index_build(args: argparse.Namespace) -> None:
     import contextlib
 
-    from lens.corpus import load_corpus
+    from lens.corpus import open_corpus
     from lens.indexing import DEFAULT_IDF, build_saved, check_build_options, check_build_output, partial_dir
     from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
@@ -39,7 +39,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
         check_build_output(args.output, resume=args.resume, overwrite=args.overwrite)  # nor over one unasked
     # a second build of the same output fails now, not after loading
     with DirectoryLock(args.output, "index") if first else contextlib.nullcontext():
-        docs = load_corpus(args.corpus)
+        docs = open_corpus(args.corpus)  # a plain .jsonl is read where it lies, a chunk at a time
         check_build_options(args.workers, args.shards, args.top_m, len(docs))  # before the model loads
         if ranked is not None or args.workers > 1 or devices:
             encoder = EncoderSpec(str(args.model), args.dense)  # each worker (rank) loads its own, on its device
@@ -148,12 +148,12 @@ def _interrupted(work: Path) -> NoReturn:
 
 
 def cmd_index_add(args: argparse.Namespace) -> None:
-    from lens.corpus import load_corpus
+    from lens.corpus import open_corpus
     from lens.indexing import adding_dir
     from lens.updating import add_documents
 
     start = time.perf_counter()
-    docs = load_corpus(args.corpus)
+    docs = open_corpus(args.corpus)
     try:
         change = add_documents(args.dir, docs, upsert=args.upsert, model=args.model, batch_size=args.batch_size,
                                chunk_size=args.chunk_size, resume=args.resume)

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import json
 import os
 import re
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PYDOC_TOPICS = "pydoc-topics"
 CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
@@ -42,6 +47,22 @@ def document_text(title: str | None, text: str) -> str:
     the shipped default was trained and evaluated with.
     """
     return f"{title or ''} {text}".strip()
+
+
+class DocumentTexts(Sequence[str]):
+    """The ``full_text`` of each of ``docs``, read when asked (a slice gives a list): what an encoder needs of a
+    corpus without a second copy of its texts in memory (``docs`` may be a :class:`CorpusFile`)."""
+
+    def __init__(self, docs: Sequence[Document]) -> None:
+        self.docs = docs
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [d.full_text for d in self.docs[i]]
+        return self.docs[i].full_text
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -107,10 +128,7 @@ def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
-                try:
-                    yield n, json.loads(line)
-                except json.JSONDecodeError as e:  # json's own message, at the file's line (it sees line 1)
-                    raise ValueError(f"{path}:{n}: not valid JSON ({e.msg}: line {n} column {e.colno})") from None
+                yield n, _json_value(path, n, line)
     except UnicodeDecodeError as e:
         raise ValueError(decode_error_message(path, e)) from None
     except (OSError, EOFError) as e:  # truncated gzip
@@ -120,9 +138,21 @@ def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
 def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line of a .jsonl or .jsonl.gz file of JSON objects."""
     for n, obj in iter_json_lines(path):
-        if not isinstance(obj, dict):
-            raise ValueError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
-        yield n, obj
+        yield n, _checked_object(path, n, obj)
+
+
+def _json_value(path: str | os.PathLike, n: int, line: str) -> object:
+    """Line ``n`` of ``path`` parsed; json's own message at the file's line (json sees line 1) when it is not JSON."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{n}: not valid JSON ({e.msg}: line {n} column {e.colno})") from None
+
+
+def _checked_object(path: str | os.PathLike, n: int, obj: object) -> dict:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}:{n}: expected a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def corpus_file(path: str | os.PathLike) -> Path:
@@ -145,15 +175,20 @@ def iter_corpus(path: str | os.PathLike) -> Iterator[Document]:
         return
     file = corpus_file(path)
     for n, obj in read_jsonl(file):
-        doc_id = obj.get("_id", obj.get("id"))
-        if doc_id is None or (isinstance(doc_id, str) and not doc_id.strip()):
-            raise ValueError(f"{file}:{n}: record has no id (expected an '_id' or 'id' field)")
-        text = obj.get("text")
-        if not isinstance(text, str):
-            raise ValueError(f"{file}:{n}: record {doc_id!r} has no 'text' string")
-        title = obj.get("title") or ""
-        extra = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
-        yield Document(str(doc_id), text, title if isinstance(title, str) else str(title), extra)
+        yield _document(file, n, obj)
+
+
+def _document(file: Path, n: int, obj: dict) -> Document:
+    """Line ``n``'s corpus record as a Document (the rules ``iter_corpus`` states)."""
+    doc_id = obj.get("_id", obj.get("id"))
+    if doc_id is None or (isinstance(doc_id, str) and not doc_id.strip()):
+        raise ValueError(f"{file}:{n}: record has no id (expected an '_id' or 'id' field)")
+    text = obj.get("text")
+    if not isinstance(text, str):
+        raise ValueError(f"{file}:{n}: record {doc_id!r} has no 'text' string")
+    title = obj.get("title") or ""
+    extra = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
+    return Document(str(doc_id), text, title if isinstance(title, str) else str(title), extra)
 
 
 def load_corpus(path: str | os.PathLike) -> list[Document]:
@@ -161,12 +196,133 @@ def load_corpus(path: str | os.PathLike) -> list[Document]:
     docs, seen = [], set()
     for doc in iter_corpus(path):
         if doc.id in seen:
-            raise ValueError(f"corpus {os.fspath(path)}: document id {doc.id!r} appears twice")
+            raise ValueError(_twice(path, doc.id))
         seen.add(doc.id)
         docs.append(doc)
     if not docs:
         raise ValueError(f"corpus {os.fspath(path)} holds no documents")
     return docs
+
+
+def _twice(path: str | os.PathLike, doc_id: str) -> str:
+    return f"corpus {os.fspath(path)}: document id {doc_id!r} appears twice"
+
+
+def open_corpus(path: str | os.PathLike) -> Sequence[Document]:
+    """The documents of a corpus, as ``load_corpus`` gives them, for work that reads them a slice at a time (an
+    index build): a plain ``.jsonl`` (or a BEIR directory's ``corpus.jsonl``) as a :class:`CorpusFile`, read where
+    it lies; anything else (gzipped, the built-in corpus) loaded into memory."""
+    if os.fspath(path) != PYDOC_TOPICS:
+        file = corpus_file(path)
+        if file.suffix != ".gz":
+            corpus = CorpusFile.scan(file, name=path)
+            if corpus is not None:
+                return corpus
+    return load_corpus(path)
+
+
+class CorpusFile(Sequence[Document]):
+    """A plain JSONL corpus read where it lies, for corpora larger than memory: one pass (:meth:`scan`) checks every
+    record as ``load_corpus`` does (ids, texts, no id twice) and keeps each record's byte offset and line number (16
+    B a document); a document is parsed again each time it is read. Slices are views of the same file (an index
+    build reads its documents a chunk at a time, in order), and a view pickles as its path and offsets, so worker
+    processes read their own share. The file must not change while it is in use (a record read again that no
+    longer parses raises ValueError naming its line)."""
+
+    def __init__(self, path: Path, offsets: "np.ndarray", lines: "np.ndarray") -> None:
+        self.path, self.offsets, self.lines = Path(path), offsets, lines
+
+    @classmethod
+    def scan(cls, path: str | os.PathLike, name: str | os.PathLike | None = None) -> "CorpusFile | None":
+        """The checked corpus at ``path`` (a plain .jsonl; ``name`` is what errors call the corpus), or None for a
+        file whose lines end in a lone carriage return (read by ``load_corpus`` instead)."""
+        import numpy as np
+
+        path = Path(path)
+        name = path if name is None else name
+        offsets, lines, hashes = array("q"), array("q"), array("Q")  # 24 B a document while scanning
+        try:
+            with open(path, "rb") as f:
+                offset = 0
+                for n, raw in enumerate(f, 1):
+                    start, offset = offset, offset + len(raw)
+                    line = raw.decode("utf-8")
+                    if not line.strip():
+                        continue
+                    if "\r" in line.rstrip("\r\n"):
+                        return None  # old Mac line ends: text mode splits them, bytes do not
+                    doc = _document(path, n, _json_object(path, n, line))
+                    offsets.append(start)
+                    lines.append(n)
+                    hashes.append(_id_hash(doc.id))
+        except UnicodeDecodeError as e:
+            raise ValueError(decode_error_message(path, e)) from None
+        if not offsets:
+            raise ValueError(f"corpus {os.fspath(name)} holds no documents")
+        corpus = cls(path, np.frombuffer(offsets, dtype=np.int64), np.frombuffer(lines, dtype=np.int64))
+        corpus._refuse_repeated_ids(np.frombuffer(hashes, dtype=np.uint64), name)
+        return corpus
+
+    def _refuse_repeated_ids(self, hashes: "np.ndarray", name: str | os.PathLike) -> None:
+        """ValueError (as ``load_corpus``'s) for the first id that appears twice: ids are compared by a 64-bit hash
+        (8 B a document, not a set of the ids), and the records of equal hashes read again to compare the ids."""
+        import numpy as np
+
+        order = np.argsort(hashes, kind="stable")
+        ranked = hashes[order]
+        same = np.flatnonzero(ranked[1:] == ranked[:-1])
+        if not len(same):
+            return
+        candidates = np.unique(np.concatenate([order[same], order[same + 1]]))
+        seen: dict[str, int] = {}
+        for i in sorted(candidates.tolist()):  # file order: the second sighting is the one named
+            doc_id = self[i].id
+            if doc_id in seen:
+                raise ValueError(_twice(name, doc_id) + f" (lines {self.lines[seen[doc_id]]} and {self.lines[i]})")
+            seen[doc_id] = i
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return CorpusFile(self.path, self.offsets[i], self.lines[i])
+        return next(iter(self._read([self._position(i)])))
+
+    def __iter__(self) -> Iterator[Document]:
+        return self._read(range(len(self)))
+
+    def _position(self, i) -> int:
+        import operator
+
+        i = operator.index(i)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"document {i} of a corpus of {len(self)}")
+        return i % len(self)
+
+    def _read(self, positions) -> Iterator[Document]:
+        with open(self.path, "rb") as f:
+            for i in positions:
+                offset, n = int(self.offsets[i]), int(self.lines[i])
+                f.seek(offset)
+                try:
+                    yield _document(self.path, n, _json_object(self.path, n, f.readline().decode("utf-8")))
+                except (ValueError, UnicodeDecodeError) as e:
+                    raise ValueError(f"{self.path}:{n} changed since the corpus was read ({e}); a corpus must not "
+                                     "change while it is indexed: run the command again") from None
+
+    def __repr__(self) -> str:
+        return f"CorpusFile({os.fspath(self.path)!r}, documents={len(self)})"
+
+
+def _json_object(path: Path, n: int, line: str) -> dict:
+    """Line ``n`` of ``path`` as a JSON object, or ValueError as ``read_jsonl`` words it."""
+    return _checked_object(path, n, _json_value(path, n, line))
+
+
+def _id_hash(doc_id: str) -> int:
+    # surrogatepass: an id holding a lone surrogate is refused later, by name (lens.indexing.check_documents)
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
 def load_queries(path: str | os.PathLike) -> dict[str, str]:

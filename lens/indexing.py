@@ -43,7 +43,7 @@ from index.vectors import BALANCED_ROWS, prune_top_m, resolve_weights, weights_s
 from lens.atomic import DirectoryLock, StorageError, atomic_write_bytes, read_json, write_json
 from lens.chunks import (FLOAT32, RECORD_VERSION, Chunk, chunk_bytes, chunk_path, fingerprint_sha, ids_sha, parse_chunk,
                          quantize_label, read_bytes, read_record, record_name)
-from lens.corpus import Document, invalid_unicode
+from lens.corpus import Document, DocumentTexts, invalid_unicode
 from lens.index_record import EncoderRecord
 from lens.sharding import EncoderSpec, RankGroup, load_encoder, run_in_processes, torchrun_rank, worker_devices
 
@@ -433,12 +433,13 @@ def _read_state(work: Path) -> dict | None:
 # ---------------------------------------------------------------------------------------------- encoding
 @dataclass(frozen=True)
 class _Task:
-    """What a worker process needs to encode one shard (sent by pickle: texts, not Document objects)."""
+    """What a worker process needs to encode one shard (sent by pickle; its texts read when encoded: from a
+    ``CorpusFile`` a view pickles as its path and offsets)."""
 
     spec: EncoderSpec
     device: str
     ids: list[str]
-    texts: list[str]
+    texts: Sequence[str]
     work: str
     first_chunk: int
     chunk_size: int
@@ -459,7 +460,7 @@ def _shard_docs(docs: Sequence[Document], chunk_size: int, rank: int, world: int
 
 def _task(spec, device, docs, work, rank, world, chunk_size, batch_size, show_progress_bar) -> _Task:
     first, part = _shard_docs(docs, chunk_size, rank, world)
-    return _Task(spec, device, [d.id for d in part], [d.full_text for d in part], str(work), first, chunk_size,
+    return _Task(spec, device, [d.id for d in part], DocumentTexts(part), str(work), first, chunk_size,
                  batch_size, rank, world, show_progress_bar)
 
 
@@ -474,7 +475,7 @@ def _encode_task(task: _Task) -> dict:
 def _encode_range(encoder, docs, work, rank, world, chunk_size, batch_size, show_progress_bar) -> dict:
     """This process encodes ``rank``'s shard itself (one process, or a torchrun rank)."""
     first, part = _shard_docs(docs, chunk_size, rank, world)
-    return encode_shard(encoder, [d.id for d in part], [d.full_text for d in part], work, first_chunk=first,
+    return encode_shard(encoder, [d.id for d in part], DocumentTexts(part), work, first_chunk=first,
                         chunk_size=chunk_size, batch_size=batch_size, rank=rank, world=world,
                         show_progress_bar=show_progress_bar)
 

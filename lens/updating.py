@@ -60,8 +60,8 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
     from lens.indexing import adding_dir, check_documents, encode_chunks, fill_index
     from lens.search import Searcher
 
-    docs = list(docs)
-    if not docs:
+    docs = docs if isinstance(docs, Sequence) else list(docs)  # a CorpusFile stays where it lies
+    if not len(docs):
         raise ValueError("no documents to add: the corpus is empty")
     check_documents(docs)
     directory = Path(directory)

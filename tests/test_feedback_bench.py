@@ -198,3 +198,17 @@ def test_exact_space_token_forms_merge_case_spacing_and_inflection(tokenizer):
     spaced = bench.token_forms(Spaced()).tolist()
     assert spaced[0] == spaced[1] == spaced[2] == spaced[3]
     assert len({spaced[0], spaced[4], spaced[5], spaced[6]}) == 4
+
+
+def test_corpus_memory_reads_the_same_texts_both_ways(tmp_path):
+    """benchmarks/corpus_memory.py: both opens pass over the same texts (its own check), and the table says which."""
+    script = load_script("corpus_memory")
+    path = tmp_path / "c.jsonl"
+    script.write_corpus(path, 40, 50)
+    loaded, lean = (script.child(path, 40, mode, 16) for mode in ("loaded", "in-place"))
+    assert loaded["chars"] == lean["chars"] > 40 * 40
+    meta = {"command": "x", "docs": 40, "chars": 50, "chunk": 16, "file_bytes": path.stat().st_size,
+            "opens": {script.MODES["loaded"]: loaded, script.MODES["in-place"]: lean}, "machine": {"cpu": "a CPU"}}
+    lines = script.render(meta)
+    assert sum(line.startswith("| loaded into memory") or line.startswith("| read where it lies") for line in lines) == 2
+    assert lines[-1].startswith("Machine: a CPU")

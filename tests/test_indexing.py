@@ -9,7 +9,7 @@ import pytest
 from index import HybridIndex
 from index.vectors import balanced_weights
 from lens.cli import main
-from lens.corpus import load_corpus, pydoc_passages
+from lens.corpus import CorpusFile, load_corpus, pydoc_passages
 from lens.encoder import LensEncoder
 from lens.hybrid import HybridEncoder
 from lens.indexing import build_index
@@ -286,18 +286,20 @@ def test_cli_bad_search_input(tiny_lens_dir, corpus_file, tmp_path, capsys, argv
     ("not json", ":2: not valid JSON"),
     ('{"_id": "b", "text": "a\tb"}', r":2: not valid JSON \(Invalid control character at: line 2 column 24\)$"),
 ])
-def test_corpus_line_errors_name_the_line(tmp_path, line, match):
+@pytest.mark.parametrize("read", [load_corpus, CorpusFile.scan], ids=["in-memory", "where-it-lies"])
+def test_corpus_line_errors_name_the_line(tmp_path, line, match, read):
     path = tmp_path / "c.jsonl"
     path.write_text('{"_id": "a", "text": "fine"}\n' + line + "\n")
     with pytest.raises(ValueError, match=match):
-        load_corpus(path)
+        read(path)
 
 
-def test_duplicate_document_id(tmp_path):
+@pytest.mark.parametrize("read", [load_corpus, CorpusFile.scan], ids=["in-memory", "where-it-lies"])
+def test_duplicate_document_id(tmp_path, read):
     path = tmp_path / "c.jsonl"
-    path.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
+    path.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": "x"}\n{"id": "a", "text": "y"}\n')
     with pytest.raises(ValueError, match="'a' appears twice"):
-        load_corpus(path)
+        read(path)
 
 
 def test_pydoc_corpus_is_always_there():

@@ -109,6 +109,28 @@ def test_worker_processes_build_what_one_process_builds(tmp_path):
     assert not (tmp_path / ".three.partial").exists()
 
 
+@pytest.mark.parametrize("options", [{}, {"workers": 3}, {"shards": 2}], ids=["one-process", "3-workers", "2-shards"])
+def test_a_corpus_read_where_it_lies_builds_what_the_loaded_one_builds(tmp_path, options):
+    """lens index build reads a plain .jsonl a chunk at a time (lens.corpus.CorpusFile; worker processes get views
+    of the file, not its texts): the same index, documents, vectors and metadata as from load_corpus's list."""
+    from lens.corpus import CorpusFile
+
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text, "n": i}) + "\n"
+                            for i, d in enumerate(fake_docs(50))))
+    spec = FakeSpec("fake", "none")
+    loaded = build_index(load_corpus(path), tmp_path / "loaded", spec, chunk_size=6, show_progress_bar=False, **options)
+    lazy = build_index(CorpusFile.scan(path), tmp_path / "lazy", spec, chunk_size=6, show_progress_bar=False, **options)
+    if "shards" in options:
+        loaded, lazy = loaded.shards, lazy.shards
+    else:
+        loaded, lazy = [loaded], [lazy]
+    for a, b in zip(loaded, lazy):
+        assert_same_stored(a, b)
+        ids, _ = stored(a)
+        assert [a.metadata(i) for i in ids] == [b.metadata(i) for i in ids] and a.metadata(ids[0])["n"] >= 0
+
+
 @pytest.mark.slow  # each worker process imports torch and loads the model: ~10-35 s on a busy 2-core machine
 def test_two_worker_processes_encode_what_one_does(tiny_lens_dir, corpus_file, tmp_path):
     docs = load_corpus(corpus_file)

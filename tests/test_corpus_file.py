@@ -1,0 +1,102 @@
+"""lens.corpus.CorpusFile: a JSONL corpus read where it lies is the list ``load_corpus`` gives, a document at a time."""
+
+import json
+import pickle
+
+import pytest
+
+from lens.corpus import CorpusFile, DocumentTexts, load_corpus, open_corpus
+
+
+RECORDS = [{"_id": "a", "title": "T", "text": "first"}, {"id": 7, "text": "second", "year": 1999},
+           {"_id": "c", "text": "thïrd ✓", "meta": {"author": "x"}}, {"_id": "d", "text": ""},
+           {"_id": "e", "title": "only", "text": "fifth"}]
+
+
+def write(path, records, end="\n", blank_every=0):
+    lines = []
+    for i, r in enumerate(records):
+        lines.append(json.dumps(r, ensure_ascii=False))
+        if blank_every and i % blank_every == 0:
+            lines.append("   ")
+    path.write_bytes((end.join(lines) + end).encode("utf-8"))
+    return path
+
+
+@pytest.mark.parametrize("end,blank", [("\n", 0), ("\r\n", 2)], ids=["lf", "crlf-blank-lines"])
+def test_it_reads_what_load_corpus_reads(tmp_path, end, blank):
+    path = write(tmp_path / "c.jsonl", RECORDS, end, blank)
+    want = load_corpus(path)
+    got = CorpusFile.scan(path)
+    assert len(got) == len(want) == 5
+    assert list(got) == want
+    assert [got[i] for i in range(5)] == want and got[-1] == want[-1] and got[-5] == want[0]
+    for sl in (slice(1, 4), slice(0, 5, 2), slice(3, None), slice(4, 2), slice(None, None, -1)):
+        view = got[sl]
+        assert isinstance(view, CorpusFile) and list(view) == want[sl]
+    assert list(got[1:4][1:]) == want[2:4]  # a view of a view
+    with pytest.raises(IndexError):
+        got[5]
+    with pytest.raises(IndexError):
+        got[-6]
+    assert got[1].extra == {"year": 1999} and got[1].id == "7"  # ids as strings, as load_corpus gives them
+    assert list(DocumentTexts(got[2:])) == [d.full_text for d in want[2:]]
+    assert DocumentTexts(got)[0:2] == ["T first", "second"]
+
+
+def test_a_view_pickles_as_its_path_and_offsets(tmp_path):
+    path = write(tmp_path / "c.jsonl", RECORDS)
+    view = CorpusFile.scan(path)[2:]
+    blob = pickle.dumps(view)
+    assert len(blob) < 1000 and b"first" not in blob  # no text travels: a worker reads its own share
+    assert list(pickle.loads(blob)) == load_corpus(path)[2:]
+
+
+def test_open_corpus_reads_plain_jsonl_where_it_lies_and_loads_the_rest(tmp_path):
+    import gzip
+
+    path = write(tmp_path / "c.jsonl", RECORDS)
+    assert isinstance(open_corpus(path), CorpusFile)
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    write(beir / "corpus.jsonl", RECORDS)
+    assert isinstance(open_corpus(beir), CorpusFile) and list(open_corpus(beir)) == load_corpus(path)
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(path.read_bytes()))  # no seeking in gzip: into memory
+    got = open_corpus(tmp_path / "c.jsonl.gz")
+    assert isinstance(got, list) and got == load_corpus(path)
+    (tmp_path / "mac.jsonl").write_bytes(path.read_bytes().replace(b"\n", b"\r"))  # lone CR line ends
+    assert isinstance(open_corpus(tmp_path / "mac.jsonl"), list) and open_corpus(tmp_path / "mac.jsonl") == got
+
+
+def test_errors_name_the_corpus_and_the_lines(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n")
+    with pytest.raises(ValueError, match="holds no documents"):
+        CorpusFile.scan(empty)
+    many = [{"_id": f"d{i}", "text": f"t{i}"} for i in range(300)] + [{"_id": "d17", "text": "again"}]
+    with pytest.raises(ValueError, match=r"document id 'd17' appears twice \(lines 18 and 301\)"):
+        CorpusFile.scan(write(tmp_path / "dup.jsonl", many))
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"_id": "a", "text": "ok"}\n{"_id": "b", "text": "caf\xe9"}\n')
+    with pytest.raises(ValueError, match="not UTF-8 text.*line 2"):
+        CorpusFile.scan(latin)
+
+
+def test_a_record_changed_after_the_scan_is_named(tmp_path):
+    path = write(tmp_path / "c.jsonl", RECORDS)
+    corpus = CorpusFile.scan(path)
+    path.write_bytes(path.read_bytes().replace(b'{"id": 7', b'{"id" 7'))
+    assert corpus[0].id == "a"
+    with pytest.raises(ValueError, match=r"c.jsonl:2 changed since the corpus was read .*not valid JSON"):
+        list(corpus)
+
+
+def test_equal_id_hashes_are_compared_by_their_ids(tmp_path, monkeypatch):
+    """The repeated-id check compares 64-bit hashes, then the ids of equal hashes: a collision is not a repeat."""
+    import lens.corpus as corpus_module
+
+    monkeypatch.setattr(corpus_module, "_id_hash", lambda doc_id: 1)  # every id collides
+    path = write(tmp_path / "c.jsonl", RECORDS)
+    assert [d.id for d in CorpusFile.scan(path)] == ["a", "7", "c", "d", "e"]
+    with pytest.raises(ValueError, match=r"'c' appears twice \(lines 3 and 6\)"):
+        CorpusFile.scan(write(tmp_path / "d.jsonl", RECORDS + [{"_id": "c", "text": "x"}]))
