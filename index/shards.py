@@ -42,7 +42,7 @@ from .manifest import (
     verify_stream,
 )
 from .metadata import DocTable, check_filter, check_ids, missing_fields
-from .store import HybridIndex, SearchResult, check_save_target, idf_weights
+from .store import HybridIndex, SearchResult, check_save_target, existing_index, idf_weights
 from .bm25_fusion import split_weights
 from .bm25_part import BM25Part, BM25Scores
 from .vectors import mean_weights, weight_pair
@@ -404,8 +404,10 @@ class ShardWriter:
         return manifest
 
 
-def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> dict[str, Any]:
-    """Merge saved indexes into a new sharded index at ``output`` (atomically); returns its manifest.
+def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike], *,
+                  overwrite: bool = False) -> dict[str, Any]:
+    """Merge saved indexes into a new sharded index at ``output`` (atomically); returns its manifest. An index
+    already at ``output`` is replaced only with ``overwrite`` (FileExistsError otherwise, before any work).
 
     Every input (single or sharded) must have the same encoder fingerprint, dims, index type and ``top_m``, and no
     document id may be in two inputs; default query weights may differ (the output's are their mean by documents).
@@ -425,6 +427,10 @@ def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]
     if output.resolve() in seen_paths:
         raise ValueError(f"the output {output} is one of the inputs; merge into a new directory")
     check_save_target(output)
+    found = None if overwrite else existing_index(output)
+    if found is not None:
+        raise FileExistsError(f"{found}: pass --overwrite (Python: overwrite=True) to replace it with the merge, or "
+                              "merge into a new directory")
     ids = _IdSet()
     with atomic_dir(output, what="index") as tmp:
         writer = ShardWriter(tmp)

@@ -217,6 +217,22 @@ def check_save_target(directory: str | os.PathLike) -> Path:
     return directory
 
 
+def existing_index(directory: str | os.PathLike) -> str | None:
+    """``"DIR already holds a LENS index (N documents)"`` when ``directory`` is a directory with anything in it
+    (``check_save_target`` refuses what is not an index), else None: what a command that would replace an index says
+    before it refuses to, unless asked."""
+    from index.manifest import read_manifest
+
+    directory = Path(directory)
+    if not directory.is_dir() or not [n for n in directory.iterdir() if n.name != ".DS_Store"]:
+        return None
+    try:
+        count = f" ({read_manifest(directory)['count']} documents)"
+    except (OSError, ValueError, KeyError):
+        count = ""
+    return f"{directory} already holds a LENS index{count}"
+
+
 _FAISS_ERRNO = {os.strerror(code): code for code in
                 (errno.ENOSPC, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO,
                  getattr(errno, "EDQUOT", errno.ENOSPC))}

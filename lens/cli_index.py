@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import NoReturn
@@ -134,7 +135,7 @@ def cmd_index_info(args: argparse.Namespace) -> None:
 def cmd_index_merge(args: argparse.Namespace) -> None:
     from index.shards import merge_indexes
 
-    manifest = merge_indexes(args.out, args.inputs)
+    manifest = merge_indexes(args.out, args.inputs, overwrite=args.overwrite)
     print(f"merged {len(args.inputs)} indexes into {args.out}: {manifest['count']} documents in "
           f"{len(manifest['shards'])} shards ({manifest['mode']}, {manifest['index_type']})")
 
@@ -218,14 +219,19 @@ def weights_arg(value: str, balanced: bool = False) -> tuple[float, float] | str
 
 
 def filter_item_arg(value: str) -> tuple[str, object]:
-    """``FIELD=VALUE`` of ``--filter``: the value read as JSON when it parses (2020, true, ["a", "b"], "007"), else
-    as a string."""
+    """``FIELD=VALUE`` of ``--filter``: the value read as JSON when it parses to what a filter matches (2020, true,
+    ["a", "b"], "007"), else as a string (``source=null`` and ``source=NaN`` are the words: a filter matches no
+    null or non-finite value)."""
+    import math
+
     field, sep, raw = value.partition("=")
     if not sep or not field:
         raise argparse.ArgumentTypeError(f"expected FIELD=VALUE (e.g. source=wiki), got {value!r}")
     try:
         parsed = json.loads(raw)
     except ValueError:
+        parsed = raw
+    if parsed is None or isinstance(parsed, dict) or (isinstance(parsed, float) and not math.isfinite(parsed)):
         parsed = raw
     return field, parsed
 
@@ -268,9 +274,12 @@ def cmd_search(args: argparse.Namespace) -> None:
     from lens.search import Searcher, check_queries, hit_records
 
     queries = _search_queries(args)
-    check_queries(list(queries.values()))  # before the models load
+    check_queries(list(queries.values()), list(queries) if args.queries_file else None)  # before the models load
     if args.run is not None:
+        from lens.trec import check_query_ids
+
         _run_target(args.run)
+        check_query_ids(queries)
     searcher = Searcher.open(args.dir, args.model, args.quantize)
     _quantize_mismatch(searcher.index, searcher.encoder.lens.quantize)  # as loaded: "auto" resolved
     results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
@@ -280,8 +289,10 @@ def cmd_search(args: argparse.Namespace) -> None:
         from lens.trec import write_run
 
         write_run(args.run, {qid: list(zip(h.ids, h.scores)) for qid, h in zip(queries, results)}, tag=args.run_tag)
-        print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})")
-        return
+        print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})",
+              file=sys.stderr if args.json else sys.stdout)  # with --json, stdout holds the JSON alone
+        if not args.json:
+            return
     if args.json:
         print(json.dumps([{"query_id": qid, "query": q, "hits": hit_records(h)}
                           for (qid, q), h in zip(queries.items(), results)], indent=2, ensure_ascii=False))
@@ -309,19 +320,20 @@ def _quantize_mismatch(index, quantize: str | None) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from lens.serve import SearchService, make_server
 
-    service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
-                            max_k=args.max_k, weights=args.weights, idf=args.idf)
-    _quantize_mismatch(service.searcher.index, service.searcher.encoder.lens.quantize)
-    service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
-    try:
-        server = make_server(service, args.host, args.port)
+    try:  # bound before the models load: a port in use fails at once, not after them
+        server = make_server(None, args.host, args.port)
     except OSError as e:  # a port in use, a privileged port, an address not of this machine: say which
         raise ValueError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); choose another --port "
                          "(0: any free one) or --host") from e
-    host, port = server.server_address[:2]
-    print(f"serving {args.dir} ({len(service.searcher.index)} documents) on http://{host}:{port} "
-          f"(POST /search, GET /search?q=..., /health, /info); Ctrl-C stops", flush=True)
     try:
+        service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
+                                max_k=args.max_k, weights=args.weights, idf=args.idf)
+        _quantize_mismatch(service.searcher.index, service.searcher.encoder.lens.quantize)
+        service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
+        server.service = service  # requests that came meanwhile waited in the socket's queue
+        host, port = server.server_address[:2]
+        print(f"serving {args.dir} ({len(service.searcher.index)} documents) on http://{host}:{port} "
+              f"(POST /search, GET /search?q=..., /health, /info); Ctrl-C stops", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         print("stopped")
@@ -400,8 +412,10 @@ def register(subparsers) -> None:
     i.set_defaults(func=cmd_index_info, command="index info")
     mg = ix.add_parser("merge", help="merge saved indexes (same encoders, type and --top-m; no shared ids) into a "
                                      "new sharded index, without re-encoding")
-    mg.add_argument("out", type=Path, help="index directory to write (new or an index; replaced atomically)")
+    mg.add_argument("out", type=Path, help="index directory to write (new, or an index with --overwrite)")
     mg.add_argument("inputs", nargs="+", type=Path, help="two or more saved index directories")
+    mg.add_argument("--overwrite", action="store_true",
+                    help="replace an index already at OUT (atomically; refused without it; never one of the inputs)")
     mg.set_defaults(func=cmd_index_merge, command="index merge")
     ad = ix.add_parser("add", help="encode documents with the index's own encoders and add them to it (--upsert: "
                                    "replace those whose ids are there); saved again atomically")

@@ -325,30 +325,49 @@ def _id_hash(doc_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
+QUERY_TSV_HEADER = ({"query-id", "query_id", "qid", "id", "_id"}, {"text", "query", "query-text", "query_text"})
+
+
 def load_queries(path: str | os.PathLike) -> dict[str, str]:
     """Queries ``{query id: text}`` from a BEIR queries.jsonl[.gz] (``_id``/``id`` and ``text``), a BEIR directory,
-    or a ``.tsv`` of ``id<TAB>text`` lines (MS MARCO's and Pyserini's topic files)."""
+    or a ``.tsv[.gz]`` of ``id<TAB>text`` lines (MS MARCO's and Pyserini's topic files; a header line such as
+    ``query-id<TAB>text`` is skipped). A query id given twice is an error naming both lines (a run would silently
+    lose one of them)."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"queries {os.fspath(path)!r} not found: give {QUERY_FILES}")
     if p.is_dir():
         p = _first_existing(p, ("queries.jsonl", "queries.jsonl.gz"), "queries")
-    out = {}
-    if p.suffix == ".tsv":
+    out: dict[str, str] = {}
+    lines: dict[str, int] = {}
+
+    def keep(qid: str, text: str, n: int) -> None:
+        if qid in lines:
+            raise ValueError(f"{p}: query id {qid!r} appears twice (lines {lines[qid]} and {n}); give each query "
+                             "its own id")
+        out[qid], lines[qid] = text, n
+
+    if p.name.endswith((".tsv", ".tsv.gz")):
         with _open_text(p) as f:
+            first = True
             for n, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 qid, sep, text = line.rstrip("\r\n").partition("\t")
+                header = first and qid.strip().lower() in QUERY_TSV_HEADER[0] \
+                    and text.strip().lower() in QUERY_TSV_HEADER[1]
+                first = False
+                if header:
+                    continue
                 if not sep or not qid.strip() or not text.strip():
                     raise ValueError(f"{p}:{n}: a query line is 'id<TAB>text'")
-                out[qid.strip()] = text
+                keep(qid.strip(), text, n)
         return out
     for n, obj in read_jsonl(p):
         qid, text = obj.get("_id", obj.get("id")), obj.get("text")
         if qid is None or not isinstance(text, str):
             raise ValueError(f"{p}:{n}: a query needs an '_id' and a 'text' string")
-        out[str(qid)] = text
+        keep(str(qid), text, n)
     return out
 
 

@@ -118,7 +118,7 @@ def check_documents(docs: Sequence[Document]) -> None:
     """Refuse a document whose id, title or text is not valid Unicode, naming it (before any encoding); warn of
     documents with no text at all (title and text blank), which are kept with all-zero vectors: they score 0 for
     every query."""
-    blank = []
+    blank, spaced = [], []
     for d in docs:
         for field, value in (("id", d.id), ("title", d.title), ("text", d.text)):
             problem = invalid_unicode(value)
@@ -126,6 +126,12 @@ def check_documents(docs: Sequence[Document]) -> None:
                 raise ValueError(f"document {d.id!r}: its {field} holds {problem}; fix the corpus record")
         if not d.full_text:
             blank.append(d.id)
+        if any(c.isspace() for c in d.id):
+            spaced.append(d.id)
+    if spaced:
+        logger.warning("%d document ids hold whitespace (%s): searches return them, but a TREC run file (lens "
+                       "search --run, lens bench --save-runs) cannot name them", len(spaced),
+                       ", ".join(repr(i) for i in spaced[:3]) + (", ..." if len(spaced) > 3 else ""))
     if blank:
         shown = ", ".join(repr(i) for i in blank[:5]) + (f" and {len(blank) - 5} more" if len(blank) > 5 else "")
         logger.warning("%d of %d documents have no text (title and text blank): %s; they are kept with all-zero "
@@ -151,28 +157,17 @@ def check_build_output(output: str | Path, *, resume: bool = False, overwrite: b
     whose chunks are kept beside it (``partial_dir``). A build replaces its output whole, so an ``--output`` that
     names an existing index by mistake would otherwise lose it. (``index.store.check_save_target`` refuses what is
     not an index.)"""
+    from index.store import existing_index
+
     output = Path(output)
-    if overwrite or not output.is_dir() or not [n for n in output.iterdir() if n.name != ".DS_Store"]:
+    found = None if overwrite else existing_index(output)
+    if found is None or (resume and partial_dir(output).is_dir()):
         return
-    resumable = partial_dir(output).is_dir()
-    if resume and resumable:
-        return
-    found = f"{output} already holds a LENS index{_document_count(output)}"
     if resume:
         raise FileExistsError(f"{found} and no unfinished build of it to resume (no {partial_dir(output).name}): "
                               "pass --overwrite to replace it, or choose a new --output")
     raise FileExistsError(f"{found}: pass --overwrite to replace it, --resume to continue an interrupted build of "
                           "it, or choose a new --output")
-
-
-def _document_count(directory: Path) -> str:
-    """`` (N documents)`` from the manifest of the index in ``directory``; empty when it cannot be read."""
-    from index.manifest import read_manifest
-
-    try:
-        return f" ({read_manifest(directory)['count']} documents)"
-    except (OSError, ValueError, KeyError):
-        return ""
 
 
 def encode_chunk(encoder, texts: list[str], batch_size: int):

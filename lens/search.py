@@ -18,15 +18,16 @@ from lens.index_record import EncoderRecord, model_reference
 __all__ = ["Searcher", "check_queries", "hit_records", "model_reference", "use_corpus_casing"]
 
 
-def check_queries(queries: Sequence[str]) -> list[str]:
+def check_queries(queries: Sequence[str], ids: Sequence[str] | None = None) -> list[str]:
     """The queries as a list (a string is one query); a blank one, a dict, a set or invalid Unicode is an error
-    (before any model is loaded, when called first)."""
+    (before any model is loaded, when called first), naming the query's id when ``ids`` (a file's) are given."""
     from lens.encoder import check_texts
 
     queries = check_texts(queries, "queries")
-    for q in queries:
+    for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
-            raise ValueError("a query is empty: give some words to search for")
+            which = f"query {ids[i]!r} is empty" if ids is not None else "a query is empty"
+            raise ValueError(f"{which}: give some words to search for")
     return queries
 
 

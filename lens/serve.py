@@ -1,6 +1,7 @@
 """An HTTP JSON service over a saved hybrid index (``lens serve DIR``), on Python's own ``ThreadingHTTPServer``.
 
-Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 404, 405, 413 or 500):
+Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 404, 405, 408 (a body that did not
+arrive whole within ``READ_TIMEOUT_S``), 411 (no Content-Length), 413 or 500; HEAD answers GET's status and headers):
 
 - ``POST /search`` ``{"query": "text"}`` or ``{"queries": [...]}``, optional ``"k"``, ``"filter"`` (as
   ``HybridIndex.search``), ``"weights"`` ``[w_lex, w_dense]`` or ``[w_lex, w_dense, w_bm25]`` (an index with a BM25
@@ -11,7 +12,7 @@ Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 
   when one of its fields is held by none (``HybridIndex.missing_filter_fields``).
 - ``GET /search?q=...&k=...``: one query, for a quick look with curl or a browser.
 - ``GET /health``: ``{"status": "ok", "documents": N}`` (and ``"reload_error"`` when the index on disk could not be
-  loaded again and the previous version is still served).
+  loaded again and the previous version is still served; ``"warning"`` when the directory holds no saved index now).
 - ``GET /info``: the index's type, size, parts, weights (``search_weights``: those of a request that names none), models
   and version.
 
@@ -44,6 +45,7 @@ __all__ = ["QueryBatcher", "SearchService", "RequestError", "make_server"]
 logger = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20  # bytes of a request body
+READ_TIMEOUT_S = 60  # seconds a connection may wait for bytes of a request (then 408, or closed when idle)
 
 
 class RequestError(ValueError):
@@ -184,6 +186,9 @@ class SearchService:
         out: dict[str, Any] = {"status": "ok", "documents": len(searcher.index)}
         if self.reload_error:
             out["reload_error"] = self.reload_error
+        if _version(self.directory) is None:
+            out["warning"] = (f"{self.directory} holds no saved index now (removed, or a save is swapping it in): "
+                              "answering from the version loaded before")
         return out
 
     def info(self) -> dict[str, Any]:
@@ -250,6 +255,10 @@ class SearchService:
 class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
     protocol_version = "HTTP/1.1"  # keep-alive: a client's next request reuses the connection
+    # Seconds a connection may wait for a client's bytes: a body shorter than its Content-Length, or an idle
+    # keep-alive connection, never holds a thread for good.
+    timeout = READ_TIMEOUT_S
+    head_only = False  # a HEAD request: the answer's status and headers, no body
 
     def log_message(self, format: str, *args: Any) -> None:  # the access log goes to logging, not stderr
         logger.debug("%s %s", self.address_string(), format % args)
@@ -262,7 +271,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if not self.head_only:
+            self.wfile.write(data)
 
     def _answer(self, work) -> None:
         try:
@@ -288,6 +298,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {url.path!r}; try POST /search, "
                                                        "GET /search?q=..., /health or /info"})
 
+    def do_HEAD(self) -> None:
+        """GET's status and headers without its body (a load balancer's check of /health)."""
+        self.head_only = True
+        self.do_GET()
+
     def do_POST(self) -> None:
         if urlsplit(self.path).path != "/search":
             self.close_connection = True  # its body is not read: it must not be taken for the next request
@@ -296,19 +311,34 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(lambda: self.server.service.search(self._body()))
 
     def _body(self) -> Any:
+        given = self.headers.get("Content-Length")
+        if given is None:
+            self.close_connection = True  # a chunked body is not read
+            raise RequestError("a POST needs a Content-Length header (a chunked body is not taken: send the JSON "
+                               "whole)", HTTPStatus.LENGTH_REQUIRED)
         try:
-            length = int(self.headers.get("Content-Length", ""))
+            length = int(given)
         except ValueError:
-            raise RequestError("a POST needs a Content-Length header", HTTPStatus.LENGTH_REQUIRED) from None
+            length = -1
+        if length < 0:
+            self.close_connection = True  # where its body ends is unknown
+            raise RequestError(f"Content-Length must be a number of bytes, got {given!r}")
         if length > MAX_BODY:
             self.close_connection = True  # the body is not read
             raise RequestError(f"the request body is {length} bytes; at most {MAX_BODY} are taken",
                                HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
-        raw = self.rfile.read(length)
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            raw = b""
+        if len(raw) < length:
+            self.close_connection = True
+            raise RequestError(f"the request body ended after {len(raw)} of its {length} bytes (Content-Length) or "
+                               f"did not arrive within {self.timeout:g} s", HTTPStatus.REQUEST_TIMEOUT)
         try:
             return json.loads(raw)
-        except ValueError as e:
-            raise RequestError(f"the request body is not JSON ({e})") from None
+        except (ValueError, RecursionError) as e:  # RecursionError: arrays nested thousands deep
+            raise RequestError(f"the request body is not JSON ({type(e).__name__}: {str(e)[:200]})") from None
 
     def _refuse(self) -> None:
         self.close_connection = True  # its body is not read
@@ -335,12 +365,13 @@ def _query_string(query: str) -> dict[str, Any]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], service: SearchService) -> None:
+    def __init__(self, address: tuple[str, int], service: SearchService | None) -> None:
         super().__init__(address, _Handler)
         self.service = service
 
 
-def make_server(service: SearchService, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:
+def make_server(service: SearchService | None, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:
     """An HTTP server answering for ``service`` (``port`` 0: any free port; ``server.server_address`` says which).
-    Run it with ``serve_forever()``; ``shutdown()`` from another thread stops it."""
+    Run it with ``serve_forever()``; ``shutdown()`` from another thread stops it. ``service`` None binds the port
+    now and takes the service later (``server.service = ...``, before ``serve_forever``)."""
     return _Server((host, port), service)

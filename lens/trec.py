@@ -26,6 +26,13 @@ def _check_token(value: str, what: str, qid: str) -> str:
     return value
 
 
+def check_query_ids(qids: Iterable[str]) -> None:
+    """Refuse (ValueError naming it) a query id a TREC run cannot hold (empty, or with whitespace): checked before
+    any query is encoded, so that no search is lost to it."""
+    for qid in qids:
+        _check_token(qid, "query id", qid)
+
+
 def run_lines(run: Mapping[str, Ranking], tag: str = "lens", depth: int | None = None) -> Iterable[str]:
     """The lines of a run (``{qid: {docid: score}}`` or ``{qid: [(docid, score), ...]}``), queries in the order
     given, each query's documents by descending score, at most ``depth`` of them."""

@@ -74,3 +74,16 @@ def test_help_imports_no_model_code():
             "print('HEAVY', heavy)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out
+
+
+@pytest.mark.parametrize("given,want", [
+    ("year=2020", ("year", 2020)), ("tags=[\"a\", \"b\"]", ("tags", ["a", "b"])), ('id="007"', ("id", "007")),
+    ("source=wiki", ("source", "wiki")), ("flag=true", ("flag", True)), ("a.b=x=y", ("a.b", "x=y")),
+    # what a filter cannot match as JSON is the word itself
+    ("source=null", ("source", "null")), ("x=NaN", ("x", "NaN")), ("x=Infinity", ("x", "Infinity")),
+    ('x={"a": 1}', ("x", '{"a": 1}')),
+])
+def test_a_filter_value_is_json_where_a_filter_can_match_it(given, want):
+    from lens.cli_index import filter_item_arg
+
+    assert filter_item_arg(given) == want

@@ -210,5 +210,5 @@ def test_corpus_memory_reads_the_same_texts_both_ways(tmp_path):
     meta = {"command": "x", "docs": 40, "chars": 50, "chunk": 16, "file_bytes": path.stat().st_size,
             "opens": {script.MODES["loaded"]: loaded, script.MODES["in-place"]: lean}, "machine": {"cpu": "a CPU"}}
     lines = script.render(meta)
-    assert sum(line.startswith("| loaded into memory") or line.startswith("| read where it lies") for line in lines) == 2
+    assert sum(line.startswith(("| loaded into memory", "| read where it lies")) for line in lines) == 2
     assert lines[-1].startswith("Machine: a CPU")

@@ -400,6 +400,23 @@ def test_merge_refuses_bad_arguments(tmp_path):
     assert len(load_index(merge_indexes(tmp_path / "out", [a, b]) and tmp_path / "out")) == 3
 
 
+def test_merge_replaces_an_index_only_when_asked(tmp_path, capsys):
+    """An index already at the output (here: one of other documents) is kept unless --overwrite: swapping the
+    arguments of `lens index merge` must not lose an index."""
+    a = saved(tmp_path / "a", ["a1", "a2"])
+    b = saved(tmp_path / "b", ["b1"])
+    victim = saved(tmp_path / "victim", ["v1", "v2", "v3"])
+    before = sorted((p.relative_to(victim), p.read_bytes()) for p in victim.rglob("*") if p.is_file())
+    assert main(["index", "merge", str(victim), str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert "victim already holds a LENS index (3 documents): pass --overwrite" in err
+    assert sorted((p.relative_to(victim), p.read_bytes()) for p in victim.rglob("*") if p.is_file()) == before
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        merge_indexes(victim, [a, b])
+    assert main(["index", "merge", str(victim), str(a), str(b), "--overwrite"]) == 0
+    assert len(load_index(victim)) == 3 and "v1" not in load_index(victim)
+
+
 # ---------------------------------------------------------------------------------------------- errors
 @pytest.mark.parametrize("extra,match", [
     (["--workers", "0"], "argument --workers: expected a positive integer"),

@@ -344,3 +344,76 @@ def test_info_reports_the_quantize_mode_in_use(index_dir):
 
     assert SearchService(index_dir, quantize="int8").info()["quantize"] == "int8"
     assert SearchService(index_dir, quantize="auto").info()["quantize"] == resolve_quantize("auto", "cpu")
+
+
+def _raw(port, data: bytes, head: bool = False) -> tuple[int, dict, bytes]:
+    """Send ``data`` as it is and read one answer: (status, headers, body); ``head``: the answer has no body."""
+    import socket
+
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        while b"\r\n\r\n" not in received or not head and len(received.partition(b"\r\n\r\n")[2]) < _length(
+                received):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    top, _, body = received.partition(b"\r\n\r\n")
+    lines = top.decode().split("\r\n")
+    return int(lines[0].split()[1]), dict(line.split(": ", 1) for line in lines[1:]), body
+
+
+def _length(received: bytes) -> int:
+    top = received.partition(b"\r\n\r\n")[0].decode(errors="replace")
+    return next((int(line.split(":")[1]) for line in top.split("\r\n") if line.lower().startswith("content-length")), 0)
+
+
+def test_malformed_http_is_answered_at_once(index_dir, monkeypatch):
+    """A negative or missing Content-Length, a body shorter than it says (after the read timeout), JSON nested too
+    deep and a HEAD request each get their answer; no connection is held waiting."""
+    from lens import serve
+
+    monkeypatch.setattr(serve._Handler, "timeout", 1)
+    with Running(SearchService(index_dir)) as srv:
+        port = srv.server.server_address[1]
+        post = b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        status, headers, body = _raw(port, post + b"Content-Length: -1\r\n\r\n" + b'{"query": "x"}')
+        assert status == 400 and "Content-Length must be a number of bytes, got '-1'" in json.loads(body)["error"]
+        assert headers.get("Connection") == "close"
+        status, headers, body = _raw(port, post + b"Content-Length: 100\r\n\r\n" + b'{"query": "cell"}')  # then waits
+        assert status == 408 and "did not arrive within 1 s" in json.loads(body)["error"]
+        status, headers, body = _raw(port, post + b"Transfer-Encoding: chunked\r\n\r\n" + b"5\r\nhello\r\n0\r\n\r\n")
+        assert status == 411 and headers.get("Connection") == "close"
+        deep = b"[" * 100_000 + b"]" * 100_000
+        status, _, body = _raw(port, post + b"Content-Length: %d\r\n\r\n" % len(deep) + deep)
+        assert status == 400 and "not JSON (RecursionError" in json.loads(body)["error"]
+        status, headers, body = _raw(port, b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n", head=True)
+        assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
+        assert srv.call("/health")[0] == 200  # and the server still answers
+
+
+def test_health_says_when_the_directory_holds_no_index(index_dir, tmp_path):
+    import shutil
+
+    ix = tmp_path / "ix"
+    shutil.copytree(index_dir, ix)
+    with Running(SearchService(ix)) as srv:
+        assert srv.call("/health")[1] == {"status": "ok", "documents": 20}
+        shutil.rmtree(ix)
+        health = srv.call("/health")[1]
+        assert health["documents"] == 20 and "holds no saved index now" in health["warning"]
+        assert srv.call("/search", {"query": "cancer"})[0] == 200  # still answering from memory
+
+
+def test_lens_serve_binds_its_port_before_loading_the_models(index_dir, monkeypatch, capsys):
+    import socket
+
+    import lens.serve
+
+    monkeypatch.setattr(lens.serve, "SearchService", lambda *a, **k: pytest.fail("the models were loaded"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["serve", str(index_dir), "--port", str(taken.getsockname()[1])]) == 2
+    assert "Address already in use" in capsys.readouterr().err

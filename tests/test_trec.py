@@ -102,3 +102,54 @@ def test_cli_search_takes_queries_after_its_options(tiny_lens_dir, tmp_path, cap
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
     assert main(["index", "info", str(ix), "extra"]) == 2  # other commands still refuse stray words
     assert "unrecognized arguments: extra" in capsys.readouterr().err
+
+
+def test_query_files_lose_no_query_and_fail_before_any_search(tiny_lens_dir, tmp_path, capsys, monkeypatch, caplog):
+    """A query id given twice is an error naming both lines (it used to keep the last one silently); a TSV header
+    line is skipped, a .tsv.gz read; a blank query is named; a query id a run cannot hold is refused before any
+    model loads; --json with --run prints the JSON and writes the run."""
+    import gzip
+    import logging
+
+    from lens.corpus import load_queries
+    from lens.search import Searcher
+
+    (tmp_path / "dup.tsv").write_text("q1\tcats and dogs\nq1\tprogramming language\nq2\tcoffee\n")
+    with pytest.raises(ValueError, match=r"query id 'q1' appears twice \(lines 1 and 2\)"):
+        load_queries(tmp_path / "dup.tsv")
+    (tmp_path / "dup.jsonl").write_text('{"_id": "a", "text": "x"}\n\n{"_id": "a", "text": "y"}\n')
+    with pytest.raises(ValueError, match=r"query id 'a' appears twice \(lines 1 and 3\)"):
+        load_queries(tmp_path / "dup.jsonl")
+    (tmp_path / "h.tsv").write_text("query-id\ttext\nq1\tcats\nid\ttext\n")
+    assert load_queries(tmp_path / "h.tsv") == {"q1": "cats", "id": "text"}  # the first line only is a header
+    (tmp_path / "h.tsv.gz").write_bytes(gzip.compress((tmp_path / "h.tsv").read_bytes()))
+    assert load_queries(tmp_path / "h.tsv.gz") == {"q1": "cats", "id": "text"}
+
+    corpus = write_corpus(tmp_path / "c.jsonl", 8)
+    corpus.write_text(corpus.read_text() + json.dumps({"_id": "spaced id", "text": "cell gene"}) + "\n")
+    ix = tmp_path / "ix"
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model",
+                     str(tiny_lens_dir), "--dense", "none"]) == 0
+    assert "1 document ids hold whitespace ('spaced id')" in caplog.text
+    opened = []
+    monkeypatch.setattr(Searcher, "open", classmethod(lambda cls, *a, **k: opened.append(1) or 1 / 0))
+    (tmp_path / "blank.jsonl").write_text('{"_id": "q9", "text": "  "}\n')
+    (tmp_path / "spaced.tsv").write_text("q 2\tcells\n")
+    for name, extra, match in [("dup.tsv", [], "appears twice"), ("blank.jsonl", [], "query 'q9' is empty"),
+                               ("spaced.tsv", ["--run", str(tmp_path / "r.trec")],
+                                "a query id in a TREC run must be a non-empty string without whitespace")]:
+        capsys.readouterr()
+        assert main(["search", str(ix), "--queries-file", str(tmp_path / name), *extra]) == 2
+        assert match in capsys.readouterr().err
+    assert not opened and not (tmp_path / "r.trec").exists()
+    monkeypatch.undo()
+    assert main(["-q", "index", "remove", str(ix), "spaced id"]) == 0  # a run could not name it
+    (tmp_path / "q.tsv").write_text("q1\tcell\nq2\tgene\n")
+    capsys.readouterr()
+    assert main(["search", str(ix), "--queries-file", str(tmp_path / "q.tsv"), "--json", "-k", "2", "--run",
+                 str(tmp_path / "r.trec")]) == 0
+    out = capsys.readouterr()
+    printed = json.loads(out.out)
+    assert [p["query_id"] for p in printed] == ["q1", "q2"] and "wrote the top 2 of 2 queries" in out.err
+    assert list(read_run(tmp_path / "r.trec")) == ["q1", "q2"]
