@@ -359,7 +359,8 @@ def register(subparsers) -> None:
         dest="index_command", required=True)
     b = ix.add_parser("build", help="encode a corpus and save a hybrid index")
     b.add_argument("--corpus", required=True,
-                   help="a BEIR directory, a corpus.jsonl[.gz], a JSONL of {id, text[, title]}, or 'pydoc-topics'")
+                   help="a BEIR directory, a corpus.jsonl[.gz], a JSONL of {id, text[, title]}, a .tsv[.gz] of "
+                        "id<TAB>text (or of the columns its header names), or 'pydoc-topics'")
     b.add_argument("--output", required=True, type=Path,
                    help="index directory to write: a new or empty one (an index there is replaced only with "
                         "--overwrite)")

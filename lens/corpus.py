@@ -164,18 +164,66 @@ def corpus_file(path: str | os.PathLike) -> Path:
         return p
     raise FileNotFoundError(
         f"corpus {os.fspath(path)!r} not found: give a BEIR directory, a corpus.jsonl[.gz], a JSONL of "
-        f'{{"id", "text"[, "title"]}} records, or {PYDOC_TOPICS!r}'
+        f'{{"id", "text"[, "title"]}} records, a .tsv[.gz] of id<TAB>text lines, or {PYDOC_TOPICS!r}'
     )
 
 
 def iter_corpus(path: str | os.PathLike) -> Iterator[Document]:
-    """Documents of a corpus: records need an id (``_id`` or ``id``) and a ``text``; ``title`` is optional."""
+    """Documents of a corpus: a JSONL's records need an id (``_id`` or ``id``) and a ``text`` (Pyserini's
+    ``contents`` is read too); ``title`` is optional, other fields are kept as metadata. A ``.tsv[.gz]`` holds
+    ``id<TAB>text`` lines (MS MARCO's ``collection.tsv``), or the columns a header line names (an id column: ``id``,
+    ``_id``, ``pid``, ``docid``; a text column: ``text``, ``passage``, ``contents``; ``title``; others kept as
+    metadata: DPR's ``id<TAB>text<TAB>title``)."""
     if os.fspath(path) == PYDOC_TOPICS:
         yield from pydoc_passages()
         return
     file = corpus_file(path)
-    for n, obj in read_jsonl(file):
-        yield _document(file, n, obj)
+    if not is_tsv(file):
+        for n, obj in read_jsonl(file):
+            yield _document(file, n, obj)
+        return
+    columns, first = None, True
+    try:
+        with _open_text(file) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                if first:
+                    first, columns = False, tsv_header(line)
+                    if columns is not None:
+                        continue
+                yield _tsv_document(file, n, line, columns)
+    except UnicodeDecodeError as e:
+        raise ValueError(decode_error_message(file, e)) from None
+
+
+def is_tsv(file: Path) -> bool:
+    return file.name.endswith((".tsv", ".tsv.gz"))
+
+
+TSV_COLUMNS = {"id": ("id", "_id", "pid", "docid", "doc_id"), "text": ("text", "passage", "contents", "body"),
+               "title": ("title",)}
+
+
+def tsv_header(line: str) -> tuple[str, ...] | None:
+    """The column names of a TSV corpus's header line (id, text, title, or a name of its own), or None when the
+    line is a record (a header names one id column and one text column)."""
+    names = [field.strip().lower() for field in line.rstrip("\r\n").split("\t")]
+    roles = tuple(next((role for role, aliases in TSV_COLUMNS.items() if name in aliases), name) for name in names)
+    return roles if roles.count("id") == 1 and roles.count("text") == 1 and len(set(roles)) == len(roles) else None
+
+
+def _tsv_document(file: Path, n: int, line: str, columns: tuple[str, ...] | None) -> Document:
+    fields = line.rstrip("\r\n").split("\t")
+    if columns is None:
+        if len(fields) != 2:
+            raise ValueError(f"{file}:{n}: {len(fields)} tab-separated columns; a TSV corpus line is id<TAB>text, or "
+                             "give a first line naming the columns (e.g. id<TAB>text<TAB>title)")
+        columns = ("id", "text")
+    elif len(fields) != len(columns):
+        raise ValueError(f"{file}:{n}: {len(fields)} tab-separated columns where the header names {len(columns)} "
+                         f"({', '.join(columns)})")
+    return _document(file, n, dict(zip(columns, fields)))
 
 
 def _document(file: Path, n: int, obj: dict) -> Document:
@@ -183,11 +231,12 @@ def _document(file: Path, n: int, obj: dict) -> Document:
     doc_id = obj.get("_id", obj.get("id"))
     if doc_id is None or (isinstance(doc_id, str) and not doc_id.strip()):
         raise ValueError(f"{file}:{n}: record has no id (expected an '_id' or 'id' field)")
-    text = obj.get("text")
+    text_key = "text" if "text" in obj or "contents" not in obj else "contents"  # Pyserini's JsonCollection
+    text = obj.get(text_key)
     if not isinstance(text, str):
-        raise ValueError(f"{file}:{n}: record {doc_id!r} has no 'text' string")
+        raise ValueError(f"{file}:{n}: record {doc_id!r} has no 'text' string (nor Pyserini's 'contents')")
     title = obj.get("title") or ""
-    extra = {k: v for k, v in obj.items() if k not in ("_id", "id", "text", "title")}
+    extra = {k: v for k, v in obj.items() if k not in ("_id", "id", text_key, "title")}
     return Document(str(doc_id), text, title if isinstance(title, str) else str(title), extra)
 
 
@@ -210,8 +259,8 @@ def _twice(path: str | os.PathLike, doc_id: str) -> str:
 
 def open_corpus(path: str | os.PathLike) -> Sequence[Document]:
     """The documents of a corpus, as ``load_corpus`` gives them, for work that reads them a slice at a time (an
-    index build): a plain ``.jsonl`` (or a BEIR directory's ``corpus.jsonl``) as a :class:`CorpusFile`, read where
-    it lies; anything else (gzipped, the built-in corpus) loaded into memory."""
+    index build): a plain ``.jsonl`` or ``.tsv`` (or a BEIR directory's ``corpus.jsonl``) as a :class:`CorpusFile`,
+    read where it lies; anything else (gzipped, the built-in corpus) loaded into memory."""
     if os.fspath(path) != PYDOC_TOPICS:
         file = corpus_file(path)
         if file.suffix != ".gz":
@@ -222,28 +271,36 @@ def open_corpus(path: str | os.PathLike) -> Sequence[Document]:
 
 
 class CorpusFile(Sequence[Document]):
-    """A plain JSONL corpus read where it lies, for corpora larger than memory: one pass (:meth:`scan`) checks every
-    record as ``load_corpus`` does (ids, texts, no id twice) and keeps each record's byte offset and line number (16
-    B a document); a document is parsed again each time it is read. Slices are views of the same file (an index
+    """A plain JSONL (or TSV) corpus read where it lies, for corpora larger than memory: one pass (:meth:`scan`)
+    checks every record as ``load_corpus`` does (ids, texts, no id twice) and keeps each record's byte offset and
+    line number (16 B a document); a document is parsed again each time it is read. Slices are views of the same file (an index
     build reads its documents a chunk at a time, in order), and a view pickles as its path and offsets, so worker
     processes read their own share. The file must not change while it is in use (a record read again that no
     longer parses raises ValueError naming its line)."""
 
-    def __init__(self, path: Path, offsets: "np.ndarray", lines: "np.ndarray") -> None:
+    def __init__(self, path: Path, offsets: "np.ndarray", lines: "np.ndarray", *, tsv: bool = False,
+                 columns: tuple[str, ...] | None = None) -> None:
         self.path, self.offsets, self.lines = Path(path), offsets, lines
+        self.tsv, self.columns = tsv, columns  # a TSV corpus, and its header's columns (None: id<TAB>text)
+
+    def _record(self, n: int, line: str) -> Document:
+        if self.tsv:
+            return _tsv_document(self.path, n, line, self.columns)
+        return _document(self.path, n, _json_object(self.path, n, line))
 
     @classmethod
     def scan(cls, path: str | os.PathLike, name: str | os.PathLike | None = None) -> "CorpusFile | None":
-        """The checked corpus at ``path`` (a plain .jsonl; ``name`` is what errors call the corpus), or None for a
-        file whose lines end in a lone carriage return (read by ``load_corpus`` instead)."""
+        """The checked corpus at ``path`` (a plain .jsonl or .tsv; ``name`` is what errors call the corpus), or None
+        for a file whose lines end in a lone carriage return (read by ``load_corpus`` instead)."""
         import numpy as np
 
         path = Path(path)
         name = path if name is None else name
         offsets, lines, hashes = array("q"), array("q"), array("Q")  # 24 B a document while scanning
+        corpus = cls(path, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), tsv=is_tsv(path))
         try:
             with open(path, "rb") as f:
-                offset = 0
+                offset, first = 0, True
                 for n, raw in enumerate(f, 1):
                     start, offset = offset, offset + len(raw)
                     line = raw.decode("utf-8")
@@ -251,7 +308,13 @@ class CorpusFile(Sequence[Document]):
                         continue
                     if "\r" in line.rstrip("\r\n"):
                         return None  # old Mac line ends: text mode splits them, bytes do not
-                    doc = _document(path, n, _json_object(path, n, line))
+                    if first and corpus.tsv:
+                        corpus.columns = tsv_header(line)
+                        if corpus.columns is not None:
+                            first = False
+                            continue
+                    first = False
+                    doc = corpus._record(n, line)
                     offsets.append(start)
                     lines.append(n)
                     hashes.append(_id_hash(doc.id))
@@ -259,7 +322,7 @@ class CorpusFile(Sequence[Document]):
             raise ValueError(decode_error_message(path, e)) from None
         if not offsets:
             raise ValueError(f"corpus {os.fspath(name)} holds no documents")
-        corpus = cls(path, np.frombuffer(offsets, dtype=np.int64), np.frombuffer(lines, dtype=np.int64))
+        corpus.offsets, corpus.lines = np.frombuffer(offsets, dtype=np.int64), np.frombuffer(lines, dtype=np.int64)
         corpus._refuse_repeated_ids(np.frombuffer(hashes, dtype=np.uint64), name)
         return corpus
 
@@ -286,7 +349,7 @@ class CorpusFile(Sequence[Document]):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return CorpusFile(self.path, self.offsets[i], self.lines[i])
+            return CorpusFile(self.path, self.offsets[i], self.lines[i], tsv=self.tsv, columns=self.columns)
         return next(iter(self._read([self._position(i)])))
 
     def __iter__(self) -> Iterator[Document]:
@@ -306,7 +369,7 @@ class CorpusFile(Sequence[Document]):
                 offset, n = int(self.offsets[i]), int(self.lines[i])
                 f.seek(offset)
                 try:
-                    yield _document(self.path, n, _json_object(self.path, n, f.readline().decode("utf-8")))
+                    yield self._record(n, f.readline().decode("utf-8"))
                 except (ValueError, UnicodeDecodeError) as e:
                     raise ValueError(f"{self.path}:{n} changed since the corpus was read ({e}); a corpus must not "
                                      "change while it is indexed: run the command again") from None

@@ -100,3 +100,58 @@ def test_equal_id_hashes_are_compared_by_their_ids(tmp_path, monkeypatch):
     assert [d.id for d in CorpusFile.scan(path)] == ["a", "7", "c", "d", "e"]
     with pytest.raises(ValueError, match=r"'c' appears twice \(lines 3 and 6\)"):
         CorpusFile.scan(write(tmp_path / "d.jsonl", RECORDS + [{"_id": "c", "text": "x"}]))
+
+
+TSV_CASES = [
+    ("collection.tsv", "0\tthe first passage\n1\tthe second one\n", [("0", "", "the first passage", {}),
+                                                                     ("1", "", "the second one", {})]),
+    ("psgs.tsv", "id\ttext\ttitle\n1\tAaron was a prophet\tAaron\n2\tSome text\tOther\n",
+     [("1", "Aaron", "Aaron was a prophet", {}), ("2", "Other", "Some text", {})]),
+    ("extra.tsv", "docid\tsource\tpassage\nx\twiki\thello there\n",
+     [("x", "", "hello there", {"source": "wiki"})]),
+]
+
+
+@pytest.mark.parametrize("name,content,want", TSV_CASES, ids=[c[0] for c in TSV_CASES])
+def test_tsv_corpora_read_alike_both_ways(tmp_path, name, content, want):
+    """MS MARCO's id<TAB>text, and the columns a header names (DPR's id<TAB>text<TAB>title), in memory and where
+    they lie."""
+    path = tmp_path / name
+    path.write_text(content)
+    got = [(d.id, d.title, d.text, d.extra) for d in load_corpus(path)]
+    assert got == want
+    lazy = open_corpus(path)
+    assert isinstance(lazy, CorpusFile) and [(d.id, d.title, d.text, d.extra) for d in lazy] == want
+    assert [(d.id, d.title, d.text, d.extra) for d in pickle.loads(pickle.dumps(lazy[1:]))] == want[1:]
+
+
+def test_tsv_and_pyserini_errors_and_forms(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("1\ta\tb\n")
+    for read in (load_corpus, CorpusFile.scan):
+        with pytest.raises(ValueError, match=r"bad.tsv:1: 3 tab-separated columns; a TSV corpus line is id<TAB>text"):
+            read(bad)
+    short = tmp_path / "short.tsv"
+    short.write_text("id\ttext\ttitle\n1\tonly text\n")
+    with pytest.raises(ValueError, match=r"short.tsv:2: 2 tab-separated columns where the header names 3"):
+        CorpusFile.scan(short)
+    pyserini = write(tmp_path / "p.jsonl", [{"id": "p1", "contents": "a passage"}, {"id": "p2", "contents": "b",
+                                                                                     "text": "wins"}])
+    assert [(d.id, d.text, d.extra) for d in load_corpus(pyserini)] == [("p1", "a passage", {}),
+                                                                        ("p2", "wins", {"contents": "b"})]
+    assert list(CorpusFile.scan(pyserini)) == load_corpus(pyserini)
+
+
+def test_lens_index_build_takes_a_tsv_corpus(tiny_lens_dir, tmp_path, capsys):
+    from lens.cli import main
+
+    path = tmp_path / "psgs.tsv"
+    path.write_text("id\ttext\ttitle\n1\tcancer drug dose\tOncology\n2\tbrain cell blood\tNeuro\n3\tgene protein\tX\n")
+    ix = tmp_path / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(path), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "none"]) == 0
+    capsys.readouterr()
+    assert main(["search", str(ix), "cancer drug", "-k", "3", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert sorted(h["id"] for h in result["hits"]) == ["1", "2", "3"]
+    assert {h["id"]: h["metadata"]["title"] for h in result["hits"]} == {"1": "Oncology", "2": "Neuro", "3": "X"}
