@@ -40,7 +40,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
         check_build_output(args.output, resume=args.resume, overwrite=args.overwrite)  # nor over one unasked
     # a second build of the same output fails now, not after loading
     with DirectoryLock(args.output, "index") if first else contextlib.nullcontext():
-        docs = open_corpus(args.corpus)  # a plain .jsonl is read where it lies, a chunk at a time
+        docs = open_corpus(args.corpus)  # a plain .jsonl / .tsv is read where it lies, a chunk at a time
         check_build_options(args.workers, args.shards, args.top_m, len(docs))  # before the model loads
         if ranked is not None or args.workers > 1 or devices:
             encoder = EncoderSpec(str(args.model), args.dense)  # each worker (rank) loads its own, on its device

@@ -195,6 +195,8 @@ def iter_corpus(path: str | os.PathLike) -> Iterator[Document]:
                 yield _tsv_document(file, n, line, columns)
     except UnicodeDecodeError as e:
         raise ValueError(decode_error_message(file, e)) from None
+    except (OSError, EOFError) as e:  # truncated gzip
+        raise ValueError(f"{file} cannot be read ({e}); the file is damaged") from e
 
 
 def is_tsv(file: Path) -> bool:
@@ -273,10 +275,10 @@ def open_corpus(path: str | os.PathLike) -> Sequence[Document]:
 class CorpusFile(Sequence[Document]):
     """A plain JSONL (or TSV) corpus read where it lies, for corpora larger than memory: one pass (:meth:`scan`)
     checks every record as ``load_corpus`` does (ids, texts, no id twice) and keeps each record's byte offset and
-    line number (16 B a document); a document is parsed again each time it is read. Slices are views of the same file (an index
-    build reads its documents a chunk at a time, in order), and a view pickles as its path and offsets, so worker
-    processes read their own share. The file must not change while it is in use (a record read again that no
-    longer parses raises ValueError naming its line)."""
+    line number (16 B a document); a document is parsed again each time it is read. Slices are views of the same
+    file (an index build reads its documents a chunk at a time, in order), and a view pickles as its path and
+    offsets, so worker processes read their own share. The file must not change while it is in use (a record read
+    again that no longer parses raises ValueError naming its line)."""
 
     def __init__(self, path: Path, offsets: "np.ndarray", lines: "np.ndarray", *, tsv: bool = False,
                  columns: tuple[str, ...] | None = None) -> None:
