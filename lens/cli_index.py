@@ -53,7 +53,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
             manifest = build_saved(docs, args.output, encoder, index_type=args.index, chunk_size=args.chunk_size,
                                    batch_size=args.batch_size, resume=args.resume, info=info, workers=args.workers,
                                    devices=devices, shards=args.shards, top_m=args.top_m, weights=args.weights,
-                                   bm25=args.bm25,
+                                   bm25=args.bm25, store_text=args.store_text,
                                    idf=DEFAULT_IDF if args.idf is None else args.idf)
         except KeyboardInterrupt:
             _interrupted(partial_dir(args.output))
@@ -392,6 +392,10 @@ def register(subparsers) -> None:
                    help="keep the M heaviest lexicon weights of each document (before normalising); recorded in "
                         "the index, queries are not pruned")
     add_quantize_argument(b, "; recorded in the index")
+    b.add_argument("--store-text", action="store_true",
+                   help="keep each document's whole text in the index: hits carry it (metadata \"text\", beside the "
+                        "300-character snippet), so a RAG pipeline needs no document store of its own; costs the "
+                        "texts' bytes on disk (docs.sqlite), and `lens index add` keeps it")
     b.add_argument("--bm25", action=argparse.BooleanOptionalAction, default=None,
                    help="keep a BM25 part (bm25s, stemming, stopwords) of the documents' texts, searched with a third "
                         "weight (0.1 unless lens search --weights LEX,DENSE,BM25 says otherwise); on unless "

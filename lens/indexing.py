@@ -35,7 +35,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -49,12 +49,13 @@ from lens.sharding import EncoderSpec, RankGroup, load_encoder, run_in_processes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FLOAT32", "RECORD_VERSION", "SNIPPET_CHARS", "STATE_VERSION", "EncodedChunks", "adding_dir",
-           "build_index", "build_saved", "check_build_options", "check_build_output", "check_documents", "corpus_hash",
-           "document_metadata", "encode_chunk", "encode_chunks", "encode_shard", "fill_index", "ids_hash",
-           "partial_dir", "report_truncation", "resolve_bm25"]
+__all__ = ["FLOAT32", "RECORD_VERSION", "SNIPPET_CHARS", "STATE_VERSION", "STORE_TEXT_KEY", "EncodedChunks",
+           "adding_dir", "build_index", "build_saved", "check_build_options", "check_build_output", "check_documents",
+           "corpus_hash", "document_metadata", "encode_chunk", "encode_chunks", "encode_shard", "fill_index",
+           "ids_hash", "partial_dir", "report_truncation", "resolve_bm25", "stores_text"]
 
 SNIPPET_CHARS = 300
+STORE_TEXT_KEY = "store_text"  # in an index's info: its documents' whole texts are kept (build_saved(store_text=))
 # A built index weighs each query's lexicon by its clusters' idf in the corpus unless told otherwise (`lens index build
 # --no-idf`): on the development collections the model never saw it lifted the lexicon and the hybrid most where they
 # trailed BM25, and cost the hybrid at most 0.005 nDCG@10 (not significant) where the model is in its domain
@@ -197,7 +198,7 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
                 chunk_size: int | None = None, batch_size: int | None = None, resume: bool = False,
                 info: dict | None = None, show_progress_bar: bool = True, workers: int = 1, devices: Sequence[str] | None = None,
                 shards: int = 1, top_m: int | None = None, weights: Any = None, bm25: bool | None = None,
-                idf: bool = DEFAULT_IDF) -> dict | None:
+                idf: bool = DEFAULT_IDF, store_text: bool = False) -> dict | None:
     """:func:`build_index` without loading the result: returns the saved manifest (None on a torchrun rank > 0).
 
     ``workers``: encoding processes (CPU; ``devices`` such as ``["cuda:0", "cuda:1"]`` puts one on each; under
@@ -209,19 +210,21 @@ def build_saved(docs: Sequence[Document], output: str | Path, encoder, *, index_
     manifest; the build adds the encoder record's keys (``lens.index_record.RECORD_KEYS``) itself. ``bm25``: keep a
     BM25 part of the documents' texts beside the vectors (``index.bm25_part``; one per shard; None: ``resolve_bm25``).
     ``idf``: searches weigh the query lexicon by the clusters' inverse document frequencies in the index unless
-    they say otherwise (``HybridIndex(idf=True)``; default ``DEFAULT_IDF``). ``chunk_size`` / ``batch_size`` None:
-    ``build_sizes`` for the device that encodes.
+    they say otherwise (``HybridIndex(idf=True)``; default ``DEFAULT_IDF``). ``store_text``: keep each document's
+    whole text in its stored metadata (``"text"``, beside the ``"snippet"``), so hits carry it (a RAG pipeline needs
+    no store of its own); recorded in the manifest's info (``STORE_TEXT_KEY``), so `lens index add` keeps it too.
+    ``chunk_size`` / ``batch_size`` None: ``build_sizes`` for the device that encodes.
     """
     manifest, _ = _build(docs, Path(output), encoder, index_type=index_type, chunk_size=chunk_size,
                          batch_size=batch_size, resume=resume, info=info, show_progress_bar=show_progress_bar,
                          workers=workers, devices=devices, shards=shards, top_m=top_m, weights=weights, bm25=bm25,
-                         idf=idf)
+                         idf=idf, store_text=store_text)
     return manifest
 
 
 def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, batch_size=None, resume=False, info=None,
            show_progress_bar=True, workers=1, devices=None, shards=1, top_m=None, weights=None, bm25=None,
-           idf=DEFAULT_IDF):
+           idf=DEFAULT_IDF, store_text=False):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
     from index.store import check_save_target
@@ -245,6 +248,8 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, b
     work = partial_dir(output)
     state = _work_state(docs, chunk_size)
     record = EncoderRecord.of_encoder(encoder)  # before encoding: a spec's model directory is read now
+    if store_text:
+        info = {**(info or {}), STORE_TEXT_KEY: True}
     settings = dict(index_type=index_type, shards=shards, top_m=top_m, info=info, weights=weights, record=record,
                     bm25=bool(bm25), idf=bool(idf))
     if launch is not None:
@@ -604,6 +609,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
 
     chunks = EncodedChunks(docs, work, records, chunk_size)
     _report_truncation(records, len(docs))
+    store_text = stores_text(info)
     info = _recorded_info(info, record.with_quantize(chunks.quantize))
     itype = get_index_type(index_type)
     options, train_size = {}, 0
@@ -627,7 +633,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
     if shards == 1 or itype.on_disk:
         spilled = False
         for s, part in enumerate(parts):
-            fill_index(template, chunks, docs, part)
+            fill_index(template, chunks, docs, part, store_text=store_text)
             if s + 1 < len(parts) and template.is_trained:
                 template.spill(work / f"lists-{s:05d}.faiss")
                 spilled = True
@@ -637,7 +643,7 @@ def _assemble(docs, output: Path, work: Path, records, chunk_size: int, *, index
         writer = ShardWriter(tmp)
         for part in parts:
             shard = template.clone_empty()
-            fill_index(shard, chunks, docs, part)
+            fill_index(shard, chunks, docs, part, store_text=store_text)
             writer.add(shard)
             del shard  # one shard in memory at a time
         manifest = writer.finish(info)
@@ -684,21 +690,28 @@ def report_truncation(cut: int, n_docs: int, max_seq_length: Any) -> None:
                        n_docs, max_seq_length)
 
 
-def document_metadata(doc: Document) -> dict:
+def document_metadata(doc: Document, store_text: bool = False) -> dict:
     """What an index stores beside a document's vectors: its title, the start of its text (``SNIPPET_CHARS``, for
-    search results) and its corpus record's extra fields."""
-    return {"title": doc.title, "snippet": doc.text[:SNIPPET_CHARS], **doc.extra}
+    search results), with ``store_text`` its whole text, and its corpus record's extra fields."""
+    return {"title": doc.title, "snippet": doc.text[:SNIPPET_CHARS], **({"text": doc.text} if store_text else {}),
+            **doc.extra}
 
 
-def fill_index(index, chunks: EncodedChunks, docs, part: slice, upsert: bool = False) -> None:
-    """Add documents ``part`` of ``docs`` to ``index`` from their encoded chunks, with their stored metadata (and
-    their texts, for an index with a BM25 part)."""
+def stores_text(info: Mapping[str, Any] | None) -> bool:
+    """Whether an index (its manifest's ``info``) keeps its documents' whole texts (``build_saved(store_text=)``)."""
+    return bool((info or {}).get(STORE_TEXT_KEY))
+
+
+def fill_index(index, chunks: EncodedChunks, docs, part: slice, upsert: bool = False,
+               store_text: bool = False) -> None:
+    """Add documents ``part`` of ``docs`` to ``index`` from their encoded chunks, with their stored metadata
+    (``document_metadata``; ``store_text``: their whole texts too) and their texts, for an index with a BM25 part."""
     bm25 = getattr(index, "has_bm25", False)
     for i, a, b in chunks.overlapping(part.start, part.stop):
         lex, dense = chunks.load(i)
         rows = docs[chunks.bounds[i][0] + a : chunks.bounds[i][0] + b]
         index.add([d.id for d in rows], lex[a:b], None if dense is None else dense[a:b],
-                  metadata=[document_metadata(d) for d in rows], upsert=upsert,
+                  metadata=[document_metadata(d, store_text) for d in rows], upsert=upsert,
                   texts=[d.full_text for d in rows] if bm25 else None)
 
 

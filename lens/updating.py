@@ -57,7 +57,7 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
     when run again with ``resume`` (the same documents; without it, what an earlier run left is discarded).
     """
     from lens.atomic import DirectoryLock
-    from lens.indexing import adding_dir, check_documents, encode_chunks, fill_index
+    from lens.indexing import adding_dir, check_documents, encode_chunks, fill_index, stores_text
     from lens.search import Searcher
 
     docs = docs if isinstance(docs, Sequence) else list(docs)  # a CorpusFile stays where it lies
@@ -73,7 +73,7 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
         work = adding_dir(directory)
         chunks = encode_chunks(docs, work, encoder, chunk_size=chunk_size, batch_size=batch_size, resume=resume,
                                show_progress_bar=show_progress_bar)
-        fill_index(index, chunks, docs, slice(0, len(docs)), upsert=upsert)
+        fill_index(index, chunks, docs, slice(0, len(docs)), upsert=upsert, store_text=stores_text(index.info))
         _extend_casing(index, docs, searcher.record)
         index.save(directory)
         shutil.rmtree(work)

@@ -155,3 +155,30 @@ def test_lens_index_build_takes_a_tsv_corpus(tiny_lens_dir, tmp_path, capsys):
     (result,) = json.loads(capsys.readouterr().out)
     assert sorted(h["id"] for h in result["hits"]) == ["1", "2", "3"]
     assert {h["id"]: h["metadata"]["title"] for h in result["hits"]} == {"1": "Oncology", "2": "Neuro", "3": "X"}
+
+
+def test_an_index_built_with_store_text_returns_whole_texts_and_add_keeps_them(tiny_lens_dir, tmp_path, capsys):
+    """--store-text: hits carry each document's whole text (metadata "text"); recorded in the manifest, so a later
+    lens index add keeps it; without it, hits carry the 300-character snippet alone."""
+    from lens.cli import main
+    from lens.search import Searcher
+
+    long_text = "cancer drug dose " * 40  # longer than the snippet
+    path = tmp_path / "c.jsonl"
+    write(path, [{"_id": "a", "text": long_text, "title": "T"}, {"_id": "b", "text": "brain cell blood"}])
+    more = write(tmp_path / "more.jsonl", [{"_id": "c", "text": "gene protein " * 30}])
+    for flag, ix in (["--store-text"], tmp_path / "with"), ([], tmp_path / "without"):
+        assert main(["-q", "index", "build", "--corpus", str(path), "--output", str(ix), "--model",
+                     str(tiny_lens_dir), "--dense", "none", *flag]) == 0
+        assert main(["-q", "index", "add", str(ix), "--corpus", str(more)]) == 0
+        (hits,) = Searcher.open(ix).search(["cancer drug"], k=3)
+        texts = {i: m.get("text") for i, m in zip(hits.ids, hits.metadata)}
+        snippets = {i: m["snippet"] for i, m in zip(hits.ids, hits.metadata)}
+        assert len(snippets["a"]) == 300 and snippets["a"] == long_text[:300]
+        if flag:
+            assert texts == {"a": long_text, "b": "brain cell blood", "c": "gene protein " * 30}
+        else:
+            assert texts == {"a": None, "b": None, "c": None}
+    capsys.readouterr()
+    assert main(["index", "info", str(tmp_path / "with")]) == 0
+    assert "store_text: True" in capsys.readouterr().out
