@@ -4,10 +4,13 @@ into vectors, and their parsers (``register``). Heavy imports happen inside each
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from lens.cli_args import add_overwrite_argument, add_quantize_argument, add_registry_argument
 from lens.cmdline import check_quantize_workers, positive_int
+
+logger = logging.getLogger("lens")
 
 
 # ---------------------------------------------------------------------------------------------- cluster-vocab
@@ -42,11 +45,17 @@ def read_texts(path: Path) -> list[str]:
         raise FileNotFoundError(f"input file not found: {path}")
     if path.suffix == ".txt":
         try:
-            return path.read_bytes().decode("utf-8-sig").splitlines()
+            text = path.read_bytes().decode("utf-8-sig")
         except UnicodeDecodeError as e:
             raise ValueError(decode_error_message(path, e)) from None
-    if path.suffix != ".jsonl":
-        raise ValueError(f"input must be a .txt (one text per line) or .jsonl file, got {path.name}")
+        # lines end at "\n" alone (a "\r" before it is dropped): str.splitlines would also split at form feeds,
+        # U+2028 and other separators inside a line, and every id after one would be off
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return [line[:-1] if line.endswith("\r") else line for line in lines]
+    if not path.name.endswith((".jsonl", ".jsonl.gz")):
+        raise ValueError(f"input must be a .txt (one text per line) or .jsonl[.gz] file, got {path.name}")
     texts = []
     for n, obj in iter_json_lines(path):
         if isinstance(obj, str):
@@ -69,6 +78,9 @@ def task_instruction(args: argparse.Namespace, query: bool) -> str | None:
     listing the advanced tasks (``lens.instructions.ATEB_INSTRUCTIONS``)."""
     task = getattr(args, "task", None)
     if task is None:
+        if args.instruction is not None and not query:
+            raise ValueError("--instruction is a query instruction: add --queries for encode, --query for explain "
+                             "(documents are encoded without one)")
         return args.instruction
     from lens.instructions import ATEB_INSTRUCTIONS, GENERIC, lookup
 
@@ -104,9 +116,9 @@ def export_options(args: argparse.Namespace):
 def read_records(path: Path, with_ids: bool) -> tuple[list[str] | None, list[str]]:
     """(ids, texts) of ``lens encode``'s input; ids only ``with_ids`` (the sparse formats).
 
-    A .jsonl's ids are its records' ``_id`` / ``id`` (``lens.corpus.load_corpus``, which refuses duplicates); a
-    .txt's are its 0-based line numbers."""
-    if with_ids and path.suffix == ".jsonl" and path.is_file():
+    A .jsonl's ids are its records' ``_id`` / ``id`` (``lens.corpus.load_corpus``, which refuses duplicates) when
+    its first record has one; else, as a .txt's, its texts' 0-based numbers."""
+    if with_ids and path.name.endswith((".jsonl", ".jsonl.gz")) and path.is_file() and _first_has_id(path):
         from lens.corpus import load_corpus
 
         docs = load_corpus(path)
@@ -115,12 +127,29 @@ def read_records(path: Path, with_ids: bool) -> tuple[list[str] | None, list[str
     return ([str(i) for i in range(len(texts))] if with_ids else None), texts
 
 
+def _first_has_id(path: Path) -> bool:
+    from lens.corpus import iter_json_lines
+
+    for _, obj in iter_json_lines(path):
+        return isinstance(obj, dict) and ("_id" in obj or "id" in obj)
+    return False
+
+
+def _check_encode_output(input_path: Path, output: Path, overwrite: bool) -> None:
+    """Refuse an --output that is the --input (always) or an existing file (unless --overwrite), before any work."""
+    if output.exists() and input_path.exists() and output.resolve() == input_path.resolve():
+        raise ValueError(f"--output {output} is the --input: writing would replace the texts; choose another file")
+    if output.is_file() and not overwrite:
+        raise FileExistsError(f"--output {output} exists: pass --overwrite to replace it, or choose another file")
+
+
 def cmd_encode(args: argparse.Namespace) -> None:
     from lens.atomic import check_output_file
     from lens.encoder import LensEncoder
     from lens.export import LABEL_TOKENS, cluster_labels, write_export
 
     check_output_file(args.output, "--output")  # before any work: a directory or an unwritable place fails now
+    _check_encode_output(Path(args.input), Path(args.output), args.overwrite)  # and a file a user has there
     fmt, options = export_options(args)  # so is a wrong --format, --scale or --field
     instruction = task_instruction(args, args.queries)  # before the model loads
     ids, texts = read_records(Path(args.input), fmt.sparse)
@@ -149,11 +178,14 @@ def cmd_encode(args: argparse.Namespace) -> None:
     labels = None
     if fmt.sparse:  # the labels of the model's clusters: the same for its queries and documents
         labels = cluster_labels([encoder.cluster_tokens(c, LABEL_TOKENS) for c in range(encoder.num_clusters)])
-    write_export(args.output, args.format, vectors, ids, labels, texts, options)
-    if fmt.sparse:
-        kept = float((vectors > 0).sum(axis=1).mean())
-        print(f"wrote {args.output}: {vectors.shape[0]} {args.format} records; on average {kept:.1f} of "
-              f"{vectors.shape[1]} cluster weights per vector are non-zero")
+    entries = write_export(args.output, args.format, vectors, ids, labels, texts, options)
+    if entries is not None:
+        print(f"wrote {args.output}: {len(entries)} {args.format} records; on average {sum(entries) / len(entries):.1f}"
+              f" of {vectors.shape[1]} cluster weights per record")
+        empty = sum(n == 0 for n in entries)
+        if empty:
+            hint = " (every weight rounded to 0: raise --scale)" if args.format == "pyserini" else ""
+            logger.warning("%d of %d records hold no weight%s; they match nothing", empty, len(entries), hint)
     else:
         print(f"wrote {args.output}: {vectors.shape[0]} x {vectors.shape[1]} float32 ({args.kind})")
 
@@ -231,7 +263,8 @@ def register(subparsers) -> None:
     e = subparsers.add_parser("encode", help="encode texts to a .npy matrix (rows in input order) or a sparse export")
     e.add_argument("--model", default="default", help="a LENS directory (from cluster-vocab) or 'default'")
     e.add_argument("--input", required=True, type=Path,
-                   help=".txt (one text per line; ids are 0-based line numbers) or .jsonl (ids from '_id' / 'id')")
+                   help=".txt (one text per line; ids are 0-based line numbers) or .jsonl[.gz] (ids from '_id' / "
+                        "'id', else numbers as a .txt's)")
     e.add_argument("--output", required=True, type=Path,
                    help="the file to write: .npy, or .jsonl for the sparse formats (checked before encoding)")
     add_registry_argument(e, "--format", registry="lens.export:FORMATS", default="npy", metavar="NAME",
@@ -260,6 +293,8 @@ def register(subparsers) -> None:
     e.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="encode in N processes, each a contiguous share of the texts (CPU threads split between them)")
     add_quantize_argument(e)
+    e.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output file (refused without it; never the --input)")
     e.set_defaults(func=cmd_encode)
 
     x = subparsers.add_parser("explain", help="print the heaviest clusters of texts' lexicon vectors")

@@ -540,8 +540,9 @@ class LensEncoder:
     def encode_queries(self, texts: str | list[str], instruction: str | None = None, *, prompt: str | None = None,
                        prompt_name: str | None = None, **kwargs):
         """Encode queries behind the instruction template (the paper's ``<instruct>{task}\\n<query>``); no
-        instruction: the model's default one. sentence-transformers' ``prompt`` is the instruction too (the same
-        vectors as its ``SparseEncoder.encode_query(prompt=...)``) and ``prompt_name`` names one of ``prompts``."""
+        instruction (None): the model's default one; ``""``: none at all (the texts as documents are encoded).
+        sentence-transformers' ``prompt`` is the instruction too (the same vectors as its
+        ``SparseEncoder.encode_query(prompt=...)``) and ``prompt_name`` names one of ``prompts``."""
         for name, value in (("instruction", instruction), ("prompt", prompt)):
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"{name} must be a string or None, got {type(value).__name__}")
@@ -552,9 +553,9 @@ class LensEncoder:
         instruction = instruction if instruction is not None else prompt
         if instruction is None:
             instruction = self.config.default_instruction if prompt_name is None else self._named_prompt(prompt_name)
-        template = self.config.query_template
-        prompt = query_prompt(template, instruction) if instruction else template.format(instruction=instruction)
-        return self.encode(texts, prompt=prompt, **kwargs)
+        # the one rule (lens.inputs.query_prompt): "" is no instruction, the texts as they are, as in
+        # sentence-transformers (an empty prompt, prompt_name="document")
+        return self.encode(texts, prompt=query_prompt(self.config.query_template, instruction), **kwargs)
 
     def encode_documents(self, texts: str | list[str], *, prompt: str | None = None, prompt_name: str | None = None,
                          **kwargs):

@@ -65,6 +65,10 @@ class ExportOptions:
         if not isinstance(self.field, str) or not _FIELD.fullmatch(self.field):
             raise ValueError(f"field must be a field name of letters, digits, '_' and '-' (e.g. {DEFAULT_FIELD!r}), "
                              f"got {self.field!r}")
+        if self.field == "id" or self.field.startswith("_"):
+            raise ValueError(f"field {self.field!r} cannot hold the weights: 'id' is each record's id, and names "
+                             "starting with '_' are Elasticsearch's metadata fields; choose another (e.g. "
+                             f"{DEFAULT_FIELD!r})")
 
 
 # ---------------------------------------------------------------------------------------------- labels
@@ -227,8 +231,9 @@ def check_format(name: str, path: str | os.PathLike | None = None) -> Format:
 
 def write_export(path: str | os.PathLike, name: str, vectors: np.ndarray, ids: Sequence[str] | None = None,
                  labels: Sequence[str] | None = None, texts: Sequence[str] | None = None,
-                 options: ExportOptions | None = None) -> None:
-    """Write ``vectors`` (N, k) to ``path`` in format ``name``, atomically (``lens.atomic``).
+                 options: ExportOptions | None = None) -> list[int] | None:
+    """Write ``vectors`` (N, k) to ``path`` in format ``name``, atomically (``lens.atomic``); returns, for a sparse
+    format, the entries each record holds as written (after pyserini's rounding), else None.
 
     The sparse formats need ``ids`` (one string per row) and ``labels`` (``cluster_labels``, one per column);
     ``texts`` fills Pyserini's ``contents``.
@@ -236,6 +241,18 @@ def write_export(path: str | os.PathLike, name: str, vectors: np.ndarray, ids: S
     fmt = check_format(name, path)
     if fmt.sparse and (ids is None or labels is None):
         raise ValueError(f"format {name!r} needs ids (one per vector) and cluster labels (one per cluster)")
-    data = fmt.write(vectors, ids, labels, texts, options or ExportOptions())
+    options = options or ExportOptions()
+    data = fmt.write(vectors, ids, labels, texts, options)
     atomic_write_bytes(path, data)
     logger.info("wrote %s (%s, %d bytes)", path, name, len(data))
+    if not fmt.sparse:
+        return None
+    return [_entries(json.loads(line), options.field) for line in data.decode("utf-8").splitlines()]
+
+
+def _entries(record: dict, field: str) -> int:
+    """The weights a sparse record holds: pyserini's ``vector``, qdrant's ``indices``, rank-features' ``field``."""
+    for key in ("vector", "indices", field):
+        if key in record:
+            return len(record[key])
+    raise ValueError(f"not a sparse record: {sorted(record)}")

@@ -58,7 +58,8 @@ def test_task_flag_applies_the_tasks_instruction_to_queries(tiny_lens_dir, tmp_p
     rows = enc.explain("cell gene", top_k=3, query=True, instruction=ATEB_INSTRUCTIONS["piqa"])
     printed = capsys.readouterr().out
     assert all(f"cluster {r.cluster:>5}  weight {r.weight:6.3f}" in printed for r in rows)
-    argv = ["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "q.txt"), "--output", str(out)]
+    argv = ["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "q.txt"), "--output", str(out),
+            "--overwrite"]
     for extra, message in ((["--queries", "--task", "esnli", "--instruction", "x"], "not both"),
                            (["--task", "esnli"], "add --queries"),
                            (["--queries", "--task", "nope"], "known: dialfact")):
@@ -103,7 +104,7 @@ def tiny_adapter_dir(tiny_lens_dir, tmp_path_factory):
 def test_quiet_prints_no_progress_bar(tiny_lens_dir, tmp_path, capfd):
     (tmp_path / "t.txt").write_text("cell gene\ncancer patients\n")
     argv = ["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "t.txt"), "--output",
-            str(tmp_path / "o.npy")]
+            str(tmp_path / "o.npy"), "--overwrite"]
     assert main(argv) == 0
     assert "100%|" in capfd.readouterr().err  # the bar the command asks for
     for flag in ("-q", "--quiet"):

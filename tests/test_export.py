@@ -151,6 +151,9 @@ def test_bad_options_and_inputs_are_refused_with_reasons(tmp_path, data):
             ExportOptions(scale=bad)
     with pytest.raises(ValueError, match="field must be"):
         ExportOptions(field="my field")
+    for taken in ("id", "_id", "_source"):  # each record's id, and Elasticsearch's metadata fields
+        with pytest.raises(ValueError, match=f"field {taken!r} cannot hold the weights"):
+            ExportOptions(field=taken)
     with pytest.raises(ValueError, match="valid: npy, pyserini, qdrant, rank-features"):
         check_format("splade")
     with pytest.raises(ValueError, match="ending in .jsonl"):
@@ -237,9 +240,51 @@ def test_cli_refuses_bad_export_flags_before_loading_the_model(tmp_path, capsys)
         (["--format", "rank-features", "--kind", "dense", "--output", str(tmp_path / "o.jsonl")],
          "drop --kind dense"),
         (["--top-m", "5", "--kind", "dense", "--output", str(tmp_path / "o.npy")], "--top-m works on lexicon"),
+        (["--instruction", "find x", "--output", str(tmp_path / "o.npy")], "--instruction is a query instruction"),
+        (["--format", "rank-features", "--field", "_id", "--output", str(tmp_path / "o.jsonl")],
+         "field '_id' cannot hold the weights"),
+        (["--output", str(tmp_path / "q.txt")], "is the --input: writing would replace the texts"),
     ]
     for extra, message in cases:
         assert main(base + extra) == 2, extra
         err = capsys.readouterr().err
         assert message in err and "no-model" not in err, (extra, err)
     assert not list(tmp_path.glob("o.*"))
+
+
+def test_cli_encode_keeps_what_a_user_saved_and_numbers_lines_as_wc_does(tiny_lens_dir, tiny_encoder, tmp_path,
+                                                                           capsys, caplog):
+    """An existing --output is replaced only with --overwrite; a .txt's lines end at newlines alone (a form feed or
+    U+2028 inside a line does not shift the ids); a .jsonl of bare strings gets numbered ids in a sparse format; a
+    pyserini export counts what it wrote and warns of empty records."""
+    import logging
+
+    (tmp_path / "t.txt").write_text("first doc\nsecond\x0cpart of second\r\nthird \u2028 sep\nfourth\n")
+    keep = tmp_path / "keep.npy"
+    keep.write_bytes(b"precious")
+    argv = ["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "t.txt"), "--output", str(keep)]
+    assert main(argv) == 2
+    assert "exists: pass --overwrite" in capsys.readouterr().err and keep.read_bytes() == b"precious"
+    assert main(argv + ["--overwrite"]) == 0
+    texts = ["first doc", "second\x0cpart of second", "third \u2028 sep", "fourth"]
+    np.testing.assert_allclose(np.load(keep), tiny_encoder.encode_documents(texts), atol=1e-6)
+    (tmp_path / "s.jsonl").write_text('"cell gene"\n"drug dose"\n')
+    assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "s.jsonl"), "--format", "qdrant",
+                 "--output", str(tmp_path / "s.q.jsonl")]) == 0
+    assert [r["id"] for r in read_jsonl(tmp_path / "s.q.jsonl")] == ["0", "1"]
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "s.jsonl"), "--format",
+                     "pyserini", "--scale", "0.01", "--output", str(tmp_path / "p.jsonl")]) == 0
+    assert "on average 0.0 of 16 cluster weights per record" in capsys.readouterr().out
+    assert "2 of 2 records hold no weight (every weight rounded to 0: raise --scale)" in caplog.text
+
+
+def test_an_empty_instruction_is_no_instruction_on_every_path(tiny_encoder):
+    """"" means no instruction, as sentence-transformers' empty prompt and prompt_name="document" do: the texts are
+    encoded as documents (it used to be the template around an empty instruction)."""
+    texts = ["cell gene", "drug dose"]
+    docs = tiny_encoder.encode_documents(texts)
+    for kwargs in ({"instruction": ""}, {"prompt": ""}, {"prompt_name": "document"}):
+        np.testing.assert_array_equal(tiny_encoder.encode_queries(texts, **kwargs), docs)
+    assert not np.allclose(tiny_encoder.encode_queries(texts), docs)  # the default instruction is one

@@ -369,9 +369,9 @@ def test_cli_encode_with_quantize(tiny_lens_dir, int8_encoder, tmp_path, capsys)
     argv = ["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "t.txt"), "--output", str(out)]
     assert main(argv + ["--quantize", "int8"]) == 0
     assert_close(np.load(out), int8_encoder.encode(["cell gene", "cancer patients"]))
-    assert main(argv + ["--quantize", "int8", "--workers", "2"]) == 2
+    assert main(argv + ["--quantize", "int8", "--workers", "2", "--overwrite"]) == 2
     assert "single CPU process" in capsys.readouterr().err
-    assert main(argv + ["--quantize", "fp16"]) == 2
+    assert main(argv + ["--quantize", "fp16", "--overwrite"]) == 2
     assert "invalid choice" in capsys.readouterr().err
 
 
