@@ -7,6 +7,7 @@ both run it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import logging
@@ -596,7 +597,7 @@ class LensEncoder:
     def decode(self, embeddings, top_k: int | None = None):
         """The non-zero weights of lexicon vectors as ``(cluster label, weight)`` pairs, heaviest first, at most
         ``top_k`` (sentence-transformers' ``SparseEncoder.decode``): one list for a 1-D vector, one per row for a
-        matrix. A cluster's label is its first member tokens (``cluster_label``), as ``explain`` lists them."""
+        matrix. A cluster's label is its first member tokens, as ``explain`` lists them (``cluster_names``: unique)."""
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be a positive integer or None (every non-zero weight), got {top_k!r}")
         single = getattr(embeddings, "ndim", 2) == 1
@@ -604,13 +605,23 @@ class LensEncoder:
         if rows.shape[1] != self.num_clusters:
             raise ValueError(f"embeddings have {rows.shape[1]} columns but this model has {self.num_clusters} "
                              "clusters: decode lexicon vectors of this model (encode(..., output='lexicon'))")
+        names = self.cluster_names()
         decoded = []
         for row in rows:
             nonzero = np.flatnonzero(row)
             top = nonzero[np.argsort(-row[nonzero], kind="stable")][:top_k]
-            decoded.append([(cluster_label(self.cluster_tokens(int(c), 4 * LABEL_TOKENS), int(c)), float(row[c]))
-                            for c in top])
+            decoded.append([(names[c], float(row[c])) for c in top])
         return decoded[0] if single else decoded
+
+    def cluster_names(self) -> list[str]:
+        """Every cluster's readable label (``cluster_label``: its first member tokens), unique: a label that two
+        clusters would share (byte-fallback tokens, ``"�"``) gets `` #<cluster id>`` after it, so ``dict(decode(v))``
+        loses no weight. Computed once per encoder (well under a second for 8,000 clusters)."""
+        if getattr(self, "_cluster_names", None) is None:
+            labels = [cluster_label(self.cluster_tokens(c, 4 * LABEL_TOKENS), c) for c in range(self.num_clusters)]
+            counts = collections.Counter(labels)
+            self._cluster_names = [f"{label} #{c}" if counts[label] > 1 else label for c, label in enumerate(labels)]
+        return self._cluster_names
 
     def fingerprint(self) -> dict:
         """What identifies this encoder's vectors: clusters + head, backbone, adapter, pooling, attention.

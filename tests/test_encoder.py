@@ -424,6 +424,20 @@ def test_sentence_transformers_names(tiny_encoder):
         tiny_encoder.decode(np.ones(3))
 
 
+def test_decode_names_every_cluster_uniquely(tiny_lens_dir, monkeypatch):
+    """Two clusters whose first tokens read alike (byte-fallback tokens are all "\ufffd") keep apart: a shared label
+    gets its cluster id, so dict(decode(v)) loses no weight."""
+    enc = LensEncoder.from_pretrained(tiny_lens_dir)
+    monkeypatch.setattr(enc, "cluster_tokens", lambda c, n=8: ["\ufffd"] if c in (1, 5) else [f"t{c}"])
+    names = enc.cluster_names()
+    assert len(set(names)) == enc.num_clusters and names[1] == "\ufffd #1" and names[5] == "\ufffd #5"
+    assert names[2] == "t2"
+    v = np.zeros(enc.num_clusters, dtype=np.float32)
+    v[[1, 5, 2]] = [0.3, 0.2, 0.1]
+    assert dict(enc.decode(v)) == {"\ufffd #1": pytest.approx(0.3), "\ufffd #5": pytest.approx(0.2),
+                                   "t2": pytest.approx(0.1)}
+
+
 def test_empty_list_and_convert_to_numpy_false(tiny_encoder):
     """As in sentence-transformers: no texts give zero rows; ``convert_to_numpy=False`` gives tensors."""
     assert tiny_encoder.encode([]).shape == (0, tiny_encoder.num_clusters)

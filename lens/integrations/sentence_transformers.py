@@ -72,6 +72,8 @@ class ClusterVocabulary:
     def label(self, cluster: int) -> str:
         if not 0 <= cluster < self._encoder.num_clusters:
             raise IndexError(f"cluster {cluster} out of range: this model has {self._encoder.num_clusters} clusters")
+        if self._tokens == LABEL_TOKENS:  # LensEncoder.decode's names, unique
+            return self._encoder.cluster_names()[cluster]
         if cluster not in self._labels:
             tokens = self._encoder.cluster_tokens(cluster, 4 * self._tokens)  # " n" and "n" read alike
             self._labels[cluster] = cluster_label(tokens, cluster, self._tokens)
