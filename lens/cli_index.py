@@ -289,13 +289,18 @@ def cmd_search(args: argparse.Namespace) -> None:
         from lens.trec import write_run
 
         write_run(args.run, {qid: list(zip(h.ids, h.scores)) for qid, h in zip(queries, results)}, tag=args.run_tag)
+        as_json = args.json or args.jsonl
         print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})",
-              file=sys.stderr if args.json else sys.stdout)  # with --json, stdout holds the JSON alone
-        if not args.json:
+              file=sys.stderr if as_json else sys.stdout)  # with --json / --jsonl, stdout holds the JSON alone
+        if not as_json:
             return
+    records = [{"query_id": qid, "query": q, "hits": hit_records(h)} for (qid, q), h in zip(queries.items(), results)]
     if args.json:
-        print(json.dumps([{"query_id": qid, "query": q, "hits": hit_records(h)}
-                          for (qid, q), h in zip(queries.items(), results)], indent=2, ensure_ascii=False))
+        print(json.dumps(records, indent=2, ensure_ascii=False))
+        return
+    if args.jsonl:
+        for record in records:
+            print(json.dumps(record, ensure_ascii=False))
         return
     for query, hits in zip(queries.values(), results):
         print(f"\n{query}")
@@ -469,7 +474,10 @@ def register(subparsers) -> None:
     _add_idf_argument(s)
     s.add_argument("--instruction", default=None, help="task instruction for the query")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
-    s.add_argument("--json", action="store_true", help="print hits as JSON")
+    fmt = s.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print hits as one JSON array, a query per element")
+    fmt.add_argument("--jsonl", action="store_true",
+                     help="print hits as JSON lines, one query per line (for jq, or a file of many queries)")
     s.add_argument("--filter", type=filter_item_arg, action="append", metavar="FIELD=VALUE",
                    help="search only documents whose metadata FIELD equals VALUE (or, for a list field, holds it; "
                         "a dotted FIELD such as metadata.author reaches into nested objects); VALUE is read as JSON "

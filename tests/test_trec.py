@@ -153,3 +153,8 @@ def test_query_files_lose_no_query_and_fail_before_any_search(tiny_lens_dir, tmp
     printed = json.loads(out.out)
     assert [p["query_id"] for p in printed] == ["q1", "q2"] and "wrote the top 2 of 2 queries" in out.err
     assert list(read_run(tmp_path / "r.trec")) == ["q1", "q2"]
+    assert main(["search", str(ix), "--queries-file", str(tmp_path / "q.tsv"), "--jsonl", "-k", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line) for line in lines] == printed  # one query per line, the same records
+    assert main(["search", str(ix), "cell", "--json", "--jsonl"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
