@@ -294,13 +294,11 @@ def cmd_search(args: argparse.Namespace) -> None:
               file=sys.stderr if as_json else sys.stdout)  # with --json / --jsonl, stdout holds the JSON alone
         if not as_json:
             return
-    records = [{"query_id": qid, "query": q, "hits": hit_records(h)} for (qid, q), h in zip(queries.items(), results)]
-    if args.json:
-        print(json.dumps(records, indent=2, ensure_ascii=False))
-        return
-    if args.jsonl:
-        for record in records:
-            print(json.dumps(record, ensure_ascii=False))
+    if args.json or args.jsonl:
+        records = [{"query_id": qid, "query": q, "hits": hit_records(h)}
+                   for (qid, q), h in zip(queries.items(), results)]
+        print(json.dumps(records, indent=2, ensure_ascii=False) if args.json
+              else "\n".join(json.dumps(r, ensure_ascii=False) for r in records))
         return
     for query, hits in zip(queries.values(), results):
         print(f"\n{query}")

@@ -180,13 +180,20 @@ Writer = Callable[[np.ndarray, Sequence[str] | None, Sequence[str] | None, Seque
 
 
 class Format(NamedTuple):
-    """An export format: its writer (matrix, ids, labels, texts, options -> file bytes) and what it needs."""
+    """An export format: its writer (matrix, ids, labels, texts, options -> file bytes) and what it needs; a sparse
+    one also its records (the same arguments -> one dict per vector, what the writer writes as JSON lines)."""
 
     write: Writer
     suffix: str  # the output file's extension
     sparse: bool  # one record per vector, with ids and cluster labels (lexicon vectors only)
     options: tuple[str, ...]  # the ExportOptions fields it reads
     help: str
+    records: Callable[..., Iterator[dict]] | None = None
+
+
+def _sparse(records: Callable[..., Iterator[dict]], options: tuple[str, ...], help: str) -> Format:
+    """A JSON-lines format of ``records``."""
+    return Format(lambda *args: _jsonl(records(*args)), ".jsonl", True, options, help, records)
 
 
 def _jsonl(records: Iterator[dict]) -> bytes:
@@ -201,15 +208,12 @@ def _write_npy(vectors, ids, labels, texts, options) -> bytes:
 
 FORMATS: dict[str, Format] = {
     "npy": Format(_write_npy, ".npy", False, (), "a float32 matrix, rows in input order (numpy.load)"),
-    "pyserini": Format(
-        lambda x, ids, labels, texts, o: _jsonl(pyserini_records(x, ids, labels, texts, o.scale)),
-        ".jsonl", True, ("scale",), "Pyserini JsonVectorCollection: {id, contents, vector: {label: int impact}}"),
-    "qdrant": Format(
-        lambda x, ids, labels, texts, o: _jsonl(qdrant_records(x, ids, labels, texts)),
-        ".jsonl", True, (), "Qdrant / Milvus sparse vectors: {id, indices, values}"),
-    "rank-features": Format(
-        lambda x, ids, labels, texts, o: _jsonl(rank_features_records(x, ids, labels, texts, o.field)),
-        ".jsonl", True, ("field",), "Elasticsearch / OpenSearch rank_features: {id, FIELD: {label: weight}}"),
+    "pyserini": _sparse(lambda x, ids, labels, texts, o: pyserini_records(x, ids, labels, texts, o.scale),
+                        ("scale",), "Pyserini JsonVectorCollection: {id, contents, vector: {label: int impact}}"),
+    "qdrant": _sparse(lambda x, ids, labels, texts, o: qdrant_records(x, ids, labels, texts),
+                      (), "Qdrant / Milvus sparse vectors: {id, indices, values}"),
+    "rank-features": _sparse(lambda x, ids, labels, texts, o: rank_features_records(x, ids, labels, texts, o.field),
+                             ("field",), "Elasticsearch / OpenSearch rank_features: {id, FIELD: {label: weight}}"),
 }
 
 
@@ -242,12 +246,14 @@ def write_export(path: str | os.PathLike, name: str, vectors: np.ndarray, ids: S
     if fmt.sparse and (ids is None or labels is None):
         raise ValueError(f"format {name!r} needs ids (one per vector) and cluster labels (one per cluster)")
     options = options or ExportOptions()
-    data = fmt.write(vectors, ids, labels, texts, options)
+    if fmt.records is None:
+        data, entries = fmt.write(vectors, ids, labels, texts, options), None
+    else:  # the records once: written, and their weights counted
+        records = list(fmt.records(vectors, ids, labels, texts, options))
+        data, entries = _jsonl(records), [_entries(r, options.field) for r in records]
     atomic_write_bytes(path, data)
     logger.info("wrote %s (%s, %d bytes)", path, name, len(data))
-    if not fmt.sparse:
-        return None
-    return [_entries(json.loads(line), options.field) for line in data.decode("utf-8").splitlines()]
+    return entries
 
 
 def _entries(record: dict, field: str) -> int:

@@ -575,14 +575,17 @@ class EncodedChunks:
                              "order; run the build again without --resume")
         self.bounds = bounds
 
-    def load(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+    def load(self, i: int, docs: Sequence[Document] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Chunk ``i``'s (lexicon, dense), checked against its documents' ids (``docs``: those documents when the
+        caller has read them already, else read here)."""
         entry, (start, stop) = self.entries[i], self.bounds[i]
         path = self.work / entry["file"]
         data = read_bytes(path)
         if data is None or hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise ValueError(f"chunk {path} is missing or changed since it was encoded (its sha256 is not the "
                              "recorded one); run the same command with --resume to encode it again")
-        parsed = parse_chunk(data, ids_sha([d.id for d in self.docs[start:stop]]), self._fp_sha, self.dims)
+        docs = self.docs[start:stop] if docs is None else docs
+        parsed = parse_chunk(data, ids_sha([d.id for d in docs]), self._fp_sha, self.dims)
         if parsed is None or parsed.quantize != self.quantize:
             raise ValueError(f"chunk {path} does not hold the {quantize_label(self.quantize)} vectors of documents "
                              f"{start}..{stop - 1}; run the build again without --resume")
@@ -708,8 +711,9 @@ def fill_index(index, chunks: EncodedChunks, docs, part: slice, upsert: bool = F
     (``document_metadata``; ``store_text``: their whole texts too) and their texts, for an index with a BM25 part."""
     bm25 = getattr(index, "has_bm25", False)
     for i, a, b in chunks.overlapping(part.start, part.stop):
-        lex, dense = chunks.load(i)
-        rows = docs[chunks.bounds[i][0] + a : chunks.bounds[i][0] + b]
+        chunk_docs = list(docs[slice(*chunks.bounds[i])])  # read once (a CorpusFile parses them again per read)
+        lex, dense = chunks.load(i, chunk_docs)
+        rows = chunk_docs[a:b]
         index.add([d.id for d in rows], lex[a:b], None if dense is None else dense[a:b],
                   metadata=[document_metadata(d, store_text) for d in rows], upsert=upsert,
                   texts=[d.full_text for d in rows] if bm25 else None)
