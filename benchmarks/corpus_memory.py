@@ -1,14 +1,15 @@
 """Memory and time of the corpus an index build holds: loaded into memory (``lens.corpus.load_corpus``) against read
-where it lies (``lens.corpus.CorpusFile``, what ``lens index build`` and ``lens index add`` open a plain .jsonl as).
+where it lies (``lens.corpus.CorpusFile``, what ``lens index build`` and ``lens index add`` open a .jsonl as), plain
+and gzipped.
 
     python benchmarks/corpus_memory.py --docs 200000 --chars 1000
 
 Writes a JSONL corpus of ``--docs`` synthetic documents (an id, a six-word title, a ``--chars``-character text and a
-source each) and opens it each way in a child process of its own: wall time and the resident memory (``VmRSS``) the
-open adds, then one pass over every document's text a chunk of ``--chunk`` at a time (``lens.corpus.DocumentTexts``,
-as a build hands texts to the encoder) with its time and the peak (``VmHWM``) above the start. Every build and every
-torchrun rank opens its corpus (a rank encodes its share of it), so the RSS added is what each holds for the corpus
-before any model. The file was just written, so its pages were in the OS cache: a cold disk is not measured.
+source each) and a gzipped copy, and opens them each way in a child process of its own: wall time and the resident
+memory (``VmRSS``) the open adds, then one pass over every document's text a chunk of ``--chunk`` at a time
+(``lens.corpus.DocumentTexts``, as a build hands texts to the encoder) with its time and the peak (``VmHWM``) above
+the start. Every build and every torchrun rank opens its corpus (a rank encodes its share of it), so the RSS added is
+what each holds for the corpus before any model. The file was just written, so its pages were in the OS cache: a cold disk is not measured.
 
 Writes ``benchmarks/results/corpus_memory.json`` and ``.md``.
 """
@@ -16,7 +17,9 @@ Writes ``benchmarks/results/corpus_memory.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -26,7 +29,8 @@ import numpy as np
 from _common import RESULTS, machine, proc_memory, run_child, script_command, write_results
 
 OUT = RESULTS / "corpus_memory"
-MODES = {"loaded": "loaded into memory (load_corpus)", "in-place": "read where it lies (CorpusFile)"}
+MODES = {"loaded": "loaded into memory (load_corpus)", "in-place": "read where it lies (CorpusFile)",
+         "in-place-gz": "gzipped, read where it lies (CorpusFile)"}
 
 
 def write_corpus(path: Path, docs: int, chars: int, seed: int = 0, chunk: int = 10_000) -> None:
@@ -47,6 +51,8 @@ def child(path: Path, docs: int, mode: str, chunk: int) -> dict:
 
     rss0, hwm0 = proc_memory("VmRSS"), proc_memory("VmHWM")
     start = time.perf_counter()
+    if mode == "in-place-gz":
+        path = path.with_name(path.name + ".gz")
     corpus = load_corpus(path) if mode == "loaded" else CorpusFile.scan(path)
     open_s = time.perf_counter() - start
     open_rss = proc_memory("VmRSS") - rss0
@@ -65,6 +71,7 @@ def _mb(n: float) -> str:
 
 def render(meta: dict) -> list[str]:
     loaded, lean = (meta["opens"][MODES[m]] for m in ("loaded", "in-place"))
+    packed = meta["opens"].get(MODES["in-place-gz"])
     lines = ["# The corpus a build holds: loaded into memory against read where it lies", "",
              f"Command: `{meta['command']}`", "",
              f"{meta['docs']:,} synthetic documents (an id, a six-word title, a {meta['chars']:,}-character text and "
@@ -81,8 +88,14 @@ def render(meta: dict) -> list[str]:
               f"{lean['open_rss_bytes'] / max(loaded['open_rss_bytes'], 1):.3f}x "
               f"({lean['open_rss_bytes'] / meta['docs']:.1f} against {loaded['open_rss_bytes'] / meta['docs']:.0f} "
               f"B/doc), peak {lean['peak_rss_bytes'] / max(loaded['peak_rss_bytes'], 1):.3f}x, open time "
-              f"{lean['open_s'] / loaded['open_s']:.2f}x, text pass {lean['pass_s'] / loaded['pass_s']:.2f}x.",
-              "", f"Machine: {meta['machine'].get('cpu', '?')}, {meta['machine'].get('cores', '?')} cores, Python "
+              f"{lean['open_s'] / loaded['open_s']:.2f}x, text pass {lean['pass_s'] / loaded['pass_s']:.2f}x."]
+    if packed is not None:
+        lines += ["", f"Gzipped ({meta.get('gz_bytes', 0):,} B), read where it lies against the plain file read so "
+                  f"(ratio): RSS added by the open {packed['open_rss_bytes'] / max(lean['open_rss_bytes'], 1):.2f}x, "
+                  f"peak {packed['peak_rss_bytes'] / max(lean['peak_rss_bytes'], 1):.2f}x, open time "
+                  f"{packed['open_s'] / lean['open_s']:.2f}x, text pass {packed['pass_s'] / lean['pass_s']:.2f}x "
+                  "(one forward pass of decompression)."]
+    lines += ["", f"Machine: {meta['machine'].get('cpu', '?')}, {meta['machine'].get('cores', '?')} cores, Python "
               f"{meta['machine'].get('python', '?')}."]
     return lines
 
@@ -105,15 +118,19 @@ def main(argv: list[str] | None = None) -> int:
                                      if (Path(__file__).resolve().parents[1] / ".cache").is_dir() else None) as tmp:
         path = Path(tmp) / "corpus.jsonl"
         write_corpus(path, args.docs, args.chars)
+        with open(path, "rb") as src, gzip.open(path.with_name(path.name + ".gz"), "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+        gz_bytes = path.with_name(path.name + ".gz").stat().st_size
         opens = {}
         for mode, label in MODES.items():
             opens[label] = run_child(__file__, mode, "--path", str(path), "--docs", str(args.docs), "--chunk",
                                      str(args.chunk))
         file_bytes = path.stat().st_size
     if len({r["chars"] for r in opens.values()}) != 1:
-        raise SystemExit(f"the two opens read different texts: {opens}")
+        raise SystemExit(f"the opens read different texts: {opens}")
     meta = {"command": script_command(argv, "benchmarks/corpus_memory.py"), "docs": args.docs, "chars": args.chars,
-            "chunk": args.chunk, "file_bytes": file_bytes, "opens": opens, "machine": machine()}
+            "chunk": args.chunk, "file_bytes": file_bytes, "gz_bytes": gz_bytes, "opens": opens,
+            "machine": machine()}
     print(write_results(args.out, meta, render(meta)))
     return 0
 

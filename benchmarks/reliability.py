@@ -361,15 +361,23 @@ def kill_in_body(env: Env, row: Row) -> None:
 
 
 # ---- full disks -----------------------------------------------------------------------------------------------
-@scenario("full disk", f"`lens encode` with a {LIMIT // 1000} kB file-size limit (EFBIG, like ENOSPC)")
+@scenario("full disk", f"`lens encode` with a {LIMIT // 1000} kB file-size limit (EFBIG, like ENOSPC); then "
+                      "`--resume`")
 def disk_full_encode(env: Env, row: Row) -> None:
     d = env.fresh("full-encode")
     (d / "t.txt").write_text("\n".join(f"cell gene {i}" for i in range(3000)) + "\n")
-    run = lens("encode", "--model", env.model, "--input", d / "t.txt", "--output", d / "out" / "v.npy", limit=LIMIT)
-    one_line(run, row, f"cannot write {d / 'out' / 'v.npy'}: file too large")
+    out = d / "out" / "v.npy"
+    run = lens("encode", "--model", env.model, "--input", d / "t.txt", "--output", out, limit=LIMIT)
+    one_line(run, row, f"cannot write {out}: file too large", "1024 of 3000 texts are encoded and kept", "--resume")
     row.need(run.rc == 2, "exit code")
-    row.kept = f"no partial output or temporary file: out/ holds {listing(d / 'out')}"
-    row.need(listing(d / "out") == [], "partial file left")
+    kept = listing(d / "out")
+    row.need(kept == [".v.npy.partial"], "no output, only the work kept for a resume")
+    again = lens("encode", "--model", env.model, "--input", d / "t.txt", "--output", out, "--resume")
+    whole = again.rc == 0 and np.load(out).shape == (3000, 16)
+    row.kept = (f"no output; out/ holds {kept} (the chunk written, kept); `--resume` without the limit: exit "
+                f"{again.rc}, {'the whole 3000-row matrix' if whole else 'no whole matrix'}, out/ then holds "
+                f"{listing(d / 'out')}")
+    row.need(whole and listing(d / "out") == ["v.npy"], "resume did not finish the export")
 
 
 @scenario("full disk", f"`lens index build` whose final save hits a {LIMIT // 1000} kB limit; then `--resume`")
@@ -457,16 +465,19 @@ def sigint_encode(env: Env, row: Row) -> None:
     log = open(d / "stderr.txt", "w+")
     p = popen(["-m", "lens.cli", "encode", "--model", str(env.model), "--input", str(d / "t.txt"), "--output",
                str(d / "out" / "v.npy")], stderr=log, stdout=subprocess.DEVNULL)
-    wait_until(lambda: "Batches" in (d / "stderr.txt").read_text(), p)
-    time.sleep(0.5)
+    wait_until(lambda: "encode:" in (d / "stderr.txt").read_text(), p)
+    time.sleep(2)
     p.send_signal(signal.SIGINT)
     p.wait(60)
     log.close()
     run = Run(p.returncode, "", (d / "stderr.txt").read_text(), 0)
     row.happened = f"exit {p.returncode}: `{run.line}`"
     row.need(p.returncode == 130 and "interrupted" in run.line and "Traceback" not in run.err, "not a clean stop")
-    row.kept = f"no partial output: {listing(d / 'out') if (d / 'out').exists() else 'out/ never created'}"
-    row.need(not (d / "out").exists() or listing(d / "out") == [], "partial output")
+    out = listing(d / "out") if (d / "out").exists() else []
+    said = "texts are encoded and kept" in run.err and "--resume" in run.err
+    row.kept = (f"no output; out/ holds {out or 'nothing'}"
+                + (" (the chunks written, kept for `--resume`, as the warning says)" if said else ""))
+    row.need("v.npy" not in out and (out == [] or (out == [".v.npy.partial"] and said)), "partial output")
 
 
 def _interrupted_build(env: Env, row: Row, sig: int, name: str) -> None:

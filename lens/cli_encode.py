@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import Sequence
 
 from lens.cli_args import add_overwrite_argument, add_quantize_argument, add_registry_argument
 from lens.cmdline import check_quantize_workers, positive_int
@@ -113,18 +114,19 @@ def export_options(args: argparse.Namespace):
     return fmt, ExportOptions(**given)
 
 
-def read_records(path: Path, with_ids: bool) -> tuple[list[str] | None, list[str]]:
-    """(ids, texts) of ``lens encode``'s input; ids only ``with_ids`` (the sparse formats).
+def read_records(path: Path) -> Sequence:
+    """The texts of ``lens encode``'s input with their ids, as ``lens.encode_job.encode_to_file`` reads them.
 
-    A .jsonl's ids are its records' ``_id`` / ``id`` (``lens.corpus.load_corpus``, which refuses duplicates) when
-    its first record has one; else, as a .txt's, its texts' 0-based numbers."""
-    if with_ids and path.name.endswith((".jsonl", ".jsonl.gz")) and path.is_file() and _first_has_id(path):
-        from lens.corpus import load_corpus
+    A .jsonl's ids are its records' ``_id`` / ``id`` when its first record has one: its documents as
+    ``lens.corpus.open_corpus`` gives them (which refuses a repeated id; a plain .jsonl is read where it lies, a
+    chunk at a time); else, as a .txt's, its texts' 0-based numbers."""
+    from lens.encode_job import TextRecord
 
-        docs = load_corpus(path)
-        return [d.id for d in docs], [d.full_text for d in docs]
-    texts = read_texts(path)
-    return ([str(i) for i in range(len(texts))] if with_ids else None), texts
+    if path.name.endswith((".jsonl", ".jsonl.gz")) and path.is_file() and _first_has_id(path):
+        from lens.corpus import open_corpus
+
+        return open_corpus(path)
+    return [TextRecord(str(i), text) for i, text in enumerate(read_texts(path))]
 
 
 def _first_has_id(path: Path) -> bool:
@@ -145,15 +147,16 @@ def _check_encode_output(input_path: Path, output: Path, overwrite: bool) -> Non
 
 def cmd_encode(args: argparse.Namespace) -> None:
     from lens.atomic import check_output_file
+    from lens.encode_job import CHUNK_SIZE, encode_to_file
     from lens.encoder import LensEncoder
-    from lens.export import LABEL_TOKENS, cluster_labels, write_export
+    from lens.export import LABEL_TOKENS, cluster_labels
 
     check_output_file(args.output, "--output")  # before any work: a directory or an unwritable place fails now
     _check_encode_output(Path(args.input), Path(args.output), args.overwrite)  # and a file a user has there
     fmt, options = export_options(args)  # so is a wrong --format, --scale or --field
     instruction = task_instruction(args, args.queries)  # before the model loads
-    ids, texts = read_records(Path(args.input), fmt.sparse)
-    if not texts:
+    docs = read_records(Path(args.input))
+    if not len(docs):
         raise ValueError(f"{args.input} holds no texts")
     check_quantize_workers(args.quantize, args.workers > 1)
     device = getattr(args, "device", None)
@@ -165,29 +168,22 @@ def cmd_encode(args: argparse.Namespace) -> None:
         raise ValueError(f"--workers splits the texts between CPU processes; with --device {device} leave --workers "
                          "out (one process encodes on the device)")
     encoder = LensEncoder.from_pretrained(args.model, quantize=args.quantize, device=device)
-    kwargs = dict(batch_size=args.batch_size, show_progress_bar=True, normalize=not args.no_normalize,
-                  output=args.kind)
-    from lens.sharding import encode_texts
-
-    vectors = encode_texts(encoder, texts, queries=args.queries, instruction=instruction, workers=args.workers,
-                           **kwargs)
-    if args.top_m is not None:
-        from index.vectors import prune_top_m
-
-        vectors = prune_top_m(vectors, args.top_m)
     labels = None
     if fmt.sparse:  # the labels of the model's clusters: the same for its queries and documents
         labels = cluster_labels([encoder.cluster_tokens(c, LABEL_TOKENS) for c in range(encoder.num_clusters)])
-    entries = write_export(args.output, args.format, vectors, ids, labels, texts, options)
-    if entries is not None:
-        print(f"wrote {args.output}: {len(entries)} {args.format} records; on average {sum(entries) / len(entries):.1f}"
-              f" of {vectors.shape[1]} cluster weights per record")
-        empty = sum(n == 0 for n in entries)
-        if empty:
+    done = encode_to_file(encoder, docs, args.output, args.format, labels=labels, options=options,
+                          queries=args.queries, instruction=instruction, kind=args.kind,
+                          normalize=not args.no_normalize, top_m=args.top_m, batch_size=args.batch_size,
+                          workers=args.workers, chunk_size=args.chunk_size or CHUNK_SIZE,
+                          resume=args.resume)
+    if done.entries is not None:
+        print(f"wrote {args.output}: {done.rows} {args.format} records; on average {done.entries / done.rows:.1f} of "
+              f"{done.dim} cluster weights per record")
+        if done.empty:
             hint = " (every weight rounded to 0: raise --scale)" if args.format == "pyserini" else ""
-            logger.warning("%d of %d records hold no weight%s; they match nothing", empty, len(entries), hint)
+            logger.warning("%d of %d records hold no weight%s; they match nothing", done.empty, done.rows, hint)
     else:
-        print(f"wrote {args.output}: {vectors.shape[0]} x {vectors.shape[1]} float32 ({args.kind})")
+        print(f"wrote {args.output}: {done.rows} x {done.dim} float32 ({args.kind})")
 
 
 # ---------------------------------------------------------------------------------------------- explain
@@ -293,6 +289,12 @@ def register(subparsers) -> None:
     e.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="encode in N processes, each a contiguous share of the texts (CPU threads split between them)")
     add_quantize_argument(e)
+    e.add_argument("--chunk-size", type=positive_int, default=None, metavar="N",
+                   help="texts each worker encodes before they are written (default 1024, lens.encode_job.CHUNK_SIZE):"
+                        " what memory holds and what an interruption can lose")
+    e.add_argument("--resume", action="store_true",
+                   help="continue an interrupted encode of the same input, model and options (kept beside --output "
+                        "in .NAME.partial until the output is whole)")
     e.add_argument("--overwrite", action="store_true",
                    help="replace an existing --output file (refused without it; never the --input)")
     e.set_defaults(func=cmd_encode)

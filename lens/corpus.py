@@ -8,16 +8,19 @@ lone surrogate, e.g. from a JSON ``"\\ud800"`` escape without its pair) is descr
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import hashlib
 import json
 import os
 import re
+import threading
+import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 if TYPE_CHECKING:
     import numpy as np
@@ -261,24 +264,27 @@ def _twice(path: str | os.PathLike, doc_id: str) -> str:
 
 def open_corpus(path: str | os.PathLike) -> Sequence[Document]:
     """The documents of a corpus, as ``load_corpus`` gives them, for work that reads them a slice at a time (an
-    index build): a plain ``.jsonl`` or ``.tsv`` (or a BEIR directory's ``corpus.jsonl``) as a :class:`CorpusFile`,
-    read where it lies; anything else (gzipped, the built-in corpus) loaded into memory."""
+    index build): a ``.jsonl`` or ``.tsv``, plain or gzipped (or a BEIR directory's ``corpus.jsonl[.gz]``), as a
+    :class:`CorpusFile`, read where it lies; the built-in corpus (and a file whose lines end in a lone carriage
+    return) loaded into memory."""
     if os.fspath(path) != PYDOC_TOPICS:
-        file = corpus_file(path)
-        if file.suffix != ".gz":
-            corpus = CorpusFile.scan(file, name=path)
-            if corpus is not None:
-                return corpus
+        corpus = CorpusFile.scan(corpus_file(path), name=path)
+        if corpus is not None:
+            return corpus
     return load_corpus(path)
 
 
 class CorpusFile(Sequence[Document]):
-    """A plain JSONL (or TSV) corpus read where it lies, for corpora larger than memory: one pass (:meth:`scan`)
-    checks every record as ``load_corpus`` does (ids, texts, no id twice) and keeps each record's byte offset and
-    line number (16 B a document); a document is parsed again each time it is read. Slices are views of the same
-    file (an index build reads its documents a chunk at a time, in order), and a view pickles as its path and
-    offsets, so worker processes read their own share. The file must not change while it is in use (a record read
-    again that no longer parses raises ValueError naming its line)."""
+    """A JSONL (or TSV) corpus read where it lies, for corpora larger than memory: one pass (:meth:`scan`) checks
+    every record as ``load_corpus`` does (ids, texts, no id twice) and keeps each record's byte offset and line
+    number (16 B a document); a document is parsed again each time it is read. Slices are views of the same file
+    (an index build reads its documents a chunk at a time, in order), and a view pickles as its path and offsets,
+    so worker processes read their own share. The file must not change while it is in use (a record read again
+    that no longer parses raises ValueError naming its line).
+
+    A gzipped file's offsets are in its decompressed stream. Gzip cannot seek, so each process keeps one reader of
+    the file open (``_GzipLines``) that moves forward: reads in file order, as a build's, decompress the file once
+    per pass; a read behind the reader starts it again from the top."""
 
     def __init__(self, path: Path, offsets: "np.ndarray", lines: "np.ndarray", *, tsv: bool = False,
                  columns: tuple[str, ...] | None = None) -> None:
@@ -301,7 +307,7 @@ class CorpusFile(Sequence[Document]):
         offsets, lines, hashes = array("q"), array("q"), array("Q")  # 24 B a document while scanning
         corpus = cls(path, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), tsv=is_tsv(path))
         try:
-            with open(path, "rb") as f:
+            with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
                 offset, first = 0, True
                 for n, raw in enumerate(f, 1):
                     start, offset = offset, offset + len(raw)
@@ -322,6 +328,8 @@ class CorpusFile(Sequence[Document]):
                     hashes.append(_id_hash(doc.id))
         except UnicodeDecodeError as e:
             raise ValueError(decode_error_message(path, e)) from None
+        except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # a truncated or damaged gzip
+            raise ValueError(f"{path} cannot be read ({e}); the file is damaged") from e
         if not offsets:
             raise ValueError(f"corpus {os.fspath(name)} holds no documents")
         corpus.offsets, corpus.lines = np.frombuffer(offsets, dtype=np.int64), np.frombuffer(lines, dtype=np.int64)
@@ -366,18 +374,58 @@ class CorpusFile(Sequence[Document]):
         return i % len(self)
 
     def _read(self, positions) -> Iterator[Document]:
-        with open(self.path, "rb") as f:
+        with _lines(self.path) as read_line:
             for i in positions:
                 offset, n = int(self.offsets[i]), int(self.lines[i])
-                f.seek(offset)
                 try:
-                    yield self._record(n, f.readline().decode("utf-8"))
-                except (ValueError, UnicodeDecodeError) as e:
+                    yield self._record(n, read_line(offset).decode("utf-8"))
+                except (ValueError, UnicodeDecodeError, EOFError, zlib.error) as e:
                     raise ValueError(f"{self.path}:{n} changed since the corpus was read ({e}); a corpus must not "
                                      "change while it is indexed: run the command again") from None
 
     def __repr__(self) -> str:
         return f"CorpusFile({os.fspath(self.path)!r}, documents={len(self)})"
+
+
+@contextlib.contextmanager
+def _lines(path: Path) -> Iterator[Callable[[int], bytes]]:
+    """``read_line(offset)``: the line of ``path`` that starts at byte ``offset`` (of the decompressed stream for a
+    .gz, through this process's ``_GzipLines`` of it)."""
+    if path.suffix != ".gz":
+        with open(path, "rb") as f:
+            def read_line(offset: int) -> bytes:
+                f.seek(offset)
+                return f.readline()
+
+            yield read_line
+        return
+    yield _GzipLines.of(path).read_line
+
+
+class _GzipLines:
+    """One process's forward reader of a gzipped file: a line at a decompressed offset at or after the last one read
+    costs the bytes between them; one before it, a fresh pass from the top. Kept open for the process's life (one per
+    file, ``of``), so that the chunks a build reads in order continue one pass."""
+
+    _open: dict[Path, "_GzipLines"] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.lock, self._file = path, threading.Lock(), None
+
+    @classmethod
+    def of(cls, path: Path) -> "_GzipLines":
+        with cls._guard:
+            return cls._open.setdefault(path.resolve(), cls(path))
+
+    def read_line(self, offset: int) -> bytes:
+        with self.lock:
+            if self._file is None or offset < self._file.tell():
+                if self._file is not None:
+                    self._file.close()
+                self._file = gzip.open(self.path, "rb")
+            self._file.seek(offset)  # forward: decompresses and drops the bytes between
+            return self._file.readline()
 
 
 def _json_object(path: Path, n: int, line: str) -> dict:

@@ -10,7 +10,6 @@ a store scores a query and a document by the dot product of their vectors: exact
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import math
@@ -18,12 +17,13 @@ import os
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Sequence
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from index.vectors import as_matrix, check_finite
-from lens.atomic import atomic_write_bytes
+from lens.atomic import atomic_file
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_FIELD",
     "DEFAULT_SCALE",
     "ExportOptions",
+    "ExportWriter",
     "FORMATS",
     "LABEL_TOKENS",
     "Format",
@@ -176,14 +177,10 @@ def _checked(vectors, ids, labels, texts) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------- formats
-Writer = Callable[[np.ndarray, Sequence[str] | None, Sequence[str] | None, Sequence[str] | None, ExportOptions], bytes]
-
-
 class Format(NamedTuple):
-    """An export format: its writer (matrix, ids, labels, texts, options -> file bytes) and what it needs; a sparse
-    one also its records (the same arguments -> one dict per vector, what the writer writes as JSON lines)."""
+    """An export format: its file's extension and what it needs; a sparse one also its records (matrix, ids,
+    labels, texts, options -> one dict per vector, written as JSON lines), a dense one is a ``.npy`` matrix."""
 
-    write: Writer
     suffix: str  # the output file's extension
     sparse: bool  # one record per vector, with ids and cluster labels (lexicon vectors only)
     options: tuple[str, ...]  # the ExportOptions fields it reads
@@ -193,21 +190,11 @@ class Format(NamedTuple):
 
 def _sparse(records: Callable[..., Iterator[dict]], options: tuple[str, ...], help: str) -> Format:
     """A JSON-lines format of ``records``."""
-    return Format(lambda *args: _jsonl(records(*args)), ".jsonl", True, options, help, records)
-
-
-def _jsonl(records: Iterator[dict]) -> bytes:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
-
-
-def _write_npy(vectors, ids, labels, texts, options) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.asarray(vectors))
-    return buf.getvalue()
+    return Format(".jsonl", True, options, help, records)
 
 
 FORMATS: dict[str, Format] = {
-    "npy": Format(_write_npy, ".npy", False, (), "a float32 matrix, rows in input order (numpy.load)"),
+    "npy": Format(".npy", False, (), "a float32 matrix, rows in input order (numpy.load)"),
     "pyserini": _sparse(lambda x, ids, labels, texts, o: pyserini_records(x, ids, labels, texts, o.scale),
                         ("scale",), "Pyserini JsonVectorCollection: {id, contents, vector: {label: int impact}}"),
     "qdrant": _sparse(lambda x, ids, labels, texts, o: qdrant_records(x, ids, labels, texts),
@@ -233,6 +220,89 @@ def check_format(name: str, path: str | os.PathLike | None = None) -> Format:
     return fmt
 
 
+class ExportWriter:
+    """Writes an export of ``rows`` vectors into the file ``part`` a block of rows at a time, appending, so that only
+    a block is ever in memory: a sparse format its JSON lines, ``npy`` the rows of a ``(rows, dim)`` C-order matrix
+    after the header its first block writes (its dtype and width). The caller renames ``part`` into place once
+    every row is written (``lens.atomic``).
+
+    ``done`` / ``size``: continue a part file whose first ``done`` rows (its first ``size`` bytes) were written and
+    made durable by :meth:`sync`; whatever follows them (a block cut short) is dropped.
+    """
+
+    def __init__(self, part: str | os.PathLike, name: str, rows: int, labels: Sequence[str] | None = None,
+                 options: ExportOptions | None = None, *, done: int = 0, size: int = 0) -> None:
+        self.format, self.name = check_format(name), name
+        if self.format.sparse and labels is None:
+            raise ValueError(f"format {name!r} needs cluster labels (one per cluster)")
+        self.part, self.rows, self.done = Path(part), rows, done
+        self.labels, self.options = labels, options or ExportOptions()
+        self._dtype: np.dtype | None = None  # npy: the header's dtype, once written
+        self._file: BinaryIO | None = open(self.part, "r+b" if done else "wb")
+        if done:
+            if not self.format.sparse:
+                self._dtype = self._read_npy_header()
+            self._file.truncate(size)
+        self._file.seek(0, os.SEEK_END)
+
+    def _read_npy_header(self) -> np.dtype:
+        """The dtype of the part's npy header, after checking it is this export's (``rows`` rows)."""
+        f = self._file
+        version = np.lib.format.read_magic(f)
+        shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0(f))
+        if not shape or shape[0] != self.rows:
+            raise ValueError(f"{self.part} holds a matrix of shape {shape}, not {self.rows} rows: not this export's "
+                             "part")
+        return dtype
+
+    def write(self, vectors: np.ndarray, ids: Sequence[str] | None = None,
+              texts: Sequence[str] | None = None) -> list[int] | None:
+        """Write the next block of rows; returns, for a sparse format, the entries each record holds as written
+        (after pyserini's rounding), else None."""
+        n = len(vectors)
+        if self.done + n > self.rows:
+            raise ValueError(f"{self.done + n} rows written to an export of {self.rows}")
+        assert self._file is not None
+        if self.format.records is None:
+            x = np.asarray(vectors)
+            if self._dtype is None:
+                self._dtype = x.dtype
+                np.lib.format.write_array_header_1_0(self._file, {
+                    "descr": np.lib.format.dtype_to_descr(x.dtype), "fortran_order": False,
+                    "shape": (self.rows, *x.shape[1:])})
+            self._file.write(np.ascontiguousarray(x, dtype=self._dtype).tobytes())
+            self.done += n
+            return None
+        if ids is None:
+            raise ValueError(f"format {self.name!r} needs ids (one per vector)")
+        records = list(self.format.records(vectors, ids, self.labels, texts, self.options))
+        self._file.write(_jsonl(records))
+        self.done += n
+        return [_entries(r, self.options.field) for r in records]
+
+    def sync(self) -> int:
+        """Make what was written durable; returns the part file's size (what ``size`` resumes from)."""
+        assert self._file is not None
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        return self._file.tell()
+
+    def close(self) -> None:
+        """Sync and let go of the part file (complete: every row written)."""
+        if self.done != self.rows:
+            raise ValueError(f"{self.done} of {self.rows} rows written to {self.part}")
+        if self._dtype is None and not self.format.sparse:  # an npy export of zero rows and no block
+            self.write(np.zeros((0, 0), dtype=np.float32))
+        self.sync()
+        self._file.close()
+        self._file = None
+
+
+def _jsonl(records: Iterator[dict]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
+
+
 def write_export(path: str | os.PathLike, name: str, vectors: np.ndarray, ids: Sequence[str] | None = None,
                  labels: Sequence[str] | None = None, texts: Sequence[str] | None = None,
                  options: ExportOptions | None = None) -> list[int] | None:
@@ -240,19 +310,17 @@ def write_export(path: str | os.PathLike, name: str, vectors: np.ndarray, ids: S
     format, the entries each record holds as written (after pyserini's rounding), else None.
 
     The sparse formats need ``ids`` (one string per row) and ``labels`` (``cluster_labels``, one per column);
-    ``texts`` fills Pyserini's ``contents``.
+    ``texts`` fills Pyserini's ``contents``. (``lens encode`` writes an export a block of rows at a time, through
+    the same :class:`ExportWriter`.)
     """
     fmt = check_format(name, path)
     if fmt.sparse and (ids is None or labels is None):
         raise ValueError(f"format {name!r} needs ids (one per vector) and cluster labels (one per cluster)")
-    options = options or ExportOptions()
-    if fmt.records is None:
-        data, entries = fmt.write(vectors, ids, labels, texts, options), None
-    else:  # the records once: written, and their weights counted
-        records = list(fmt.records(vectors, ids, labels, texts, options))
-        data, entries = _jsonl(records), [_entries(r, options.field) for r in records]
-    atomic_write_bytes(path, data)
-    logger.info("wrote %s (%s, %d bytes)", path, name, len(data))
+    with atomic_file(path) as tmp:
+        writer = ExportWriter(tmp, name, len(vectors), labels, options)
+        entries = writer.write(vectors, ids, texts)
+        writer.close()
+    logger.info("wrote %s (%s, %d bytes)", path, name, os.path.getsize(path))
     return entries
 
 

@@ -10,8 +10,8 @@ too. Lazy imports inside functions count like any other: they are dependencies a
                   lens.instructions, lens.casing (truecasing, its table's reader), lens.inputs (tokenisation, masks)
     3 models and  lens.attention, lens.layers, lens.backbone, lens.model, lens.model_dir, lens.encoder,
       stores      lens.paper_models, lens.vocab, lens.dense, lens.bm25, index (factory, metadata, manifest, store)
-    4 training,   lens.hybrid, lens.indexing, lens.search, lens.serve, lens.updating, lens.train.*, lens.eval.*
-      search,
+    4 training,   lens.hybrid, lens.indexing, lens.encode_job, lens.search, lens.serve, lens.updating,
+      search,     lens.train.*, lens.eval.*
       evaluation
     5 interface   lens.cli, lens.cli_*, lens (the package's lazy facade), lens.testing (the tests' and the
                   benchmarks' tiny models, corpora and fault programs); benchmarks/ scripts sit above all
@@ -45,7 +45,8 @@ LAYERS: dict[str, int] = {
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,
     "index.ondisk": 3, "index.shards": 3, "index.loading": 3, "index.bm25_part": 3, "index.df_part": 3, "index.rows": 3, "index.rescore": 3,
     "lens.sharding": 4,
-    "lens.hybrid": 4, "lens.index_record": 4, "lens.indexing": 4, "lens.search": 4, "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
+    "lens.hybrid": 4, "lens.index_record": 4, "lens.indexing": 4, "lens.encode_job": 4, "lens.search": 4,
+    "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
     "lens.eval": 4, "lens.integrations": 4,
     "lens.cli": 5, "lens.cli_data": 5, "lens.cli_index": 5, "lens.cli_train": 5, "lens": 5, "lens.testing": 5,
     "lens.cli_args": 5, "lens.cli_bench": 5, "lens.cli_encode": 5,

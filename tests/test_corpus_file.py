@@ -61,11 +61,11 @@ def test_open_corpus_reads_plain_jsonl_where_it_lies_and_loads_the_rest(tmp_path
     beir.mkdir()
     write(beir / "corpus.jsonl", RECORDS)
     assert isinstance(open_corpus(beir), CorpusFile) and list(open_corpus(beir)) == load_corpus(path)
-    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(path.read_bytes()))  # no seeking in gzip: into memory
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(path.read_bytes()))
     got = open_corpus(tmp_path / "c.jsonl.gz")
-    assert isinstance(got, list) and got == load_corpus(path)
+    assert isinstance(got, CorpusFile) and list(got) == load_corpus(path)
     (tmp_path / "mac.jsonl").write_bytes(path.read_bytes().replace(b"\n", b"\r"))  # lone CR line ends
-    assert isinstance(open_corpus(tmp_path / "mac.jsonl"), list) and open_corpus(tmp_path / "mac.jsonl") == got
+    assert isinstance(open_corpus(tmp_path / "mac.jsonl"), list) and open_corpus(tmp_path / "mac.jsonl") == list(got)
 
 
 def test_errors_name_the_corpus_and_the_lines(tmp_path):
@@ -182,3 +182,47 @@ def test_an_index_built_with_store_text_returns_whole_texts_and_add_keeps_them(t
     capsys.readouterr()
     assert main(["index", "info", str(tmp_path / "with")]) == 0
     assert "store_text: True" in capsys.readouterr().out
+
+
+def test_a_gzipped_corpus_is_read_where_it_lies_in_one_pass(tmp_path, monkeypatch):
+    """A .jsonl.gz / .tsv.gz is scanned as a plain file is (offsets in the decompressed stream): a build reading its
+    chunks in order decompresses the file once a pass, a read behind the last one starts again from the top, and
+    views read alike in this process and, pickled, in another."""
+    import gzip
+
+    import lens.corpus as corpus_module
+
+    many = [{"_id": f"d{i}", "title": f"t{i}" if i % 3 else "", "text": f"text number {i} " * (i % 7)}
+            for i in range(500)]
+    plain = write(tmp_path / "c.jsonl", many, "\r\n", 50)
+    packed = tmp_path / "c.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    want = load_corpus(plain)
+    assert load_corpus(packed) == want
+    corpus = open_corpus(packed)
+    opened = []
+    real_open = gzip.open
+    monkeypatch.setattr(corpus_module.gzip, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    corpus_module._GzipLines._open.clear()
+    got = [d for start in range(0, len(corpus), 64) for d in corpus[start:start + 64]]  # a build's chunks
+    assert got == want and len(opened) == 1  # one pass for every chunk
+    assert corpus[10] == want[10] and len(opened) == 2  # behind the reader: from the top again
+    assert list(pickle.loads(pickle.dumps(corpus[400:]))) == want[400:]
+    tsv = tmp_path / "collection.tsv.gz"
+    tsv.write_bytes(gzip.compress(b"id\ttext\n1\tone\n2\ttwo\n"))
+    assert [(d.id, d.text) for d in open_corpus(tsv)] == [("1", "one"), ("2", "two")]
+
+
+def test_a_damaged_gzip_is_named(tmp_path):
+    import gzip
+
+    records = [{"_id": f"d{i}", "text": f"text {i}"} for i in range(400)]
+    data = gzip.compress(write(tmp_path / "c.jsonl", records).read_bytes())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut.jsonl.gz cannot be read .*the file is damaged"):
+        open_corpus(cut)
+    garbled = tmp_path / "garbled.jsonl.gz"
+    garbled.write_bytes(data[:20] + b"\x00" * 40 + data[60:])
+    with pytest.raises(ValueError, match=r"garbled.jsonl.gz cannot be read .*the file is damaged"):
+        open_corpus(garbled)

@@ -212,3 +212,22 @@ def test_corpus_memory_reads_the_same_texts_both_ways(tmp_path):
     lines = script.render(meta)
     assert sum(line.startswith(("| loaded into memory", "| read where it lies")) for line in lines) == 2
     assert lines[-1].startswith("Machine: a CPU")
+
+
+def test_encode_memory_paths_write_the_same_file(tmp_path):
+    """benchmarks/encode_memory.py: the whole and the chunked path write the same bytes (its own check), the stand-in
+    encoder gives each text the same vector wherever it is encoded, and the table has a row per path and format."""
+    script = load_script("encode_memory")
+    stub = script.Stub(50, 7)
+    x = stub.encode_documents(["a", "b", "c"])
+    assert (np.count_nonzero(x, axis=1) == 7).all() and np.allclose(np.linalg.norm(x, axis=1), 1)
+    assert np.array_equal(stub.encode_documents(["b"])[0], x[1])
+    runs = {}
+    for fmt in ("npy", "qdrant"):
+        runs[fmt] = {path: script.child(str(tmp_path / f"{fmt}-{path}"), fmt, 30, 50, 7, 8) for path in script.PATHS}
+        assert runs[fmt]["whole"]["sha256"] == runs[fmt]["chunked"]["sha256"]
+    meta = {"command": "x", "texts": 30, "clusters": 50, "nonzero": 7, "chunk": 8, "formats": ["npy", "qdrant"],
+            "runs": runs, "machine": {"cpu": "a CPU"}}
+    lines = script.render(meta)
+    assert sum(line.startswith(("| npy |", "| qdrant |")) for line in lines) == 4
+    assert lines[-1].startswith("Machine: a CPU")

@@ -19,6 +19,7 @@ import pytest
 from index import HybridIndex
 from lens.atomic import DirectoryLock, LockedError, StorageError, atomic_dir, recover, storage_error
 from lens.cli import main
+from lens.encoder import LensEncoder
 from lens.hybrid import HybridEncoder
 
 from corpus_helpers import write_corpus
@@ -293,16 +294,27 @@ def test_disk_full_in_the_cli(tiny_lens_dir, tmp_path, monkeypatch, capsys):
                   "--dense", "lens", "--chunk-size", "100", timeout=400)
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith(("lens ", "rc "))]
     assert lines[0].startswith(f"lens encode: error: cannot write {out}: file too large"), done.stderr
+    assert "1024 of 2000 texts are encoded and kept" in lines[0] and "--resume" in lines[0]  # the first chunk
     assert lines[1] == "rc 2" and "Traceback" not in done.stderr
     assert lines[2].startswith(f"lens index build: error: cannot write {ix.resolve()}: file too large"), done.stderr
     assert "10 encoded chunks are kept" in lines[2] and "--resume" in lines[2] and lines[3] == "rc 2"
-    assert sorted(os.listdir(tmp_path / "out")) == [".ix.partial"]  # no .npy, no index, no temporary file
+    # no .npy, no index, no temporary file: the work kept for a resume
+    assert sorted(os.listdir(tmp_path / "out")) == [".ix.partial", ".v.npy.partial"]
     import lens.indexing as indexing
+    import lens.sharding as sharding
 
     monkeypatch.setattr(indexing, "encode_chunk", lambda *a: pytest.fail("a kept chunk was encoded again"))
     assert main(["index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
                  "--dense", "lens", "--chunk-size", "100", "--resume"]) == 0
-    assert len(HybridIndex.load(ix)) == 1000 and sorted(os.listdir(tmp_path / "out")) == ["ix"]
+    encoded = []
+    real = sharding.encode_texts
+    monkeypatch.setattr(sharding, "encode_texts", lambda enc, texts, **kw: encoded.append(len(texts)) or real(
+        enc, texts, **kw))
+    assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(texts), "--output", str(out), "--resume"]) == 0
+    assert encoded == [2000 - 1024]  # the kept chunk was not encoded again
+    want = LensEncoder.from_pretrained(tiny_lens_dir).encode_documents([f"cell gene {i}" for i in range(2000)])
+    assert np.allclose(np.load(out), want, atol=1e-5)
+    assert len(HybridIndex.load(ix)) == 1000 and sorted(os.listdir(tmp_path / "out")) == ["ix", "v.npy"]
 
 
 def test_storage_error_messages():

@@ -165,25 +165,48 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     A new file gets the mode a plain ``open()`` would (0666 less the umask), a replaced one keeps its own. An OS
     failure of the storage raises ``StorageError`` and leaves neither a temporary file nor a change.
     """
+    with atomic_file(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary file beside ``path`` (created empty) for the caller to write; when the block ends without an
+    error it is flushed to disk and renamed to ``path`` (``publish_file``), else removed. An OS failure of the
+    storage raises ``StorageError`` and leaves ``path`` as it was."""
     path = Path(path)
     with storage_errors(path, "nothing was written"):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            try:  # a replaced file keeps its mode; a new one gets what a plain open() would give (not 0600)
-                mode = stat.S_IMODE(os.stat(path).st_mode)
-            except FileNotFoundError:
-                mode = 0o666 & ~_umask()
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
+            yield tmp
+            publish_file(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+
+def publish_file(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+    """Rename the finished file ``tmp`` (on ``path``'s file system) to ``path``, after flushing it to disk: a
+    replaced file keeps its mode, a new one gets what a plain ``open()`` would give (not mkstemp's 0600)."""
+    tmp, path = Path(tmp), Path(path)
+    with storage_errors(path, "nothing was written"):
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
