@@ -381,15 +381,26 @@ class LensEncoder:
         goes to ``path/backbone`` in transformers' format and the config names it, so no adapter is needed; the
         config records what was merged (``extra["merged"]``: the adapter's and base's hashes, and the written
         weights'), so the copy keeps this model's ``fingerprint`` and searches the indexes it built. An unmerged
-        adapter is copied as it is (PEFT format). The model card and training records of the directory it was
+        adapter is copied as it is (PEFT format), and so is the adapter of a model merged in bfloat16 or float16 (the
+        CUDA default), whose merged weights are rounded. The model card and training records of the directory it was
         loaded from (``README.md``, ``train_config.json``, ``train_log.csv``, ``curves.png``) are copied too.
         """
         if self.quantize is not None:
             raise ValueError(f"this encoder was loaded with quantize={self.quantize!r}, whose packed int8 weights "
                              "cannot be saved; save the float32 encoder (load without quantize=)")
         config = LensConfig.from_dict(self.config.to_dict())
-        adapter = None
-        if self.adapter_merged:
+        adapter, merged_here = None, self.adapter_merged
+        dtype = next(self.model.decoder.parameters()).dtype
+        if merged_here and dtype != torch.float32:
+            # weights merged in bfloat16 / float16 are not the model's (the update is rounded, and the LM head no
+            # longer hashes as clustered): write the adapter it was loaded with, unmerged, as the files hold it
+            source_adapter = self.source_dir / config.adapter if self.source_dir and config.adapter else None
+            if source_adapter is None or not source_adapter.is_dir():
+                raise ValueError(f"this encoder runs in {dtype} with its adapter merged, and the "
+                                 "adapter it was loaded from is gone, so its weights cannot be saved exactly; load "
+                                 "it with dtype=torch.float32 to save it")
+            merged_here = False
+        if merged_here:
             config.backbone, config.adapter = BACKBONE_DIR, None
         elif config.adapter is not None:
             adapter = self.source_dir / config.adapter
@@ -409,9 +420,14 @@ class LensEncoder:
         if self.source_dir is not None and not keep_existing:
             records = {name: (self.source_dir / name).read_bytes() for name in TRAINING_RECORDS
                        if (self.source_dir / name).is_file()}
-        write_model_dir(path, config, self.assignment, self.model.head.weight.detach().float().cpu().numpy(),
-                        self.tokenizer, adapter=adapter, backbone=write_backbone if self.adapter_merged else None,
-                        files=records, keep_existing=keep_existing, term=self.model.term_vector())
+        centroids, centroids_dtype, term = self.model.head.weight.detach().float().cpu().numpy(), np.float32, \
+            self.model.term_vector()
+        if dtype != torch.float32 and self.source_dir is not None:  # the head as its files hold it, not rounded
+            files = read_model_dir(self.source_dir)
+            centroids, centroids_dtype, term = files.centroids, files.centroids_dtype, files.term
+        write_model_dir(path, config, self.assignment, centroids, self.tokenizer, centroids_dtype=centroids_dtype,
+                        adapter=adapter, backbone=write_backbone if merged_here else None, files=records,
+                        keep_existing=keep_existing, term=term)
 
     # ---------------------------------------------------------------- encoding
     @property

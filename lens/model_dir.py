@@ -41,6 +41,7 @@ from lens.paper_models import is_released_dir, load_released_tokenizer, read_rel
 
 __all__ = ["BACKBONE_DIR", "convert_released", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
            "add_sentence_transformers_files", "check_model_output", "check_model_target", "check_not_input",
+           "foreign_model",
            "read_model_dir",
            "read_sentence_transformers_config", "resolve_model_dir", "sentence_transformers_config",
            "sentence_transformers_files", "stack_model_dirs", "write_model_dir"]
@@ -182,33 +183,76 @@ def read_model_dir(path: str | os.PathLike) -> ModelFiles:
 
 
 def check_model_target(path: str | os.PathLike) -> Path:
-    """Refuse to write a model over something that is not one: a file, or a non-empty directory without a
-    ``config.json`` (writing replaces the whole directory, so a user's folder must never be taken for a model)."""
-    return check_replace_target(path, CONFIG_NAME, "LENS model directory")
+    """Refuse to write a model over something that is not one: a file, a non-empty directory without a
+    ``config.json``, or one whose ``config.json`` is not a LENS model's (a Hugging Face model's backbone, say):
+    writing replaces the whole directory, so a user's folder must never be taken for a model."""
+    path = check_replace_target(path, CONFIG_NAME, "LENS model directory")
+    what = foreign_model(path)
+    if what is not None:
+        raise FileExistsError(f"{path} holds {what}, not a LENS model directory; writing would replace it: choose a "
+                              "new or empty directory")
+    return path
+
+
+def foreign_model(directory: str | os.PathLike) -> str | None:
+    """What ``directory`` holds when its ``config.json`` is not a LENS model's (e.g. ``"a Hugging Face model
+    (model_type 'llama')"``); None when it is one, or there is none."""
+    path = Path(directory) / CONFIG_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return "a config.json that is not JSON"
+    if isinstance(data, dict) and "clustering" in data and "format_version" in data:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("model_type"), str):
+        return f"a Hugging Face model (model_type {data['model_type']!r})"
+    return "a config.json that is not a LENS model's"
+
+
+def _backbone_of(source: Path) -> Path | None:
+    """The backbone directory or file the LENS model at ``source`` names (resolved), if it is one on disk."""
+    if foreign_model(source) is not None or not (source / CONFIG_NAME).is_file():
+        return None
+    try:
+        backbone = read_json(source / CONFIG_NAME, "model config").get("backbone")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(backbone, str) or backbone == "default":
+        return None
+    path = Path(backbone) if Path(backbone).is_absolute() else source / backbone
+    return path.resolve() if path.exists() else None
 
 
 def check_not_input(out: str | os.PathLike, inputs: Sequence[str | os.PathLike | None]) -> Path:
-    """Refuse an output directory that is one of the command's own inputs (even with ``--overwrite``)."""
+    """Refuse an output directory that is one of the command's own inputs, or the backbone an input model names
+    (even with ``--overwrite``)."""
     out = Path(out)
     for source in inputs:
-        if source is not None and os.fspath(source) != "default" and Path(source).exists() \
-                and out.resolve() == Path(source).resolve():
+        if source is None or os.fspath(source) == "default" or not Path(source).exists():
+            continue
+        if out.resolve() == Path(source).resolve():
             raise FileExistsError(f"--out {out} is also this command's input {source}: writing would replace what it "
                                   "reads; choose a new --out")
+        if Path(source).is_dir() and _backbone_of(Path(source)) == out.resolve():
+            raise FileExistsError(f"--out {out} is the backbone of this command's input {source}: writing would "
+                                  "replace the weights it reads; choose a new --out")
     return out
 
 
 def check_model_output(out: str | os.PathLike, inputs: Sequence[str | os.PathLike | None] = (), *,
                        overwrite: bool = False) -> Path:
     """The check of a command that writes a model directory (``lens cluster-vocab``, ``merge``, ``mntp``): never
-    over one of its own ``inputs``, over a LENS model only with ``overwrite`` (``--overwrite``), and never over a
-    folder that is not a model (``check_model_target``). The Python API (``write_model_dir``) replaces as asked."""
-    out = check_not_input(out, inputs)
+    over one of its own ``inputs`` (or the backbone one names), over a LENS model only with ``overwrite``
+    (``--overwrite``), and never over a folder that is not a model (``check_model_target``). The Python API
+    (``write_model_dir``) replaces a LENS model as asked."""
+    out = check_model_target(check_not_input(out, inputs))
     if (out / CONFIG_NAME).is_file() and not overwrite:
         held = [n for n in ("adapter", "checkpoint", "backbone", "train_log.csv") if (out / n).exists()]
         what = f"a trained LENS model ({', '.join(held)})" if held else "a LENS model"
         raise FileExistsError(f"{out} already holds {what}; pass --overwrite to replace it, or choose a new --out")
-    return check_model_target(out)
+    return out
 
 
 def write_model_dir(

@@ -104,3 +104,30 @@ def test_train_data_folder_and_raw_shared_file(tiny_lens_dir, tmp_path, capsys):
     assert "is a folder, not a training file (it holds train.jsonl)" in err and "lens data shared" in err
     assert _train(tiny_lens_dir, folder / "train.jsonl", tmp_path / "o2") == 2
     assert "convert it first with `lens data shared" in capsys.readouterr().err
+
+
+def test_a_hugging_face_folder_is_never_taken_for_a_lens_model(tiny_backbone_dir, tiny_lens_dir, data_file, tmp_path,
+                                                               capsys):
+    """A transformers model folder has a config.json too: no writer may replace it, with or without --overwrite,
+    the Python API included; nor may a command write over the backbone its input model names."""
+    from lens.encoder import LensEncoder
+
+    hf = tmp_path / "hf"
+    shutil.copytree(tiny_backbone_dir, hf)
+    before = sorted(p.name for p in hf.iterdir())
+    for extra in ([], ["--overwrite"]):
+        assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--clusters", "16", "--out", str(hf),
+                     *extra]) == 2
+        err = capsys.readouterr().err
+        assert "holds a Hugging Face model (model_type 'llama'), not a LENS model directory" in err
+    assert _train(tiny_lens_dir, data_file, hf, "--overwrite") == 2
+    assert "holds a Hugging Face model" in capsys.readouterr().err
+    with pytest.raises(FileExistsError, match="holds a Hugging Face model"):
+        LensEncoder.from_pretrained(tiny_lens_dir).save_pretrained(hf)
+    assert sorted(p.name for p in hf.iterdir()) == before
+    own = tmp_path / "own"  # a model clustered from hf: hf is its backbone, an input of whatever reads the model
+    assert main(["cluster-vocab", "--model", str(hf), "--clusters", "16", "--out", str(own)]) == 0
+    capsys.readouterr()
+    assert _train(own, data_file, hf, "--overwrite") == 2
+    assert "is the backbone of this command's input" in capsys.readouterr().err
+    assert sorted(p.name for p in hf.iterdir()) == before

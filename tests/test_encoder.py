@@ -470,3 +470,19 @@ def test_an_incomplete_or_wrong_directory_says_what_it_is(trained_lens_dir, tiny
         LensEncoder.from_pretrained("HuggingFaceTB/SmolLM2-135M")
     with pytest.raises(ValueError, match="'gpu' is not a torch device"):
         LensEncoder.from_pretrained(trained_lens_dir, device="gpu")
+
+
+def test_a_model_merged_in_bfloat16_saves_its_adapter_unmerged(trained_lens_dir, tmp_path):
+    """Weights merged in bfloat16 (the CUDA default) are rounded, and the LM head no longer hashes as clustered:
+    such a model saves the adapter it was loaded with, so the copy loads and encodes as the original does."""
+    half = LensEncoder.from_pretrained(trained_lens_dir, dtype=torch.bfloat16)
+    assert half.adapter_merged
+    half.save_pretrained(tmp_path / "copy")
+    assert (tmp_path / "copy" / "adapter").is_dir() and not (tmp_path / "copy" / "backbone").exists()
+    copy, original = LensEncoder.from_pretrained(tmp_path / "copy"), LensEncoder.from_pretrained(trained_lens_dir)
+    texts = ["cell gene therapy", "drug dose response"]
+    assert copy.fingerprint() == original.fingerprint()
+    assert_close(copy.encode(texts), original.encode(texts))
+    full = LensEncoder.from_pretrained(trained_lens_dir)  # float32: written merged, standalone, as before
+    full.save_pretrained(tmp_path / "merged")
+    assert (tmp_path / "merged" / "backbone").is_dir() and not (tmp_path / "merged" / "adapter").exists()

@@ -115,6 +115,36 @@ def test_resume_takes_the_same_next_step(tiny_lens_dir, data_file, tmp_path):
         torch.testing.assert_close(a[k], b[k], rtol=1e-6, atol=1e-7)
 
 
+def test_resume_refuses_changed_examples_or_start_model(tiny_lens_dir, data_file, tmp_path):
+    """The checkpoint records what the run trains on: a resume after the data file changed (the same number of
+    examples, so the same plan length) or from another start model is refused, naming what to do."""
+    import shutil
+
+    cfg = _config(tiny_lens_dir, data_file, lora_layers=1)
+    run = Trainer(cfg, tmp_path / "run", show_progress_bar=False)
+    run.train_step()
+    run.save_checkpoint(tmp_path / "run" / "checkpoint")
+    again = Trainer(cfg, tmp_path / "run", show_progress_bar=False)
+    again.load_checkpoint(tmp_path / "run" / "checkpoint")  # the same inputs: resumes
+    assert again.step == 1
+    lines = data_file.read_text().splitlines()
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text("\n".join(lines[:-1] + [lines[-1].replace('"query": "', '"query": "edited ')]) + "\n")
+    other = Trainer(_config(tiny_lens_dir, changed, lora_layers=1), tmp_path / "run",
+                    show_progress_bar=False)
+    assert len(other.plan) == len(run.plan)
+    with pytest.raises(ValueError, match="another start model or other training examples"):
+        other.load_checkpoint(tmp_path / "run" / "checkpoint")
+    moved = tmp_path / "model-copy"
+    shutil.copytree(tiny_lens_dir, moved)
+    cfg_json = json.loads((moved / "config.json").read_text())
+    cfg_json["text_normalization"] = "lowercase"  # another model: another fingerprint
+    (moved / "config.json").write_text(json.dumps(cfg_json))
+    with pytest.raises(ValueError, match="another start model"):
+        Trainer(_config(moved, data_file, lora_layers=1), tmp_path / "run",
+                show_progress_bar=False).load_checkpoint(tmp_path / "run" / "checkpoint")
+
+
 def test_saved_model_loads_with_the_trained_weights(tiny_lens_dir, data_file, tmp_path):
     from lens.encoder import LensEncoder
 
@@ -840,3 +870,21 @@ def test_sigterm_stops_a_running_lens_train_with_its_checkpoint(tiny_lens_dir, d
     assert f"lens train: stopped at step {step} of 100000 (SIGTERM)" in err
     assert len((out / "train_log.csv").read_text().splitlines()) == step + 1
     assert not (out / "config.json").exists()
+
+
+def test_lora_targets_that_miss_linear_layers_are_warned_of(tiny_lens_dir, caplog):
+    """A backbone whose projections have other names (Phi-3's fused qkv_proj, gate_up_proj) would train half its
+    layers silently: the linear layers no target names are listed."""
+    import logging
+
+    from lens.encoder import LensEncoder
+    from lens.train.trainer import lora_target_names
+
+    decoder = LensEncoder.from_pretrained(tiny_lens_dir).model.decoder
+    with caplog.at_level(logging.WARNING, logger="lens.train.trainer"):
+        names = lora_target_names(decoder, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                            "down_proj"], 0)
+    assert names and "get no adapter" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="lens.train.trainer"):
+        lora_target_names(decoder, ["q_proj", "v_proj"], 0)
+    assert "get no adapter: down_proj, gate_proj, k_proj, o_proj, up_proj" in caplog.text

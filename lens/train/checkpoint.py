@@ -29,10 +29,12 @@ STATE_JSON = "state.json"
 
 def save_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer: torch.optim.Optimizer, step: int,
                     plan_length: int, head: Tensor | None = None, bias: Tensor | None = None,
-                    world_size: int = 1, extra: Mapping[str, Tensor] | None = None) -> None:
+                    world_size: int = 1, extra: Mapping[str, Tensor] | None = None,
+                    inputs_sha256: str | None = None) -> None:
     """Write the state after ``step`` optimiser steps of a plan of ``plan_length`` steps to ``path``
     (``world_size``, the number of processes that ran them, is recorded for people; resuming ignores it);
-    ``extra`` names more trained tensors (the term channel's), restored by ``load_checkpoint``'s ``extra``."""
+    ``extra`` names more trained tensors (the term channel's), restored by ``load_checkpoint``'s ``extra``;
+    ``inputs_sha256`` identifies what the run trains on (its start model and examples), checked on resume."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save
 
@@ -53,7 +55,7 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer
     with atomic_dir(path) as tmp:
         atomic_write_bytes(tmp / STATE_TENSORS, save(tensors))
         write_json(tmp / STATE_JSON, {"step": step, "param_groups": groups, "plan_length": plan_length,
-                                      "world_size": world_size})
+                                      "world_size": world_size, "inputs_sha256": inputs_sha256})
 
 
 def checkpoint_step(path: str | Path) -> int | None:
@@ -67,13 +69,19 @@ def checkpoint_step(path: str | Path) -> int | None:
 def load_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer: torch.optim.Optimizer,
                     plan_length: int,
                     device: torch.device, head: Tensor | None = None, bias: Tensor | None = None,
-                    extra: Mapping[str, Tensor] | None = None) -> int:
-    """Restore the state saved in ``path`` in place; returns the step to continue from."""
+                    extra: Mapping[str, Tensor] | None = None, inputs_sha256: str | None = None) -> int:
+    """Restore the state saved in ``path`` in place; returns the step to continue from. A checkpoint that records
+    other ``inputs_sha256`` (another start model or other examples) is refused."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
     path = Path(path)
     meta = read_json(path / STATE_JSON, "checkpoint state")
+    saved_inputs = meta.get("inputs_sha256")
+    if saved_inputs and inputs_sha256 and saved_inputs != inputs_sha256:
+        raise ValueError(f"{path} was written by a run on another start model or other training examples (the "
+                         "data files or the model changed since); resume with the same --model and data, or train "
+                         "to a new --out")
     if meta["plan_length"] != plan_length:
         raise ValueError(f"{path} was written for a plan of {meta['plan_length']} steps, this config makes "
                          f"{plan_length}; resume with the same config and data")

@@ -21,6 +21,8 @@ contrastive loss (``lens.train.gradcache``): a big batch with the activation mem
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import time
@@ -60,16 +62,34 @@ DEAD_STEPS = 10  # steps in a row with no gradient before the trainer warns of a
 
 def lora_target_names(decoder: nn.Module, targets: list[str], first_layer: int) -> list[str]:
     """Full names of the ``targets`` projections in layers ``first_layer`` and up (names like ``layers.7.mlp.up_proj``)."""
-    names = []
+    names, missed = [], set()
     for i, layer in enumerate(decoder.layers):
         if i < first_layer:
             continue
-        for name, _ in layer.named_modules():
+        for name, module in layer.named_modules():
             if name.rsplit(".", 1)[-1] in targets:
                 names.append(f"layers.{i}.{name}")
+            elif isinstance(module, nn.Linear):
+                missed.add(name.rsplit(".", 1)[-1])
     if not names:
         raise ValueError(f"no module named {targets} in the decoder's layers; set lora_targets to its projection names")
+    if missed:  # e.g. Phi-3's fused qkv_proj and gate_up_proj: half the layer would train, silently
+        logger.warning("LoRA adapts %s; these linear layers of the decoder get no adapter: %s (add them to "
+                       "lora_targets to train them too)", ", ".join(sorted({n.rsplit(".", 1)[-1] for n in names})),
+                       ", ".join(sorted(missed)))
     return names
+
+
+def inputs_sha256(fingerprint: dict, stages: list[list[TrainExample]], val: list[TrainExample]) -> str:
+    """sha256 of what a run trains on: the start model's fingerprint and each stage's sampled examples (with the
+    validation ones), so a resume on changed data files or another start model is refused."""
+    h = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode("utf-8"))
+    for examples in (*stages, val):
+        h.update(b"\x1e")
+        for e in examples:
+            h.update(json.dumps(e.to_json(), sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            h.update(b"\n")
+    return h.hexdigest()
 
 
 def learning_rate_factor(step: int, total: int, warmup: int) -> float:
@@ -206,6 +226,7 @@ class Trainer:
             self.data.append(sample_examples(examples, cfg.seed + si, stage.max_per_task, stage.max_examples))
         self.val = [e for path in cfg.val_data for e in read_examples(path)][: cfg.val_examples]
         self.plan = plan_steps(cfg, self.data)
+        self.inputs_sha256 = inputs_sha256(self.encoder.fingerprint(), self.data, self.val)
         # only the texts the planned steps and the validation use: a short run over a big mixture caches little
         every = [self.data[step.stage][i] for step in self.plan for i in step.batch] + self.val
         by_prompt: dict[str, set[str]] = {}
@@ -552,13 +573,14 @@ class Trainer:
         if self.dist.is_main:
             save_checkpoint(path, peft_model=self.peft_model, head=self.model.head.weight, bias=self.bias,
                             optimizer=self.optimizer, step=self.step, plan_length=len(self.plan),
-                            world_size=self.dist.world_size, extra=self._extra_state())
+                            world_size=self.dist.world_size, extra=self._extra_state(),
+                            inputs_sha256=self.inputs_sha256)
         self.dist.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
         self.step = load_checkpoint(path, peft_model=self.peft_model, head=self.model.head.weight, bias=self.bias,
                                     optimizer=self.optimizer, plan_length=len(self.plan), device=self.device,
-                                    extra=self._extra_state())
+                                    extra=self._extra_state(), inputs_sha256=self.inputs_sha256)
 
     def _extra_state(self) -> dict[str, Tensor]:
         """Trained tensors beyond the adapter, head and bias: the term channel's, when the model has one."""
