@@ -38,6 +38,13 @@ def split_weights(weights: Any, what: str = "weights") -> tuple[Any, float]:
     if weights is None:
         return None, 0.0
     parts = weights.split(",") if isinstance(weights, str) else weights
+    if isinstance(weights, str) and len(parts) == 2:  # text LEX,DENSE: the numbers, checked by weight_pair later
+        try:
+            return (float(parts[0]), float(parts[1])), 0.0
+        except ValueError:
+            raise ValueError(_weights_error(what, weights)) from None
+    if isinstance(weights, str) and len(parts) != 3:
+        raise ValueError(_weights_error(what, weights))
     arr = np.asarray(parts, dtype=object)
     if arr.ndim != 1 or len(arr) != 3:
         return weights, 0.0

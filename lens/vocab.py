@@ -83,6 +83,11 @@ def cluster_vocab(
     exclude: list[int] = []
     if exclude_special:
         exclude = special_token_ids(tokenizer, len(matrix))
+    unused = list(range(len(tokenizer), len(matrix)))  # padding rows no token id reaches (Qwen2's 151,936 for 151,665)
+    if unused:
+        logger.info("leaving out the LM head's %d rows past the tokenizer's %d tokens (no text can produce them)",
+                    len(unused), len(tokenizer))
+        exclude = sorted(set(exclude) | set(unused))
     logger.info("LM head %d x %d from %s; excluding %d tokens", *matrix.shape, ref.reference, len(exclude))
     if clusters == "vocab":
         result = identity_clustering(matrix, exclude)

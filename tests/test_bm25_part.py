@@ -26,11 +26,11 @@ TEXTS = ["The cat sat on the mat", "Dogs and cats living together", "A bird in t
 
 def test_split_weights():
     assert split_weights(None) == (None, 0.0)
-    assert split_weights("0.7,0.3") == ("0.7,0.3", 0.0)
+    assert split_weights("0.7,0.3") == ((0.7, 0.3), 0.0)  # text as the CLI and lens serve take it: numbers
     assert split_weights((0.7, 0.3)) == ((0.7, 0.3), 0.0)
     assert split_weights("0.4,0.3,0.3") == ((0.4, 0.3), 0.3)
     assert split_weights([0, 0, 1]) == ((0.0, 0.0), 1.0)
-    for bad in ("1,2,-1", "0,0,0", "a,b,c", (1, float("nan"), 1)):
+    for bad in ("1,2,-1", "0,0,0", "a,b,c", (1, float("nan"), 1), "1", "a,b", "1,2,3,4"):
         with pytest.raises(ValueError, match=re.escape("two or three numbers LEX,DENSE[,BM25]")):
             split_weights(bad)
 

@@ -139,3 +139,23 @@ def test_cluster_vocab_saves_the_text_rule_and_term_floor(tiny_backbone_dir, tmp
                  "--out", str(tmp_path / "x")]) == 2
     assert main(["cluster-vocab", "--model", str(tiny_backbone_dir), "--term-floor", "1.5",
                  "--out", str(tmp_path / "y")]) == 2
+
+
+def test_lm_head_rows_past_the_tokenizer_are_left_out(tokenizer, tmp_path):
+    """Qwen-style padding rows (an LM head longer than the tokenizer) are in no cluster: no text can produce them,
+    and as clusters of their own they would be dimensions no token reaches."""
+    from lens.encoder import LensEncoder
+    from lens.testing import make_causal_lm
+
+    hf = tmp_path / "padded"
+    make_causal_lm("qwen2", len(tokenizer) + 8).save_pretrained(hf)
+    tokenizer.save_pretrained(hf)
+    for clusters, k in (("8", 8), ("vocab", len(tokenizer))):
+        out = tmp_path / f"k-{clusters}"
+        assert main(["cluster-vocab", "--model", str(hf), "--clusters", clusters, "--out", str(out)]) == 0
+        assignment = load_file(out / "clusters.safetensors")["assignment"]
+        assert len(assignment) == len(tokenizer) + 8 and (assignment[len(tokenizer):] == -1).all()
+        assert (assignment[: len(tokenizer)] >= 0).all() and len(np.unique(assignment[: len(tokenizer)])) == k
+        config = json.loads((out / "config.json").read_text())["clustering"]
+        assert config["num_clusters"] == k and config["num_excluded"] == 8
+        assert LensEncoder.from_pretrained(out).encode(["cell gene"]).shape == (1, k)

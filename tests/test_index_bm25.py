@@ -117,6 +117,10 @@ def test_bm25_weight_zero_is_todays_search():
                                 plain.search(*q, k=6, weights=(0.3, 0.7))):
         assert with_zero.ids == today.ids
         np.testing.assert_array_equal(with_zero.scores, today.scores)
+    for text, pair in (("0.3,0.7", (0.3, 0.7)), ("0.3,0.7,0", (0.3, 0.7))):  # text weights, as the CLI takes them
+        for got, want in zip(ix.search(*q, k=6, weights=text, texts=QUERIES[:3]), plain.search(*q, k=6, weights=pair)):
+            assert got.ids == want.ids
+            np.testing.assert_array_equal(got.scores, want.scores)
 
 
 def test_bm25_alone_ranks_like_lens_bm25():
