@@ -79,6 +79,13 @@ def test_train_resume_refuses_other_settings(tiny_lens_dir, data_file, tmp_path,
     assert (out / "train_config.json").read_text() == saved
     assert _train(tiny_lens_dir, data_file, out, "--resume", "--threads", "1") == 0  # exempt: where it runs
     assert "already complete" in capsys.readouterr().out
+    import os
+
+    # the same model and data spelled another way (relative, or through a link) are the same settings
+    link = tmp_path / "model-link"
+    link.symlink_to(tiny_lens_dir)
+    assert _train(os.path.relpath(link), os.path.relpath(data_file), out, "--resume") == 0
+    assert "already complete" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("flag", [["--steps", "0"], ["--steps", "-1"], ["--epochs", "0"]])

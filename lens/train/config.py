@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from index.vectors import weight_pair
 from lens.atomic import read_json, write_json
@@ -165,13 +167,27 @@ def resume_changes(saved: dict, config: TrainConfig) -> list[str]:
     ``"field: saved X, given Y"``, those a resume may change (``RESUMABLE_CHANGES``) left out."""
     old, new = TrainConfig.from_dict(saved, source="the saved train_config.json").to_dict(), config.to_dict()
     changes = [f"{k}: saved {old.get(k)!r}, given {v!r}" for k, v in new.items()
-               if k not in RESUMABLE_CHANGES | {"stages"} and old.get(k) != v]
+               if k not in RESUMABLE_CHANGES | {"stages"} and not _same(k, old.get(k), v)]
     if len(old["stages"]) != len(new["stages"]):
         changes.append(f"stages: saved {len(old['stages'])}, given {len(new['stages'])}")
     else:
         changes += [f"stage {b['name']!r} {k}: saved {a.get(k)!r}, given {v!r}"
-                    for a, b in zip(old["stages"], new["stages"]) for k, v in b.items() if a.get(k) != v]
+                    for a, b in zip(old["stages"], new["stages"]) for k, v in b.items() if not _same(k, a.get(k), v)]
     return changes
+
+
+PATH_FIELDS = frozenset({"model", "backbone", "data", "val_data"})  # a file or directory (or a list of them)
+
+
+def _same(field: str, old: Any, new: Any) -> bool:
+    """Equal settings; paths compare by the file they name (``m`` and ``/abs/m`` alike), from this directory."""
+    if old == new or field not in PATH_FIELDS:
+        return old == new
+    olds, news = ([old], [new]) if not isinstance(old, list) else (old, new)
+    if not isinstance(news, list) or len(olds) != len(news):
+        return False
+    return all(isinstance(a, str) and isinstance(b, str) and os.path.realpath(a) == os.path.realpath(b)
+               for a, b in zip(olds, news))
 
 
 def resolve_extends(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
