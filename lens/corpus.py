@@ -287,9 +287,10 @@ class CorpusFile(Sequence[Document]):
     per pass; a read behind the reader starts it again from the top."""
 
     def __init__(self, path: Path, offsets: "np.ndarray", lines: "np.ndarray", *, tsv: bool = False,
-                 columns: tuple[str, ...] | None = None) -> None:
+                 columns: tuple[str, ...] | None = None, identity: tuple[int, ...] | None = None) -> None:
         self.path, self.offsets, self.lines = Path(path), offsets, lines
         self.tsv, self.columns = tsv, columns  # a TSV corpus, and its header's columns (None: id<TAB>text)
+        self.identity = identity  # a gzipped file's (device, inode, size, mtime) when scanned: the one read again
 
     def _record(self, n: int, line: str) -> Document:
         if self.tsv:
@@ -308,6 +309,8 @@ class CorpusFile(Sequence[Document]):
         corpus = cls(path, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), tsv=is_tsv(path))
         try:
             with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+                if path.suffix == ".gz":
+                    corpus.identity = _identity(os.fstat(f.fileno()))
                 offset, first = 0, True
                 for n, raw in enumerate(f, 1):
                     start, offset = offset, offset + len(raw)
@@ -359,7 +362,8 @@ class CorpusFile(Sequence[Document]):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return CorpusFile(self.path, self.offsets[i], self.lines[i], tsv=self.tsv, columns=self.columns)
+            return CorpusFile(self.path, self.offsets[i], self.lines[i], tsv=self.tsv, columns=self.columns,
+                              identity=self.identity)
         return next(iter(self._read([self._position(i)])))
 
     def __iter__(self) -> Iterator[Document]:
@@ -374,7 +378,7 @@ class CorpusFile(Sequence[Document]):
         return i % len(self)
 
     def _read(self, positions) -> Iterator[Document]:
-        with _lines(self.path) as read_line:
+        with _lines(self.path, self.identity) as read_line:
             for i in positions:
                 offset, n = int(self.offsets[i]), int(self.lines[i])
                 try:
@@ -388,9 +392,9 @@ class CorpusFile(Sequence[Document]):
 
 
 @contextlib.contextmanager
-def _lines(path: Path) -> Iterator[Callable[[int], bytes]]:
+def _lines(path: Path, identity: tuple[int, ...] | None) -> Iterator[Callable[[int], bytes]]:
     """``read_line(offset)``: the line of ``path`` that starts at byte ``offset`` (of the decompressed stream for a
-    .gz, through this process's ``_GzipLines`` of it)."""
+    .gz, through this process's ``_GzipLines`` of the file with that ``identity``)."""
     if path.suffix != ".gz":
         with open(path, "rb") as f:
             def read_line(offset: int) -> bytes:
@@ -399,24 +403,41 @@ def _lines(path: Path) -> Iterator[Callable[[int], bytes]]:
 
             yield read_line
         return
-    yield _GzipLines.of(path).read_line
+    yield _GzipLines.of(path, identity).read_line
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class _GzipLines:
     """One process's forward reader of a gzipped file: a line at a decompressed offset at or after the last one read
-    costs the bytes between them; one before it, a fresh pass from the top. Kept open for the process's life (one per
-    file, ``of``), so that the chunks a build reads in order continue one pass."""
+    costs the bytes between them; one before it, a fresh pass from the top. Kept open (one per file and version,
+    ``of``; the last few), so that the chunks a build reads in order continue one pass. The file opened must be the
+    version scanned (``identity``): one replaced since is an error, never other documents."""
 
-    _open: dict[Path, "_GzipLines"] = {}
+    _open: dict[tuple, "_GzipLines"] = {}
     _guard = threading.Lock()
+    KEPT = 4
 
-    def __init__(self, path: Path) -> None:
-        self.path, self.lock, self._file = path, threading.Lock(), None
+    def __init__(self, path: Path, identity: tuple[int, ...] | None) -> None:
+        self.path, self.identity, self.lock, self._file = path, identity, threading.Lock(), None
 
     @classmethod
-    def of(cls, path: Path) -> "_GzipLines":
+    def of(cls, path: Path, identity: tuple[int, ...] | None) -> "_GzipLines":
+        key = (path.resolve(), identity)
         with cls._guard:
-            return cls._open.setdefault(path.resolve(), cls(path))
+            if key not in cls._open:
+                while len(cls._open) >= cls.KEPT:  # the oldest lets go of its file
+                    cls._open.pop(next(iter(cls._open))).close()
+                cls._open[key] = cls(path, identity)
+            return cls._open[key]
+
+    def close(self) -> None:
+        with self.lock:
+            if self._file is not None:
+                self._file.close()
+            self._file = None
 
     def read_line(self, offset: int) -> bytes:
         with self.lock:
@@ -424,6 +445,10 @@ class _GzipLines:
                 if self._file is not None:
                     self._file.close()
                 self._file = gzip.open(self.path, "rb")
+                if self.identity is not None and _identity(os.fstat(self._file.fileno())) != self.identity:
+                    self._file.close()
+                    self._file = None
+                    raise ValueError("the file was replaced")
             self._file.seek(offset)  # forward: decompresses and drops the bytes between
             return self._file.readline()
 

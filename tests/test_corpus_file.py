@@ -208,6 +208,10 @@ def test_a_gzipped_corpus_is_read_where_it_lies_in_one_pass(tmp_path, monkeypatc
     assert got == want and len(opened) == 1  # one pass for every chunk
     assert corpus[10] == want[10] and len(opened) == 2  # behind the reader: from the top again
     assert list(pickle.loads(pickle.dumps(corpus[400:]))) == want[400:]
+    packed.write_bytes(gzip.compress(plain.read_bytes().replace(b"text number", b"other words")))
+    with pytest.raises(ValueError, match=r"c.jsonl.gz:\d+ changed since the corpus was read \(the file was replaced"):
+        list(corpus[:3])  # the version scanned is gone: an error, never the new file's documents
+    assert list(open_corpus(packed))[5].text.startswith("other words")  # scanned again: the new version
     tsv = tmp_path / "collection.tsv.gz"
     tsv.write_bytes(gzip.compress(b"id\ttext\n1\tone\n2\ttwo\n"))
     assert [(d.id, d.text) for d in open_corpus(tsv)] == [("1", "one"), ("2", "two")]
