@@ -3,7 +3,7 @@ a benchmark saves), and nDCG@100, Recall@10 / @1000, P@10 and MAP on request (:d
 
 A *run* is ``{query id: {doc id: score}}`` (higher score = better); *qrels* are ``{query id: {doc id: grade}}``.
 
-Conventions (those of trec_eval and BEIR's evaluation):
+Conventions (trec_eval's; BEIR's evaluation shares the first three):
 
 - a document is relevant when its grade is > 0 (``relevance_level=1``); nDCG uses the grades themselves as gains
   (linear gain, discount ``log2(rank + 1)``), so graded qrels (Cranfield's 1-4) count as graded;
@@ -11,7 +11,9 @@ Conventions (those of trec_eval and BEIR's evaluation):
 - MRR@10 is trec_eval's ``recip_rank`` on the run cut to its top 10 (same order), i.e. ``1/rank`` of the first
   relevant document within the top 10, else 0;
 - the mean is over the queries of the qrels: a query the run does not answer (absent or no hits) scores 0 on
-  every measure. Queries in the run but not in the qrels are ignored.
+  every measure (``trec_eval -c``; BEIR's ``EvaluateRetrieval.evaluate`` averages over the answered queries only,
+  which scores a system that leaves queries unanswered higher). Queries in the run but not in the qrels are
+  ignored.
 
 Below those, the measures of tasks posed as ranking a few candidates per query (``lens.ateb``: multiple choice,
 label documents, preference pairs, an answer pool, pair classification), as pure numpy functions, and the exact

@@ -94,16 +94,22 @@ def test_check_results_rejects_wrong_shapes():
         report.check_results({**good, "systems": {}})
 
 
-def test_self_hits_are_dropped_for_arguana(tmp_path):
+def test_self_hits_are_dropped_for_arguana_and_quora(tmp_path):
+    """BEIR's convention where queries are corpus documents (ArguAna, Quora); kept elsewhere (the classic sets number
+    queries and documents alike); --self-hits drop / keep overrides it on any set."""
     # the query "d1" is itself a document with the same words; its relevant document is d2
     docs = [{"_id": "d1", "title": "", "text": "alpha beta gamma"},
             {"_id": "d2", "title": "", "text": "alpha beta delta"},
             {"_id": "d3", "title": "", "text": "unrelated words"}]
     queries = [{"_id": "d1", "text": "alpha beta gamma"}]
-    for name, expected in (("arguana", 1.0), ("notarguana", 0.5)):
-        ds = write_beir(tmp_path / name, docs=docs, queries=queries, qrels=[("d1", "d2", 1)])
-        run_bench([str(ds), "--systems", "bm25", "--output-dir", str(tmp_path / "out"), "--no-plot"])
-        assert read(tmp_path / "out" / name / "results.json")["systems"]["bm25"]["mrr@10"] == pytest.approx(expected)
+    cases = (("a", "arguana", [], 1.0), ("a", "quora", [], 1.0), ("a", "notarguana", [], 0.5),
+             ("a", "other", ["--self-hits", "drop"], 1.0), ("b", "quora", ["--self-hits", "keep"], 0.5))
+    for where, name, flag, expected in cases:
+        ds = write_beir(tmp_path / where / name, docs=docs, queries=queries, qrels=[("d1", "d2", 1)])
+        out = tmp_path / f"out-{where}"
+        run_bench([str(ds), "--systems", "bm25", "--output-dir", str(out), "--no-plot", *flag])
+        got = read(out / name / "results.json")
+        assert got["systems"]["bm25"]["mrr@10"] == pytest.approx(expected), name
 
 
 def test_subsample_goes_to_its_own_flagged_folder(tmp_path):

@@ -11,14 +11,28 @@ from lens.trec import read_run, run_lines, write_run
 from corpus_helpers import write_corpus
 
 
-def test_lines_rank_by_score_then_id_and_round_trip(tmp_path):
+def test_lines_rank_as_trec_eval_and_round_trip_exactly(tmp_path):
+    """Ranks in trec_eval's order (score descending, ties by id descending, lens.metrics.ranked) and every score in
+    full: a run read back is the run that was judged, near ties included."""
+    from lens.metrics import evaluate
+
     run = {"q2": {"b": 0.5, "a": 0.5, "c": 0.9}, "q1": [("x", 1.0), ("y", -2.0)]}
     assert list(run_lines(run, tag="t")) == [
-        "q2 Q0 c 1 0.900000 t\n", "q2 Q0 a 2 0.500000 t\n", "q2 Q0 b 3 0.500000 t\n",
-        "q1 Q0 x 1 1.000000 t\n", "q1 Q0 y 2 -2.000000 t\n"]
-    assert list(run_lines(run, depth=1)) == ["q2 Q0 c 1 0.900000 lens\n", "q1 Q0 x 1 1.000000 lens\n"]
+        "q2 Q0 c 1 0.9 t\n", "q2 Q0 b 2 0.5 t\n", "q2 Q0 a 3 0.5 t\n",
+        "q1 Q0 x 1 1.0 t\n", "q1 Q0 y 2 -2.0 t\n"]
+    assert list(run_lines(run, depth=1)) == ["q2 Q0 c 1 0.9 lens\n", "q1 Q0 x 1 1.0 lens\n"]
     path = write_run(tmp_path / "sub" / "r.trec", run)
     assert read_run(path) == {"q2": {"c": 0.9, "a": 0.5, "b": 0.5}, "q1": {"x": 1.0, "y": -2.0}}
+    # 1e-7 apart: a tie at 6 decimals, which trec_eval would break by id descending, "z" (not relevant) first
+    near = {"q": {"a": 3.78898286, "z": 3.78898263, **{f"d{i}": 5.0 + i for i in range(9)}}}
+    qrels = {"q": {"a": 1}}
+    judged = evaluate(qrels, near).mean["ndcg@10"]
+    assert evaluate(qrels, read_run(write_run(tmp_path / "near.trec", near))).mean["ndcg@10"] == judged > 0
+    with pytest.raises(ValueError, match="listed twice"):
+        list(run_lines({"q": [("a", 1.0), ("a", 0.5)]}))
+    for depth in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="depth must be a positive number"):
+            list(run_lines(run, depth=depth))
 
 
 @pytest.mark.parametrize("run,match", [

@@ -2,8 +2,8 @@
 
 The other end of ``lens search --run`` and ``lens bench beir --save-runs``, and of any tool that writes the format
 (Pyserini, ranx, a reranker): each run's mean of each measure over the qrels' queries (``lens.metrics.evaluate``:
-pytrec_eval, BEIR's convention that a query the run does not answer scores 0 -- trec_eval without ``-c`` would
-average over the answered queries only), and each run against a baseline (the first run unless ``--baseline``),
+pytrec_eval; a query the run does not answer scores 0, as ``trec_eval -c`` counts it -- trec_eval without ``-c``,
+and BEIR's ``EvaluateRetrieval``, average over the answered queries only), and each run against a baseline (the first run unless ``--baseline``),
 query by query, with the paired tests of ``lens bench significance`` (``lens.metrics.paired_test``). It encodes
 nothing.
 
