@@ -451,9 +451,9 @@ def test_library_checks_build_options():
 def test_encode_with_two_workers_gives_the_rows_of_one(tiny_lens_dir, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(" ".join(WORDS[i : i + 3]) for i in range(9)) + "\n")
-    for workers in ("1", "2"):
+    for workers in ("1", "2"):  # two workers, two texts each a chunk: three chunks, the last shared unevenly
         assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(texts), "--output",
-                     str(tmp_path / f"w{workers}.npy"), "--workers", workers]) == 0
+                     str(tmp_path / f"w{workers}.npy"), "--workers", workers, "--chunk-size", "2"]) == 0
     one, two = np.load(tmp_path / "w1.npy"), np.load(tmp_path / "w2.npy")
     assert one.shape == (9, 16)
     np.testing.assert_allclose(one, two, atol=1e-6, rtol=0)
