@@ -111,24 +111,32 @@ def test_worker_processes_build_what_one_process_builds(tmp_path):
 
 @pytest.mark.parametrize("options", [{}, {"workers": 3}, {"shards": 2}], ids=["one-process", "3-workers", "2-shards"])
 def test_a_corpus_read_where_it_lies_builds_what_the_loaded_one_builds(tmp_path, options):
-    """lens index build reads a plain .jsonl a chunk at a time (lens.corpus.CorpusFile; worker processes get views
-    of the file, not its texts): the same index, documents, vectors and metadata as from load_corpus's list."""
+    """lens index build reads a .jsonl, plain or gzipped, a chunk at a time (lens.corpus.CorpusFile; worker
+    processes get views of the file, not its texts): the same index, documents, vectors and metadata as from
+    load_corpus's list."""
     from lens.corpus import CorpusFile
 
     path = tmp_path / "c.jsonl"
     path.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text, "n": i}) + "\n"
                             for i, d in enumerate(fake_docs(50))))
+    import gzip
+
+    packed = tmp_path / "c.jsonl.gz"  # gzipped: read where it lies too, each worker decompressing its share
+    packed.write_bytes(gzip.compress(path.read_bytes()))
     spec = FakeSpec("fake", "none")
     loaded = build_index(load_corpus(path), tmp_path / "loaded", spec, chunk_size=6, show_progress_bar=False, **options)
     lazy = build_index(CorpusFile.scan(path), tmp_path / "lazy", spec, chunk_size=6, show_progress_bar=False, **options)
+    gz = build_index(CorpusFile.scan(packed), tmp_path / "gz", spec, chunk_size=6, show_progress_bar=False, **options)
     if "shards" in options:
-        loaded, lazy = loaded.shards, lazy.shards
+        loaded, lazy, gz = loaded.shards, lazy.shards, gz.shards
     else:
-        loaded, lazy = [loaded], [lazy]
-    for a, b in zip(loaded, lazy):
+        loaded, lazy, gz = [loaded], [lazy], [gz]
+    for a, b, c in zip(loaded, lazy, gz):
         assert_same_stored(a, b)
+        assert_same_stored(a, c)
         ids, _ = stored(a)
-        assert [a.metadata(i) for i in ids] == [b.metadata(i) for i in ids] and a.metadata(ids[0])["n"] >= 0
+        assert [a.metadata(i) for i in ids] == [b.metadata(i) for i in ids] == [c.metadata(i) for i in ids]
+        assert a.metadata(ids[0])["n"] >= 0
 
 
 @pytest.mark.slow  # each worker process imports torch and loads the model: ~10-35 s on a busy 2-core machine
