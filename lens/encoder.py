@@ -295,6 +295,9 @@ class LensEncoder:
             if not merge_adapter:
                 raise ValueError(f"quantize={quantize!r} needs the adapter merged into the weights; drop "
                                  "merge_adapter=False")
+        if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={device!r}, but this machine has no CUDA GPU visible to torch (torch "
+                             f"{torch.__version__}); use device='cpu', or None to take CUDA where there is one")
         files = read_model_dir(path)
         config = files.config
         backbone_sha = bundled_sha = _bundled_backbone_sha256(files) if backbone is None else None

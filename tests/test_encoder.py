@@ -470,6 +470,9 @@ def test_an_incomplete_or_wrong_directory_says_what_it_is(trained_lens_dir, tiny
         LensEncoder.from_pretrained("HuggingFaceTB/SmolLM2-135M")
     with pytest.raises(ValueError, match="'gpu' is not a torch device"):
         LensEncoder.from_pretrained(trained_lens_dir, device="gpu")
+    if not torch.cuda.is_available():  # torch's own AssertionError before: "Torch not compiled with CUDA enabled"
+        with pytest.raises(ValueError, match="device='cuda:0', but this machine has no CUDA GPU visible to torch"):
+            LensEncoder.from_pretrained(trained_lens_dir, device="cuda:0")
 
 
 def test_a_model_merged_in_bfloat16_saves_its_adapter_unmerged(trained_lens_dir, tmp_path):
