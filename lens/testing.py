@@ -64,7 +64,7 @@ def make_causal_lm(family: str, vocab_size: int, attn_implementation: str = "sdp
     config_cls, model_cls, extra = classes[family]
     common = dict(
         vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2, pad_token_id=3,
+        num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=3,
         attn_implementation=attn_implementation,
     )
     torch.manual_seed(seed)

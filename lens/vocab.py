@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -33,6 +34,18 @@ class VocabClustering:
     seconds: float
     sizes: dict  # lens.clustering.size_summary
     objective: float  # final KMeans objective (0 for the unclustered vocabulary)
+
+
+def backbone_context(ref) -> int | None:
+    """The positions a transformers backbone directory was built for (``max_position_embeddings`` in its
+    ``config.json``); None for a GGUF file or when its config does not say."""
+    if ref.gguf_file is not None:
+        return None
+    try:
+        n = json.loads((Path(ref.directory) / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def cluster_vocab(
@@ -95,7 +108,14 @@ def cluster_vocab(
         result = cluster_rows(matrix, int(clusters), iterations=iterations, seed=seed, backend=backend,
                               exclude=exclude, show_progress_bar=show_progress_bar)
     k = len(result.centroids)
+    context = backbone_context(ref)
+    lengths = {}
+    if context is not None and context < LensConfig.max_length:  # positions it never saw: cut texts there instead
+        logger.info("the backbone has %d positions: texts are cut at %d tokens (not %d)", context, context,
+                    LensConfig.max_length)
+        lengths["max_length"] = context
     config = LensConfig(
+        **lengths,
         backbone=ref.reference,
         attention=attention,
         text_normalization=text_normalization,

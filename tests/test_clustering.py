@@ -159,3 +159,20 @@ def test_lm_head_rows_past_the_tokenizer_are_left_out(tokenizer, tmp_path):
         config = json.loads((out / "config.json").read_text())["clustering"]
         assert config["num_clusters"] == k and config["num_excluded"] == 8
         assert LensEncoder.from_pretrained(out).encode(["cell gene"]).shape == (1, k)
+
+
+def test_max_length_is_cut_to_the_backbones_positions(tokenizer, tiny_lens_dir, tmp_path):
+    """A backbone built for fewer positions than the default 512 gets texts cut at its own length, not past it."""
+    from lens.encoder import LensEncoder
+    from lens.testing import make_causal_lm
+
+    short = tmp_path / "short"
+    model = make_causal_lm("llama", len(tokenizer))
+    model.config.max_position_embeddings = 64
+    model.save_pretrained(short)
+    tokenizer.save_pretrained(short)
+    out = tmp_path / "k8"
+    assert main(["cluster-vocab", "--model", str(short), "--clusters", "8", "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["max_length"] == 64
+    assert LensEncoder.from_pretrained(out).max_seq_length == 64
+    assert json.loads((tiny_lens_dir / "config.json").read_text())["max_length"] == 512  # 512 positions: as before
