@@ -359,6 +359,11 @@ class LensEncoder:
                       adapter_sha256=adapter_sha,
                       adapter_merged=adapter_sha is not None and (merge_adapter or files.adapter_dir is None),
                       backbone_sha256=backbone_sha, bundled_sha256=bundled_sha)
+        if low_precision:  # the clusters' hash of the values the files hold, so a model's fingerprint is the same
+            # in float32, bfloat16 and float16 (an index built on a CPU searched on a GPU), until the head trains
+            term = files.term if files.term is not None else model.term_vector()
+            encoder._loaded_clusters = (encoder._head_versions(),
+                                        _clusters_sha(files.assignment, np.asarray(centroids, np.float32), term))
         return encoder if quantize is None else encoder.apply_quantize(quantize)
 
     def apply_quantize(self, quantize: str) -> "LensEncoder":
@@ -642,18 +647,27 @@ class LensEncoder:
             self._cluster_names = [f"{label} #{c}" if counts[label] > 1 else label for c, label in enumerate(labels)]
         return self._cluster_names
 
+    def _head_versions(self) -> tuple[int, ...]:
+        """The in-place version counters of the cluster head's (and term channel's) parameters: they move when a
+        step trains them."""
+        params = list(self.model.head.parameters())
+        if self.model.term is not None:
+            params += list(self.model.term.parameters())
+        return tuple(p._version for p in params)
+
     def fingerprint(self) -> dict:
         """What identifies this encoder's vectors: clusters + head, backbone, adapter, pooling, attention.
 
         Stored with an index so that it is never searched with vectors from a different model.
         """
-        h = hashlib.sha256(self.assignment.astype(np.int32).tobytes())
-        h.update(self.model.head.weight.detach().float().cpu().numpy().tobytes())
-        term = self.model.term_vector()
-        if term is not None:  # only then: other models' fingerprints stay as they were
-            h.update(term.tobytes())
+        loaded = getattr(self, "_loaded_clusters", None)
+        if loaded is not None and loaded[0] == self._head_versions():  # loaded in half precision, head unchanged
+            clusters = loaded[1]
+        else:
+            clusters = _clusters_sha(self.assignment, self.model.head.weight.detach().float().cpu().numpy(),
+                                     self.model.term_vector())
         fp = {
-            "lens_clusters": h.hexdigest(),
+            "lens_clusters": clusters,
             "lens_backbone_lm_head": self.config.clustering.lm_head_sha256,
             ADAPTER_KEY: self.adapter_sha256,
             "lens_pooling": self.config.pooling,
@@ -778,6 +792,15 @@ def _weights_sha256(directory: Path) -> str:
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 24), b""):
                 h.update(block)
+    return h.hexdigest()
+
+
+def _clusters_sha(assignment: np.ndarray, head: np.ndarray, term: np.ndarray | None) -> str:
+    """sha256 of the clusters and their head (float32 values; the term channel's too when the model has one)."""
+    h = hashlib.sha256(assignment.astype(np.int32).tobytes())
+    h.update(np.ascontiguousarray(head, dtype=np.float32).tobytes())
+    if term is not None:  # only then: other models' fingerprints stay as they were
+        h.update(np.asarray(term, dtype=np.float32).tobytes())
     return h.hexdigest()
 
 

@@ -489,3 +489,14 @@ def test_a_model_merged_in_bfloat16_saves_its_adapter_unmerged(trained_lens_dir,
     full = LensEncoder.from_pretrained(trained_lens_dir)  # float32: written merged, standalone, as before
     full.save_pretrained(tmp_path / "merged")
     assert (tmp_path / "merged" / "backbone").is_dir() and not (tmp_path / "merged" / "adapter").exists()
+
+
+def test_the_fingerprint_is_the_same_in_every_precision_until_the_head_trains(trained_lens_dir):
+    """An index built in float32 (a CPU) is searched by the same model loaded in bfloat16 (CUDA's default) and
+    back: the clusters' hash is of the values the files hold; a head changed in place is hashed as it is."""
+    full = LensEncoder.from_pretrained(trained_lens_dir)
+    halves = [LensEncoder.from_pretrained(trained_lens_dir, dtype=d) for d in (torch.bfloat16, torch.float16)]
+    assert all(h.fingerprint() == full.fingerprint() for h in halves)
+    with torch.no_grad():
+        halves[0].model.head.weight.mul_(2)
+    assert halves[0].fingerprint()["lens_clusters"] != full.fingerprint()["lens_clusters"]

@@ -164,7 +164,10 @@ class MNTPWarmup:
             torch.set_num_threads(config.threads)
         self.device = self.dist.device
         torch.manual_seed(config.seed)  # the LoRA start: the same on every rank
-        self.encoder = LensEncoder.from_pretrained(config.model, attention="bidirectional", device=str(self.device))
+        # float32 weights on every device (bf16 through autocast on CUDA): the merged result is saved exactly, as
+        # `lens merge` saves; weights loaded in bf16 would round the update away and fail the LM-head check
+        self.encoder = LensEncoder.from_pretrained(config.model, attention="bidirectional", device=str(self.device),
+                                                   dtype=torch.float32)
         if self.encoder.config.convention != "lens":  # the paper's checkpoints tokenise and pool their own way
             raise ValueError(f"{config.model} is a model of the {self.encoder.config.convention!r} convention (a released "
                              "checkpoint); training tokenises and pools the LENS way: start from `lens cluster-vocab`")

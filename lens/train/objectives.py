@@ -97,7 +97,8 @@ def _bce(x: LossInputs, graded: bool = False) -> Tensor:
     labels = max_label = None
     if graded:
         max_label = x.examples[0].max_score or 1.0
-        labels = torch.tensor([e.score if e.score is not None else max_label for e in x.examples])
+        labels = torch.tensor([e.score if e.score is not None else max_label for e in x.examples],
+                              device=x.positive_index.device)  # index_put_ into targets on that device
     targets = L.binary_targets(x.positive_index, len(x.layout.doc_texts), labels, max_label, x.graded_floor)
     return L.pairwise_bce(x.scores, targets.to(x.scores.device), x.bce_scale, x.bias, x.valid)
 

@@ -292,7 +292,9 @@ class Trainer:
         b = pad_batch(items, self.tokenizer.pad_token_id)  # right-padded, as the cache's hidden states
         ids, att, pool = (b[k].to(self.device) for k in ("input_ids", "attention_mask", "pool_mask"))
         if self.cache is not None:
-            hidden = self.cache.hidden(items, torch.float32, self.device)
+            # float32 states under autocast; without it, the decoder's own dtype (bf16 weights on CUDA)
+            dtype = torch.float32 if self.bf16 else next(self.decoder.parameters()).dtype
+            hidden = self.cache.hidden(items, dtype, self.device)
         else:
             hidden = embed(self.decoder, ids)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
