@@ -224,6 +224,8 @@ class LensEncoder:
         self.max_seq_length = config.max_length
         self.causal_lm = causal_lm  # the loaded *ForCausalLM (its decoder is model.decoder), for merged saves
         self.source_dir = source_dir  # the directory loaded from (None when built in memory)
+        # (head and term versions, clusters hash of the files' values): set when loaded in half precision
+        self._loaded_clusters: tuple[tuple[int, ...], str] | None = None
         self.adapter_sha256 = adapter_sha256  # sha256 of the LoRA adapter's weights, None without one
         self.adapter_merged = adapter_merged  # the adapter is folded into the decoder's weights
         self.quantize: str | None = None  # or "int8" after apply_quantize (lens.quantize; inference only)
@@ -660,7 +662,7 @@ class LensEncoder:
 
         Stored with an index so that it is never searched with vectors from a different model.
         """
-        loaded = getattr(self, "_loaded_clusters", None)
+        loaded = self._loaded_clusters
         if loaded is not None and loaded[0] == self._head_versions():  # loaded in half precision, head unchanged
             clusters = loaded[1]
         else:

@@ -194,31 +194,33 @@ def check_model_target(path: str | os.PathLike) -> Path:
     return path
 
 
-def foreign_model(directory: str | os.PathLike) -> str | None:
-    """What ``directory`` holds when its ``config.json`` is not a LENS model's (e.g. ``"a Hugging Face model
-    (model_type 'llama')"``); None when it is one, or there is none."""
-    path = Path(directory) / CONFIG_NAME
+def _config_data(directory: Path) -> tuple[dict | None, str | None]:
+    """``directory/config.json`` read once: (its object when it is a LENS model's, else None; what it is when it is
+    not one, else None). Both None: there is no config.json."""
+    path = directory / CONFIG_NAME
     if not path.is_file():
-        return None
+        return None, None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return "a config.json that is not JSON"
+        return None, "a config.json that is not JSON"
     if isinstance(data, dict) and "clustering" in data and "format_version" in data:
-        return None
+        return data, None
     if isinstance(data, dict) and isinstance(data.get("model_type"), str):
-        return f"a Hugging Face model (model_type {data['model_type']!r})"
-    return "a config.json that is not a LENS model's"
+        return None, f"a Hugging Face model (model_type {data['model_type']!r})"
+    return None, "a config.json that is not a LENS model's"
+
+
+def foreign_model(directory: str | os.PathLike) -> str | None:
+    """What ``directory`` holds when its ``config.json`` is not a LENS model's (e.g. ``"a Hugging Face model
+    (model_type 'llama')"``); None when it is one, or there is none."""
+    return _config_data(Path(directory))[1]
 
 
 def _backbone_of(source: Path) -> Path | None:
     """The backbone directory or file the LENS model at ``source`` names (resolved), if it is one on disk."""
-    if foreign_model(source) is not None or not (source / CONFIG_NAME).is_file():
-        return None
-    try:
-        backbone = read_json(source / CONFIG_NAME, "model config").get("backbone")
-    except (OSError, ValueError):
-        return None
+    data, _ = _config_data(source)
+    backbone = None if data is None else data.get("backbone")
     if not isinstance(backbone, str) or backbone == "default":
         return None
     path = Path(backbone) if Path(backbone).is_absolute() else source / backbone
