@@ -21,8 +21,8 @@
 #                  sparse:lens/train/configs/default-continue-gpu-bm25-sparse.json" SYSTEMS=bm25,lens-lexicon,lens-hybrid
 #   2. the out-of-domain suite (benchmarks/ood.py: ADI, Cranfield, MEDLINE as written, float32 on CUDA, the systems
 #      in SYSTEMS, default bm25,lens-lexicon; lens-hybrid needs MiniLM: `prepare --minilm`) for the shipped default
-#      and every continuation, then their lexicality (benchmarks/lexicality.py);
-#   3. ATEB (lens bench ateb, the LENS lexicon and dense vectors) for the shipped default and every continuation
+#      and every continuation, then their lexicality (benchmarks/lexicality.py, float32 on CUDA too);
+#   3. ATEB (lens bench ateb, the LENS lexicon and dense vectors, float32 on CUDA) for the shipped default and every continuation
 #      (a new default is judged on ATEB too; SKIP_ATEB=1 leaves it out);
 #   4. SciFact (the regression guard) for every model, the shipped default last;
 # INTERPOLATE ("NAME:FRACTION ...", e.g. "half:0.5") adds, after the continuations, each continuation NAME taken
@@ -65,10 +65,11 @@ if [ -d "$DATA/lens-train/mixture" ]; then
   mkdir -p .cache/lens-train/mixture && cp -n "$DATA"/lens-train/mixture/*.jsonl.gz .cache/lens-train/mixture/
 fi
 [ -f .cache/lens-train/default-merged/config.json ] || step merge 90 $LENS merge default --out .cache/lens-train/default-merged
-train() {  # NAME CONFIG: train; on running out of GPU memory, once more with gradient checkpointing
-  local name=$1 config=$2
-  step "train-$name" 200 $LENS -v train --config "$config" --out "$W/$name" ${TRAIN_ARGS:-}
-  if [ ! -f "$W/$name/config.json" ] && grep -q "OutOfMemoryError\|CUDA out of memory" "$RES/session.log"; then
+train() {  # NAME CONFIG: train; on running out of GPU memory (this run's own errors), once more with gradient checkpointing
+  local name=$1 config=$2 err=$RES/train-$name.stderr
+  step "train-$name" 200 $LENS -v train --config "$config" --out "$W/$name" ${TRAIN_ARGS:-} 2> "$err"
+  cat "$err" >&2  # into the session's log too
+  if [ ! -f "$W/$name/config.json" ] && grep -q "OutOfMemoryError\|CUDA out of memory" "$err"; then
     $PY -c "import json,sys; from lens.train.config import resolve_extends; c=resolve_extends(sys.argv[1]); \
 c['gradient_checkpointing']=True; json.dump(c, open(sys.argv[2],'w'), indent=2)" "$config" "/tmp/$name-gc.json"
     rm -rf "$W/$name"
@@ -101,13 +102,13 @@ suite() {  # SETS TAG MODEL
 for m in "${models[@]}"; do suite adi,cranfield,medline "${m%%:*}" "${m#*:}"; done
 model_list=$(printf '%s\n' "${models[@]#*:}" | paste -sd, -)
 step lexicality $((30 + 20 * ${#models[@]})) $PY benchmarks/lexicality.py adi cranfield medline --model "$model_list" --threads 8 \
-  --data-dir "$DATA" --cache-dir /tmp/lens-bench-cache --output "$RES/lexicality"
+  --device cuda --dtype float32 --data-dir "$DATA" --cache-dir /tmp/lens-bench-cache --output "$RES/lexicality"
 
 # 3. ATEB for the shipped default and every continuation; SKIP_ATEB=1 leaves it out
 if [ -z "${SKIP_ATEB:-}" ]; then
   for m in "${models[@]}"; do
     step "ateb-${m%%:*}" 120 $LENS bench ateb --systems lens-lexicon,lens-dense --model "${m#*:}" --data-dir "$DATA" \
-      --output "$RES/ateb-${m%%:*}" --cache-dir /tmp/lens-bench-cache --no-plot
+      --device cuda --dtype float32 --output "$RES/ateb-${m%%:*}" --cache-dir /tmp/lens-bench-cache --no-plot
   done
 fi
 

@@ -395,6 +395,22 @@ def test_bench_ateb_end_to_end_bm25_and_lens_lexicon(ateb_data, tmp_path, tiny_l
             assert s[m] == pytest.approx(piqa["formulations"][kind]["systems"]["lens-lexicon"][m])
 
 
+def test_bench_ateb_runs_the_lens_model_where_and_as_told_and_records_it(ateb_data, tmp_path, tiny_lens_dir):
+    out = tmp_path / "out"
+    argv = ["--tasks", "piqa", "--systems", "lens-lexicon", "--model", str(tiny_lens_dir), "--data-dir",
+            str(ateb_data), "--output", str(out), "--cache-dir", str(tmp_path / "cache"), "--no-plot"]
+    run_ateb(argv + ["--device", "cpu", "--dtype", "bfloat16"])
+    info = read(out / "piqa" / "run_info.json")["lens"]
+    assert (info["device"], info["dtype"]) == ("cpu", "bfloat16")
+    run_ateb(argv)
+    assert read(out / "piqa" / "run_info.json")["lens"]["dtype"] == "float32"  # this CPU's default
+    from lens.eval import ateb as bench
+
+    args = bench.add_arguments(argparse.ArgumentParser()).parse_args(argv + ["--device", "tpu"])
+    with pytest.raises(ValueError, match="tpu"):
+        bench.run(args)
+
+
 def test_bench_ateb_subsample_plot_and_errors(ateb_data, tmp_path):
     out = tmp_path / "out"
     run_ateb(["--tasks", "piqa", "--systems", "bm25", "--max-rows", "2", "--seed", "1", "--data-dir", str(ateb_data),

@@ -76,6 +76,13 @@ def test_lens_full_variant_is_the_lens_lexicon_system(tmp_path, tiny_lens_dir):
         assert 0.0 <= r[key] <= 1.0
     md = out.with_suffix(".md").read_text()
     assert md == "\n".join(render(saved)) + "\n" and "| lens-lexicon (" in md
+    assert saved["_meta"]["lens_precision"] == {str(tiny_lens_dir): "float32 on cpu"}
+    # the precision is chosen as for lens bench beir, and recorded
+    assert main(["bench", "lexicality", str(ds), "--model", str(tiny_lens_dir), "--cache-dir", str(cache),
+                 "--output", str(tmp_path / "bf16"), "--device", "cpu", "--dtype", "bfloat16"]) == 0
+    bf16 = json.loads((tmp_path / "bf16.json").read_text())
+    assert bf16["_meta"]["lens_precision"] == {str(tiny_lens_dir): "bfloat16 on cpu"}
+    assert "bfloat16 on cpu" in (tmp_path / "bf16.md").read_text()
     # --markdown-only keeps the measurements and adds a note
     assert main(["bench", "lexicality", "--output", str(out), "--markdown-only", "--note", "read it"]) == 0
     assert "- read it" in out.with_suffix(".md").read_text()

@@ -888,3 +888,34 @@ def test_lora_targets_that_miss_linear_layers_are_warned_of(tiny_lens_dir, caplo
     with caplog.at_level(logging.WARNING, logger="lens.train.trainer"):
         lora_target_names(decoder, ["q_proj", "v_proj"], 0)
     assert "get no adapter: down_proj, gate_proj, k_proj, o_proj, up_proj" in caplog.text
+
+
+def test_frozen_decoder_is_bfloat16_only_on_cuda_under_autocast():
+    from lens.train.trainer import frozen_decoder_dtype
+
+    assert frozen_decoder_dtype("cuda", True) == torch.bfloat16
+    assert frozen_decoder_dtype("cuda", False) == torch.float32  # bf16: false trains in float32 throughout
+    assert frozen_decoder_dtype("cpu", True) == torch.float32
+
+
+def test_trained_weights_stay_float32_beside_a_bfloat16_decoder(tiny_lens_dir, data_file, tmp_path, monkeypatch):
+    """CUDA's setting on this CPU (a bfloat16 frozen decoder, bf16 autocast): the head, LoRA and bias keep float32
+    weights, so AdamW's small first step (about lr on every element with a gradient) moves the head as it does in a
+    float32 run; a bfloat16 head would leave most of its values where they were."""
+    import lens.train.trainer as trainer_module
+
+    changed = {}
+    for name, frozen in (("float32", torch.float32), ("bf16", torch.bfloat16)):
+        monkeypatch.setattr(trainer_module, "frozen_decoder_dtype", lambda device_type, bf16, d=frozen: d)
+        t = Trainer(_config(tiny_lens_dir, data_file, lora_layers=None, lr=1e-5, bf16=name == "bf16"),
+                    tmp_path / name, show_progress_bar=False)
+        assert t.model.head.weight.dtype == torch.float32 and t.bias.dtype == torch.float32
+        assert {p.dtype for p in t.decoder.parameters() if p.requires_grad} == {torch.float32}  # LoRA
+        assert {p.dtype for p in t.decoder.parameters() if not p.requires_grad} == {frozen}
+        before = t.model.head.weight.detach().clone()
+        row = t.train_step()
+        assert np.isfinite(row["loss"])
+        changed[name] = (t.model.head.weight.detach() != before)
+    assert changed["float32"].float().mean() > 0.5
+    both = (changed["float32"] & changed["bf16"]).sum() / changed["float32"].sum()
+    assert both > 0.95, float(both)

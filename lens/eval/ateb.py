@@ -526,6 +526,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help=f"embedding cache (default: {DEFAULT_CACHE_DIR} in the working directory)")
     parser.add_argument("--lens-batch-size", type=positive_int, default=4, help="LENS texts per forward pass")
+    from lens.eval.beir import add_lens_device_arguments
+
+    add_lens_device_arguments(parser)
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch threads for encoding (default: torch's default, one per core)")
     parser.add_argument("--no-plot", action="store_true", help="skip scores.png")
@@ -551,8 +554,11 @@ def run(args: argparse.Namespace) -> int:
     check_readme_target(out_root, "--output")  # a user's README where ours would go: refused before any work
     loaded = {name: load_rows(name, root) for name in args.tasks}  # fail early on a missing or malformed file
     names = args.systems or default_systems()
+    from lens.eval.beir import lens_device, precision_name
+
     resources = Resources(model=args.model, cache_root=cache_dir, lens_batch_size=args.lens_batch_size,
-                          show_progress_bar=not quiet)
+                          show_progress_bar=not quiet, lens_device=lens_device(args),
+                          lens_dtype=getattr(args, "dtype", None))
     scorers = make_scorers(names, resources, args.weights, show_progress_bar=not quiet)
     summaries = []
     for name, all_rows in loaded.items():
@@ -576,7 +582,8 @@ def run(args: argparse.Namespace) -> int:
         if any(n.startswith("lens") for n in names):
             enc = resources.lens.encoder
             info["lens"] = {"fingerprint": enc.fingerprint(), "num_clusters": enc.num_clusters,
-                            "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds}
+                            "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds,
+                            "device": str(enc.device), "dtype": precision_name(enc)}
         write_task_results(out_root / folder, results, per_query, info, plot=not args.no_plot)
         summaries.append(summary_table(results))
     for scorer in scorers:

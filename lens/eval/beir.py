@@ -368,12 +368,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--lens-batch-size", type=positive_int, default=None,
                         help="LENS documents per forward pass (default: 4 on a CPU, where per-document throughput "
                              "drops at 16; on a GPU as many as its free memory holds)")
-    parser.add_argument("--device", default=None, metavar="DEVICE",
-                        help="where the LENS systems encode: cpu, cuda or cuda:N (default: cuda when present, else "
-                             "cpu; the int8 systems always run on the CPU)")
-    parser.add_argument("--dtype", choices=LENS_DTYPES, default=None,
-                        help="the LENS weights' precision (default: float32 on a CPU, bfloat16 on CUDA); vectors of "
-                             "each precision are cached apart, so bfloat16 and float32 compare in two runs")
+    add_lens_device_arguments(parser)
     parser.add_argument("--corpus-casing", action="store_true",
                         help="a truecasing text rule brings the queries back to the case of each corpus's own words "
                              "(lens.casing.corpus_casing_table, counted over the documents) instead of the packaged "
@@ -395,6 +390,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 LENS_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_lens_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device`` and ``--dtype``: where and in what precision a benchmark's LENS model runs (one spelling for
+    every ``lens bench`` command; :func:`lens_device` reads the first)."""
+    parser.add_argument("--device", default=None, metavar="DEVICE",
+                        help="where the LENS systems encode: cpu, cuda or cuda:N (default: cuda when present, else "
+                             "cpu; the int8 systems always run on the CPU)")
+    parser.add_argument("--dtype", choices=LENS_DTYPES, default=None,
+                        help="the LENS weights' precision (default: float32 on a CPU, bfloat16 on CUDA); vectors of "
+                             "each precision are cached apart, so bfloat16 and float32 compare in two runs")
+
+
+def precision_name(encoder) -> str:
+    """The dtype a loaded LENS encoder's decoder runs in ("float32", "bfloat16", ...), as a run records it."""
+    return str(next(encoder.model.decoder.parameters()).dtype).removeprefix("torch.")
+
+
+def lens_device(args: argparse.Namespace) -> str | None:
+    """``--device`` checked (a wrong name or a missing GPU fails before any data loads); None: the loader's choice."""
+    device = getattr(args, "device", None)
+    if device is None:
+        return None
+    from lens.sharding import check_devices
+
+    return check_devices([device])[0]
 CPU_LENS_BATCH_SIZE = 4  # the runner's CPU default: per-document CPU throughput drops at 16
 
 
@@ -444,11 +465,7 @@ def run(args: argparse.Namespace) -> int:
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
     paths = [resolve_dataset(d, args.data_dir) for d in args.datasets]  # fail early on a wrong name
     report.check_readme_target(out_root)  # and on a user's README where ours would go
-    device = getattr(args, "device", None)
-    if device is not None:
-        from lens.sharding import check_devices
-
-        device = check_devices([device])[0]  # a wrong name or a missing GPU fails before any data loads
+    device = lens_device(args)
     resources = Resources(model=args.model, cache_root=cache_dir,
                           lens_batch_size=lens_batch_size(args.lens_batch_size, device),
                           show_progress_bar=not getattr(args, "quiet", False), lens_max_length=args.max_length,

@@ -166,13 +166,15 @@ def render(results: dict) -> list[str]:
             lines.append(f"| {system} | " + " | ".join(_fmt(r[key], spec) for _, key, spec in columns) + " |")
         lines.append("")
     lines += ["Systems: " + "; ".join(f"{k}: {v}" for k, v in meta["systems"].items()) + "."]
+    if meta.get("lens_precision"):  # runs before 2026-11-28 did not record it (float32 on this CPU)
+        lines += ["", "LENS weights: " + "; ".join(f"{k} {v}" for k, v in meta["lens_precision"].items()) + "."]
     notes = meta.get("notes") or []
     return lines + (["", "Notes:", *[f"- {n}" for n in notes]] if notes else [])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the options of ``lens bench lexicality`` (and ``benchmarks/lexicality.py``) to ``parser``."""
-    from lens.eval.beir import DATA_DIR_HELP, DEFAULT_CACHE_DIR, add_data_argument
+    from lens.eval.beir import DATA_DIR_HELP, DEFAULT_CACHE_DIR, add_data_argument, add_lens_device_arguments
 
     parser.add_argument("datasets", nargs="*", default=["scifact", "cranfield", "medline"],
                         help="BEIR-layout sets (names or paths; default scifact cranfield medline), test split: "
@@ -187,6 +189,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                         help=f"embedding cache shared with `lens bench beir` (default {DEFAULT_CACHE_DIR})")
     add_data_argument(parser)
+    add_lens_device_arguments(parser)
     add_markdown_only_arguments(parser, output="benchmarks/results/lexicality")
     return parser
 
@@ -194,14 +197,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if markdown_only(args, args.output, render):
         return 0
-    from lens.eval.beir import load_dataset, machine_info, torch_threads
+    from lens.eval.beir import lens_device, load_dataset, machine_info, precision_name, torch_threads
     from lens.eval.systems import LensResource, SpladeResource
     from lens.instructions import get_instruction
 
     models = [m for m in args.model.split(",") if m]
     if not models:
         raise SystemExit("--model is empty: give a LENS model name or directory (e.g. default)")
-    spaces = [lens_space(LensResource(m, cache_root=args.cache_dir, show_progress_bar=True)) for m in models]
+    device, dtype = lens_device(args), getattr(args, "dtype", None)
+    resources = [LensResource(m, cache_root=args.cache_dir, show_progress_bar=True, device=device, dtype=dtype)
+                 for m in models]
+    spaces = [lens_space(r) for r in resources]
     if args.splade:
         spaces.append(splade_space(SpladeResource(cache_root=args.cache_dir)))
     sets = {}
@@ -218,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
                                "systems": systems}
     command = getattr(args, "bench_command_line", None) or command_line()
     meta = {"command": command, "models": models, "machine": machine_info(), "depth": args.depth,
+            "lens_precision": {r.model_path: f"{precision_name(r.encoder)} on {r.encoder.device}" for r in resources},
             "queries_only": args.queries_only, "systems": {s.name: s.describe for s in spaces},
             "notes": list(args.note)}
     results = {"_meta": meta, "sets": sets}

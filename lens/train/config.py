@@ -97,7 +97,7 @@ class TrainConfig:
     notes: list[str] = field(default_factory=list)  # free text for people (how to launch it); the trainer ignores it
     # hardware
     device: str | None = None  # None: cuda when present, else cpu
-    bf16: bool | None = None  # autocast to bfloat16 (None: on CUDA only)
+    bf16: bool | None = None  # autocast to bfloat16 (None: on CUDA only; there the frozen decoder is bf16 too)
     gradient_checkpointing: bool | None = None  # (None: on CUDA only)
     threads: int | None = None
     format_version: int = TRAIN_FORMAT_VERSION

@@ -92,6 +92,13 @@ def inputs_sha256(fingerprint: dict, stages: list[list[TrainExample]], val: list
     return h.hexdigest()
 
 
+def frozen_decoder_dtype(device_type: str, bf16: bool) -> torch.dtype:
+    """The dtype a training run keeps its frozen decoder weights in: bfloat16 on CUDA under bf16 autocast (half the
+    memory of a 7B backbone; autocast computes in bfloat16 either way), else float32. Trained weights are float32
+    everywhere."""
+    return torch.bfloat16 if bf16 and device_type == "cuda" else torch.float32
+
+
 def learning_rate_factor(step: int, total: int, warmup: int) -> float:
     """Linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
     if warmup and step < warmup:
@@ -132,7 +139,11 @@ class Trainer:
         self.checkpointing = (cfg.gradient_checkpointing if cfg.gradient_checkpointing is not None
                               else self.device.type == "cuda")
         torch.manual_seed(cfg.seed)
-        self.encoder = LensEncoder.from_pretrained(cfg.model, backbone=cfg.backbone, device=device)
+        # every weight loads in float32: the trained ones (LoRA, head, term channel) stay there as AdamW's master
+        # copies (a 1e-4 step on a bfloat16 head leaves about three in four of its values unchanged); with bf16
+        # autocast on CUDA only the frozen decoder is cast down, for memory (``frozen_decoder_dtype``)
+        self.encoder = LensEncoder.from_pretrained(cfg.model, backbone=cfg.backbone, device=device,
+                                                   dtype=torch.float32)
         if self.encoder.config.convention != "lens":  # the paper's checkpoints tokenise and pool their own way
             raise ValueError(f"{cfg.model} is a model of the {self.encoder.config.convention!r} convention (a released "
                              "checkpoint); training tokenises and pools the LENS way: start from `lens cluster-vocab`")
@@ -142,6 +153,10 @@ class Trainer:
         self.model = self.encoder.model
         self.tokenizer = self.encoder.tokenizer
         decoder = self.model.decoder
+        frozen = frozen_decoder_dtype(self.device.type, self.bf16)
+        if frozen != torch.float32:
+            decoder.to(frozen)  # LoRA, injected below, keeps float32 weights (PEFT upcasts its adapters)
+            self.model.upcast_logits = True  # as a half-precision load pools: log1p(relu) in float32
         n = num_layers(decoder)
         k = n if cfg.lora_layers is None else cfg.lora_layers
         if k > n:
@@ -292,7 +307,7 @@ class Trainer:
         b = pad_batch(items, self.tokenizer.pad_token_id)  # right-padded, as the cache's hidden states
         ids, att, pool = (b[k].to(self.device) for k in ("input_ids", "attention_mask", "pool_mask"))
         if self.cache is not None:
-            # float32 states under autocast; without it, the decoder's own dtype (bf16 weights on CUDA)
+            # float32 states under autocast; without it, the decoder's own dtype (float32: frozen_decoder_dtype)
             dtype = torch.float32 if self.bf16 else next(self.decoder.parameters()).dtype
             hidden = self.cache.hidden(items, dtype, self.device)
         else:
