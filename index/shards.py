@@ -218,12 +218,7 @@ class ShardedIndex:
 
     def _bm25_scores(self, texts: Sequence[str] | None, allowed: Sequence[np.ndarray | None]) -> list[BM25Scores]:
         """Each shard's BM25 scores of the queries, with the whole index's statistics and maximum."""
-        missing = [i for i, s in enumerate(self._shards) if not s.has_bm25]
-        if missing:
-            raise ValueError(f"{len(missing)} of this index's {len(self._shards)} shards (the first: shard "
-                             f"{missing[0]}) keep no BM25 part, so a BM25 weight > 0 cannot be used: merge only "
-                             "indexes built with a BM25 part (`lens index build` without --no-bm25), or give two "
-                             "weights LEX,DENSE")
+        self._check_bm25()
         if texts is None or isinstance(texts, str):
             raise ValueError("a BM25 weight needs each query's text: give texts= with one text per query")
         terms = BM25Part.query_terms(list(texts))  # once for every shard
@@ -232,6 +227,36 @@ class ShardedIndex:
         scored = [s.bm25_scores(terms, a, stats) for s, a in zip(self._shards, allowed)]
         maxima = [max(sc.maxima[q] for sc in scored) for q in range(len(terms))]
         return [BM25Scores(sc.scores, maxima) for sc in scored]
+
+    def bm25_stats(self, terms: Sequence[Sequence[str]]) -> list[BM25Stats]:
+        """``HybridIndex.bm25_stats`` over every shard, added up (the whole index's statistics)."""
+        self._check_bm25()
+        each = [s.bm25_stats(terms) for s in self._shards]
+        return [BM25Stats.total([e[q] for e in each]) for q in range(len(terms))]
+
+    def bm25_maxima(self, terms: Sequence[Sequence[str]], stats: Sequence[BM25Stats],
+                    filter: Mapping[str, Any] | None = None) -> list[float]:
+        """``HybridIndex.bm25_maxima`` over every shard: each query's best."""
+        each = [s.bm25_maxima(terms, stats, filter) for s in self._shards]
+        return [max(e[q] for e in each) for q in range(len(terms))]
+
+    def search_part(self, lexicon: Any, dense: Any, k: int, weights: Any, filter: Mapping[str, Any] | None = None,
+                    texts: Sequence[str] | None = None, depth: int | None = None, idf: np.ndarray | None = None,
+                    bm25_stats: Sequence[BM25Stats] | None = None,
+                    bm25_maxima: Sequence[float] | None = None) -> list[SearchResult]:
+        """``HybridIndex.search_part`` over every shard (this index one part of a larger one), top-``k`` merged."""
+        check_filter(filter)
+        per_shard = [s.search_part(lexicon, dense, k, weights, filter, texts, depth, idf, bm25_stats, bm25_maxima)
+                     for s in self._shards]
+        return [merge_hits([hits[q] for hits in per_shard], k) for q in range(len(per_shard[0]))]
+
+    def _check_bm25(self) -> None:
+        missing = [i for i, s in enumerate(self._shards) if not s.has_bm25]
+        if missing:
+            raise ValueError(f"{len(missing)} of this index's {len(self._shards)} shards (the first: shard "
+                             f"{missing[0]}) keep no BM25 part, so a BM25 weight > 0 cannot be used: merge only "
+                             "indexes built with a BM25 part (`lens index build` without --no-bm25), or give two "
+                             "weights LEX,DENSE")
 
     def set_search_options(self, **options: Any) -> None:
         for shard in self._shards:

@@ -869,6 +869,36 @@ class HybridIndex:
             raise ValueError("this index has no BM25 part: rebuild it with `lens index build` (without --no-bm25)")
         return [self._bm25.stats(t) for t in terms]
 
+    def bm25_maxima(self, terms: Sequence[Sequence[str]], stats: Sequence[BM25Stats],
+                    filter: Mapping[str, Any] | None = None) -> list[float]:
+        """Each query's best BM25 score over this index's documents that ``filter`` allows, scored with ``stats``
+        (a larger index's, this one a part of it): the parts' maxima give that index's (``index.remote``)."""
+        return self.bm25_scores(terms, self.selection(filter), stats).maxima
+
+    def search_part(self, lexicon: Any, dense: Any, k: int, weights: Any, filter: Mapping[str, Any] | None = None,
+                    texts: Sequence[str] | None = None, depth: int | None = None, idf: np.ndarray | None = None,
+                    bm25_stats: Sequence[BM25Stats] | None = None,
+                    bm25_maxima: Sequence[float] | None = None) -> list[SearchResult]:
+        """:meth:`search` of this index as one part of a larger one held apart (``index.remote``: a machine's
+        index behind ``lens serve``): ``idf`` the query lexicon's weights from the whole index's frequencies,
+        ``bm25_stats`` and ``bm25_maxima`` its BM25 statistics and each query's best score, so the scores are the
+        whole index's and the parts' top-``k`` merge into its top-``k`` (``index.shards.merge_hits``)."""
+        allowed = self.selection(filter)
+        return self.search_selection(lexicon, dense, k, weights, None, allowed, texts, depth, idf,
+                                     self._part_bm25(weights, texts, allowed, bm25_stats, bm25_maxima))
+
+    def _part_bm25(self, weights: Any, texts: Sequence[str] | None, allowed: np.ndarray | None,
+                   stats: Sequence[BM25Stats] | None, maxima: Sequence[float] | None) -> BM25Scores | None:
+        """:meth:`search_part`'s BM25 side: scored with the whole index's ``stats``, divided by its ``maxima``."""
+        if split_weights(weights)[1] == 0:
+            return None
+        if stats is None or maxima is None:
+            raise ValueError("a part's search with a BM25 weight needs the whole index's BM25 statistics and maxima")
+        if texts is None or isinstance(texts, str) or len(texts) != len(stats) or len(maxima) != len(stats):
+            raise ValueError("a part's BM25 search needs one text, one set of statistics and one maximum per query")
+        scored = self.bm25_scores(BM25Part.query_terms(list(texts)), allowed, stats)
+        return BM25Scores(scored.scores, [float(m) for m in maxima])
+
     def _search_bm25(self, qv: np.ndarray, bm25: BM25Scores, k: int, depth: int, w_bm25: float,
                      allowed: np.ndarray | None) -> list[SearchResult]:
         """Three-part search (``index.bm25_fusion``): candidates from FAISS's and BM25's top ``depth``, each scored

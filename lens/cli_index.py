@@ -323,19 +323,28 @@ def _quantize_mismatch(index, quantize: str | None) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from lens.serve import SearchService, make_server
 
+    if (args.dir is None) == (args.backends is None):
+        raise ValueError("give an index DIR to serve, or --backends URL,... to be the front end of indexes served "
+                         "on other machines (each by `lens serve DIR`), not both")
+
     try:  # bound before the models load: a port in use fails at once, not after them
         server = make_server(None, args.host, args.port)
     except OSError as e:  # a port in use, a privileged port, an address not of this machine: say which
         raise ValueError(f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); choose another --port "
                          "(0: any free one) or --host") from e
     try:
-        service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
-                                max_k=args.max_k, weights=args.weights, idf=args.idf)
+        try:
+            service = SearchService(args.dir, args.model, quantize=args.quantize, max_queries=args.max_queries,
+                                    max_k=args.max_k, weights=args.weights, idf=args.idf, backends=args.backends,
+                                    timeout=args.timeout)
+        except ConnectionError as e:  # a backend down or not lens serve: one line, not a traceback
+            raise ValueError(str(e)) from None
         _quantize_mismatch(service.searcher.index, service.searcher.encoder.lens.quantize)
         service.search({"query": "warm up"})  # the first encode is slow: pay it before the first user
         server.service = service  # requests that came meanwhile waited in the socket's queue
         host, port = server.server_address[:2]
-        print(f"serving {args.dir} ({len(service.searcher.index)} documents) on http://{host}:{port} "
+        what = args.dir if args.dir is not None else f"{len(args.backends)} backends"
+        print(f"serving {what} ({len(service.searcher.index)} documents) on http://{host}:{port} "
               f"(POST /search, GET /search?q=..., /health, /info); Ctrl-C stops", flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
@@ -354,6 +363,14 @@ def _port(value: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a TCP port is an integer from 0 to 65535, got {value!r}")
     return port
+
+
+def _urls(value: str) -> list[str]:
+    urls = [u.strip() for u in value.split(",") if u.strip()]
+    if not urls or not all(u.startswith(("http://", "https://")) for u in urls):
+        raise argparse.ArgumentTypeError(f"--backends takes http:// URLs separated by commas, e.g. "
+                                         f"http://10.0.0.1:8080,http://10.0.0.2:8080; got {value!r}")
+    return urls
 
 
 def register(subparsers) -> None:
@@ -487,7 +504,14 @@ def register(subparsers) -> None:
     sv = subparsers.add_parser("serve", help="serve a hybrid index over HTTP as JSON (POST /search, GET "
                                              "/search?q=, /health, /info); a save by lens index add or remove is "
                                              "picked up")
-    sv.add_argument("dir", type=Path, help="index directory (from lens index build)")
+    sv.add_argument("dir", type=Path, nargs="?", default=None, help="index directory (from lens index build)")
+    sv.add_argument("--backends", type=_urls, default=None, metavar="URL,URL,...",
+                    help="instead of DIR: be the front end of indexes other `lens serve DIR` processes serve (one "
+                         "part of a corpus each, e.g. a machine's), searched as one index of all their documents: "
+                         "queries are encoded here and every part scores them with the whole corpus's idf and BM25 "
+                         "statistics, so the merged hits are one index's")
+    sv.add_argument("--timeout", type=float, default=60.0,
+                    help="with --backends: seconds a request to one backend may take (default %(default)s)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine "
                                                         "only; 0.0.0.0 for every interface)")
     sv.add_argument("--port", type=_port, default=8080, help="TCP port (default %(default)s; 0: any free one)")

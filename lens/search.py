@@ -95,6 +95,29 @@ class Searcher:
         use_corpus_casing(encoder, index)
         return cls(index, encoder, record)
 
+    @classmethod
+    def remote(cls, backends: Sequence[str], model: str | os.PathLike | None = None, quantize: str | None = None,
+               encoder: HybridEncoder | None = None, timeout: float = 60.0) -> "Searcher":
+        """A searcher over indexes served on other machines (``lens serve DIR`` on each; ``index.remote``), as one
+        index holding all their documents: queries are encoded here once, with the encoders the parts record
+        (``model``: another LENS model directory, as :meth:`open` takes it), and every part scores them with the
+        whole index's statistics."""
+        from index.remote import RemoteIndex
+        from lens.encoder import LATER_FINGERPRINT_KEYS
+
+        index = RemoteIndex(backends, timeout=timeout)
+        where = f"the index served at {index.backends[0]}"
+        record = EncoderRecord.of_index(index)
+        if encoder is None:
+            encoder = record.load(where, model)
+            if quantize:
+                encoder.lens.apply_quantize(quantize)
+        check_fingerprint(encoder.fingerprint(), index.fingerprint, where, LATER_FINGERPRINT_KEYS)
+        record.check_text_rule(encoder, where)
+        use_corpus_casing(encoder, index)
+        index.on_refresh = lambda: use_corpus_casing(encoder, index)  # a part saved again: its corpus table anew
+        return cls(index, encoder, record)
+
     @property
     def default_weights(self) -> tuple[float, ...]:
         """The weights of a search that names none: the index's (lexicon, dense) pair, and BM25 at

@@ -16,6 +16,12 @@ arrive whole within ``READ_TIMEOUT_S``), 411 (no Content-Length), 413 or 500; HE
 - ``GET /info``: the index's type, size, parts, weights (``search_weights``: those of a request that names none), models
   and version.
 
+- ``GET /part`` and ``POST /part/...``: this index as one part of a larger one, for a front end (``index.remote``).
+
+``lens serve --backends URL,...`` (``SearchService(None, backends=...)``) is that front end: the same ``/search``,
+``/health`` (503 when a backend does not answer) and ``/info`` over the indexes other ``lens serve DIR`` processes
+serve, searched as one index of all their documents; a backend that fails a search is a 502 naming it.
+
 The service follows its directory: a save by ``lens index add`` / ``remove`` (an atomic swap of the directory) is
 seen on the next request and the new version loaded beside the old, which answers until the new one is ready; the
 models are loaded again only if the index now names other ones. Queries are encoded in one thread, those of
@@ -34,17 +40,17 @@ from concurrent.futures import Future
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from index.bm25_fusion import query_weights
+from index.remote import MAX_BODY  # bytes of a request body: one limit, which a front end's requests keep to
 from lens.search import Searcher, hit_records
 
 __all__ = ["QueryBatcher", "SearchService", "RequestError", "make_server"]
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY = 1 << 20  # bytes of a request body
 READ_TIMEOUT_S = 60  # seconds a connection may wait for bytes of a request (then 408, or closed when idle)
 
 
@@ -139,10 +145,16 @@ class SearchService:
     request that does not say weighs the query lexicon by the index's inverse document frequencies (None: the
     index's default; ``HybridIndex.search``)."""
 
-    def __init__(self, directory: str | os.PathLike, model: str | os.PathLike | None = None,
+    def __init__(self, directory: str | os.PathLike | None, model: str | os.PathLike | None = None,
                  quantize: str | None = None, max_queries: int = 256, max_k: int = 1000, encoder=None,
-                 weights=None, idf: bool | None = None) -> None:
-        self.directory = Path(directory)
+                 weights=None, idf: bool | None = None, backends: Sequence[str] | None = None,
+                 timeout: float = 60.0) -> None:
+        """``backends`` (with ``directory`` None): a front end over the indexes other ``lens serve`` processes
+        serve, searched as one (``index.remote``; ``timeout``: seconds a request to one of them may take)."""
+        if (directory is None) == (backends is None):
+            raise ValueError("serve one index directory, or be the front end of backends (their URLs): give one")
+        self.directory = None if directory is None else Path(directory)
+        self.backends = None if backends is None else list(backends)
         self.model, self.quantize, self.encoder = model, quantize, encoder
         self.max_queries, self.max_k = max_queries, max_k
         self.weights = None if weights is None else query_weights(weights, "weights")
@@ -151,39 +163,50 @@ class SearchService:
         self.idf = idf
         self._batcher = QueryBatcher(max_batch=max(32, max_queries))
         self._reload_lock = threading.Lock()
-        self._version = _version(self.directory)
-        self._searcher = Searcher.open(self.directory, self.model, quantize, encoder=encoder)
-        self._searcher.index.query_idf(idf)  # an index that cannot weigh by idf is refused at the start
         self.reload_error: str | None = None
+        if self.backends is not None:
+            self._current = (Searcher.remote(self.backends, model, quantize, encoder=encoder, timeout=timeout), None)
+        else:
+            version = _version(self.directory)
+            self._current = (Searcher.open(self.directory, self.model, quantize, encoder=encoder), version)
+        self._current[0].index.query_idf(idf)  # an index that cannot weigh by idf is refused at the start
 
     @property
     def searcher(self) -> Searcher:
         """The searcher of the directory's latest version (loaded again when a save has changed it)."""
+        return self.current()[0]
+
+    def current(self) -> tuple[Searcher, tuple[int, int, int] | None]:
+        """The searcher of the directory's latest version and that version, read together."""
+        if self.directory is None:
+            return self._current
         version = _version(self.directory)
-        if version is not None and version != self._version and self._reload_lock.acquire(blocking=False):
+        if version is not None and version != self._current[1] and self._reload_lock.acquire(blocking=False):
             try:  # one request loads the new version; the others go on with the old one meanwhile
-                if version != self._version:
+                if version != self._current[1]:
                     self._reload(version)
             finally:
                 self._reload_lock.release()
-        return self._searcher
+        return self._current
 
     def _reload(self, version: tuple[int, int, int]) -> None:
+        old = self._current[0]
         try:
-            searcher = Searcher.open(self.directory, self.model, self.quantize, reuse=self._searcher,
-                                     encoder=self.encoder)
+            searcher = Searcher.open(self.directory, self.model, self.quantize, reuse=old, encoder=self.encoder)
         except Exception as e:  # keep answering from the version loaded before, and say why on /health
             self.reload_error = f"{type(e).__name__}: {e}"
             logger.error("could not load %s again (%s); still serving the version loaded before", self.directory,
                          self.reload_error)
-            self._version = version  # not retried until the directory changes again
+            self._current = (old, version)  # not retried until the directory changes again
             return
-        self._searcher, self._version, self.reload_error = searcher, version, None
+        self._current, self.reload_error = (searcher, version), None
         logger.info("loaded %s again: %d documents", self.directory, len(searcher.index))
 
     def health(self) -> dict[str, Any]:
         searcher = self.searcher
         out: dict[str, Any] = {"status": "ok", "documents": len(searcher.index)}
+        if self.backends is not None:
+            return self._backends_health(out)
         if self.reload_error:
             out["reload_error"] = self.reload_error
         if _version(self.directory) is None:
@@ -191,10 +214,45 @@ class SearchService:
                               "answering from the version loaded before")
         return out
 
+    def _backends_health(self, out: dict[str, Any]) -> dict[str, Any]:
+        """A front end is healthy when every backend answers /health (503 otherwise, naming those that do not)."""
+        from index.remote import backend_health
+
+        down = [f"{url}: {error}" for url, error in backend_health(self.backends) if error is not None]
+        if down:
+            raise RequestError(f"{len(down)} of {len(self.backends)} backends are not healthy: " + "; ".join(down),
+                               HTTPStatus.SERVICE_UNAVAILABLE)
+        return {**out, "backends": len(self.backends)}
+
+    def part(self) -> dict[str, Any]:
+        """``GET /part``: this index described to a front end (``index.remote.describe_part``)."""
+        from index.remote import describe_part
+
+        searcher, version = self._part_current()
+        return describe_part(searcher.index, version)
+
+    def part_answer(self, operation: str, body: Any) -> dict[str, Any]:
+        """``POST /part/<operation>``: a front end's request to this index as one of its parts."""
+        from index.remote import StalePart, answer_part
+
+        searcher, version = self._part_current()
+        try:
+            return answer_part(searcher.index, version, operation, body)
+        except StalePart as e:
+            raise RequestError(str(e), HTTPStatus.CONFLICT) from None
+
+    def _part_current(self) -> tuple[Searcher, tuple[int, int, int] | None]:
+        if self.directory is None:
+            raise RequestError("this server is itself a front end (lens serve --backends); its parts are "
+                               f"{', '.join(self.backends)}", HTTPStatus.NOT_FOUND)
+        return self.current()
+
     def info(self) -> dict[str, Any]:
         searcher = self.searcher
         index, record = searcher.index, searcher.record
-        return {"directory": str(self.directory.resolve()), "documents": len(index), "index_type": index.index_type,
+        where = ({"directory": str(self.directory.resolve())} if self.directory is not None
+                 else {"backends": list(self.backends)})
+        return {**where, "documents": len(index), "index_type": index.index_type,
                 "mode": index.mode, "lexicon_dim": index.lexicon_dim, "dense_dim": index.dense_dim,
                 "weights": list(index.weights), "bm25": bool(getattr(index, "has_bm25", False)),
                 # what a request without "weights" is searched with (lens serve --weights, else the searcher's)
@@ -281,6 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(e.status, {"error": str(e)})
         except ValueError as e:  # the library's own checks of filters, weights and texts
             self._send(HTTPStatus.BAD_REQUEST, {"error": str(e)})
+        except ConnectionError as e:  # a front end's backend is down or failed (lens serve --backends)
+            self._send(HTTPStatus.BAD_GATEWAY, {"error": str(e)})
         except Exception:
             logger.exception("%s %s failed", self.command, self.path)
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; the server's log says more"})
@@ -294,6 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(service.info)
         elif url.path == "/search":
             self._answer(lambda: service.search(_query_string(url.query)))
+        elif url.path == "/part":
+            self._answer(service.part)
         else:
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {url.path!r}; try POST /search, "
                                                        "GET /search?q=..., /health or /info"})
@@ -304,7 +366,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_POST(self) -> None:
-        if urlsplit(self.path).path != "/search":
+        path = urlsplit(self.path).path
+        if path.startswith("/part/"):  # a front end's request (lens serve --backends; index.remote)
+            self._answer(lambda: self.server.service.part_answer(path[len("/part/"):], self._body()))
+            return
+        if path != "/search":
             self.close_connection = True  # its body is not read: it must not be taken for the next request
             self._send(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {self.path!r}; POST to /search"})
             return
