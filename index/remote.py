@@ -116,7 +116,7 @@ def answer_part(index: Any, version: Sequence[int] | None, operation: str, body:
             raise ValueError('each query\'s "max" (its best BM25 score in the whole index) must be a number')
     weights = body.get("weights")
     if weights is None:
-        weights = np.asarray([q.get("weights") for q in queries], dtype=np.float64)
+        weights = [q.get("weights") for q in queries]
     results = index.search_part(lexicon, dense, body.get("k"), _read_weights(weights), flt, texts,
                                 body.get("depth"), None, stats, maxima)
     return {"results": [{"ids": r.ids, "scores": _pack(np.asarray(r.scores, dtype=np.float32)),
@@ -163,7 +163,10 @@ def _read_stats(s: Any) -> BM25Stats:
 
 
 def _read_weights(value: Any) -> Any:
-    arr = np.asarray(value, dtype=np.float64)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.full(3, np.nan)  # refused below
     if arr.ndim not in (1, 2) or not np.isfinite(arr).all():
         raise ValueError(f'"weights" must be two or three numbers, or a pair for each query, got {value!r}')
     return tuple(arr.tolist()) if arr.ndim == 1 else arr

@@ -155,6 +155,7 @@ def test_a_part_refuses_bad_or_stale_requests(parts):
         ("search", {"version": None, "queries": [{"dense": {"dtype": "float32", "values": "AAAAAA=="}}],
                     "weights": [1, 1], "k": 1}, "holds 1 values"),
         ("bm25-stats", {"version": None, "queries": [{"terms": "gene"}]}, "list of strings"),
+        ("search", {"version": None, "queries": [{"lexicon": None}], "k": 1}, "weights"),  # none, for any query
         ("search", {"version": None, "queries": [{"lexicon": None}], "filter": {"": 1}, "k": 1}, "filter"),
     ]:
         with pytest.raises(ValueError, match=words):
