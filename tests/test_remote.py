@@ -3,9 +3,6 @@ one index holding every document (a `lens index merge` of them), with idf, BM25 
 described anew; parts built otherwise, or down, are clear errors."""
 
 import json
-import threading
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
@@ -14,37 +11,12 @@ from index import load_index
 from index.remote import RemoteIndex, _groups, answer_part
 from lens.cli import main
 from lens.search import Searcher
-from lens.serve import SearchService, make_server
+from lens.serve import SearchService
 
 from corpus_helpers import write_corpus
+from serve_helpers import Running
 
 QUERIES = ["cancer drug", "brain cell", "blood risk treatment", "gene", "clinical trial of a new drug"]
-
-
-class Running:
-    """``lens serve`` of a service on a free port in a thread, stopped on exit."""
-
-    def __init__(self, service):
-        self.server = make_server(service, "127.0.0.1", 0)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def call(self, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
 
 
 def build(tiny_lens_dir, out, corpus, *extra):

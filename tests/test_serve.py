@@ -16,9 +16,10 @@ import pytest
 
 from lens.cli import main
 from lens.search import Searcher
-from lens.serve import SearchService, make_server
+from lens.serve import SearchService
 
 from corpus_helpers import write_corpus
+from serve_helpers import Running
 
 QUERIES = ["cancer drug", "brain cell", "blood risk treatment"]
 
@@ -31,33 +32,6 @@ def index_dir(tiny_lens_dir, tmp_path_factory):
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(out), "--model",
                  str(tiny_lens_dir), "--dense", "lens"]) == 0
     return out
-
-
-class Running:
-    """A server on a free port in a thread, stopped on exit."""
-
-    def __init__(self, service):
-        self.server = make_server(service, "127.0.0.1", 0)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def call(self, path, body=None, method=None, raw=None):
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
 
 
 def expected(directory, queries, **kw):
