@@ -82,7 +82,8 @@ class DenseEncoder:
 
     def encode(self, texts: list[str], batch_size: int = 64, show_progress_bar: bool | None = None,
                normalize: bool = True) -> np.ndarray:
-        """(N, dim) float32 embeddings in input order; texts past ``max_seq_length`` tokens are truncated."""
+        """(N, dim) float32 embeddings in input order; texts past ``max_seq_length`` tokens are truncated. A blank
+        text gets a zero vector, as in ``LensEncoder.encode`` (it matches nothing: a hybrid score of 0)."""
         from tqdm.auto import tqdm
 
         if isinstance(texts, str):
@@ -90,10 +91,13 @@ class DenseEncoder:
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        lengths = [len(t) for t in texts]  # characters: a cheap proxy that groups similar lengths
+        todo = np.asarray([i for i, t in enumerate(texts) if t.strip()], dtype=np.int64)
+        lengths = [len(texts[i]) for i in todo]  # characters: a cheap proxy that groups similar lengths
         device = next(self.model.parameters()).device
         with torch.inference_mode():
-            for rows in tqdm(length_sorted_batches(lengths, batch_size), desc="Batches", disable=not show_progress_bar):
+            for batch_rows in tqdm(length_sorted_batches(lengths, batch_size), desc="Batches",
+                                   disable=not show_progress_bar):
+                rows = todo[np.asarray(batch_rows, dtype=np.int64)]
                 batch = self.tokenizer([texts[i] for i in rows], padding=True, truncation=True,
                                        max_length=self.max_seq_length, return_tensors="pt").to(device)
                 hidden = self.model(**batch).last_hidden_state

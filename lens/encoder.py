@@ -462,6 +462,10 @@ class LensEncoder:
         normalize_embeddings: bool | None = None,
         convert_to_tensor: bool | None = None,
         convert_to_numpy: bool | None = None,
+        truncate_dim: int | None = None,
+        precision: str = "float32",
+        output_value: str | None = "sentence_embedding",
+        device: str | torch.device | None = None,
     ):
         """Encode texts; a single string gives a single vector, a list gives a (N, dim) matrix (an empty list: zero
         rows). ``convert_to="sparse"`` gives a 2-D SciPy CSR matrix even for a single string (one row).
@@ -474,10 +478,14 @@ class LensEncoder:
         ``count_truncations`` they are counted instead, and ``reported_truncations`` warns once for all its calls).
         ``batch_size=None``: 32 on a CPU, and on a GPU as many as the free memory holds (``auto_batch_size``).
         sentence-transformers' ``normalize_embeddings``, ``convert_to_tensor`` and ``convert_to_numpy`` are accepted
-        for ``normalize`` and ``convert_to`` (``convert_to_numpy=False`` gives torch tensors).
+        for ``normalize`` and ``convert_to`` (``convert_to_numpy=False`` gives torch tensors); so are its
+        ``truncate_dim``, ``precision``, ``output_value`` and ``device`` at the values that ask for what LENS gives
+        (None, ``"float32"``, ``"sentence_embedding"`` / None, None or the encoder's own device), so that
+        sentence-transformers' evaluators, which pass them, can call ``encode``; other values are refused.
         """
         normalize, convert_to = _st_keywords(normalize, convert_to, normalize_embeddings, convert_to_tensor,
                                              convert_to_numpy)
+        self._check_st_options(truncate_dim, precision, output_value, device)
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
         if convert_to not in CONVERSIONS:
@@ -563,6 +571,23 @@ class LensEncoder:
         batch = pad_batch(items, self.tokenizer.pad_token_id, side=PADDING_SIDE[self.config.convention])
         device = self.device  # looked up once: it walks the model's parameters
         return self.model(**{k: v.to(device) for k, v in batch.items()})
+
+    def _check_st_options(self, truncate_dim, precision, output_value, device) -> None:
+        """sentence-transformers' options of ``encode`` that LENS has no other value for."""
+        if truncate_dim is not None:
+            raise ValueError(f"truncate_dim={truncate_dim!r}: a lexicon vector's dimensions are clusters, not a "
+                             "Matryoshka prefix, so they cannot be cut; keep fewer weights with top-m pruning instead "
+                             "(lens index build --top-m) and leave truncate_dim None")
+        if precision != "float32":
+            raise ValueError(f"precision={precision!r}: LENS encodes float32 vectors (an index can store them as "
+                             "fp16 or sq8: lens index build --index); leave precision 'float32'")
+        if output_value not in (None, "sentence_embedding"):
+            raise ValueError(f"output_value={output_value!r}: LENS gives one vector a text (output= 'lexicon', "
+                             "'dense' or 'both'), not token embeddings")
+        if device is not None and torch.device(device) != self.device and not (
+                torch.device(device).type == self.device.type and torch.device(device).index is None):
+            raise ValueError(f"device={device!r}, but this encoder runs on {self.device}: load it there "
+                             "(from_pretrained(..., device=...)) or move it (encoder.model.to(...))")
 
     def encode_queries(self, texts: str | list[str], instruction: str | None = None, *, prompt: str | None = None,
                        prompt_name: str | None = None, **kwargs):

@@ -21,6 +21,15 @@ def test_mean_pooled_unit_vectors_in_input_order(tiny_bert_dir):
     assert enc.dim == 16 and len(enc.fingerprint()) == 64
 
 
+def test_a_blank_text_gets_a_zero_vector_as_lens_gives_it(tiny_bert_dir):
+    """A blank document then scores 0 in a hybrid index, whatever the dense model (LensEncoder zeroes its rows)."""
+    enc = DenseEncoder.from_pretrained(tiny_bert_dir, device="cpu")
+    got = enc.encode(["", "drug", "  \n", "cancer cell"], batch_size=2)
+    assert not got[[0, 2]].any()
+    assert_close(got[[1, 3]], enc.encode(["drug", "cancer cell"]))
+    assert enc.encode(["", " "]).shape == (2, enc.dim)
+
+
 def test_missing_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="no config.json"):
         DenseEncoder.from_pretrained(tmp_path)

@@ -161,3 +161,19 @@ def test_an_in_memory_encoder_registers_its_weights(tiny_encoder):
     assert {id(p) for p in model.parameters()} == {id(p) for p in tiny_encoder.model.parameters()}  # .to() moves them
     assert model.similarity_fn_name == "cosine"
     assert_close(dense(model.encode_query(TEXTS)), tiny_encoder.encode_queries(TEXTS))
+
+
+def test_encode_takes_the_keywords_sentence_transformers_evaluators_pass(tiny_encoder):
+    """ST's evaluators call encode_query / encode_document with truncate_dim, convert_to_tensor and the rest
+    (InformationRetrievalEvaluator.embed_inputs); a LensEncoder takes them and gives its own vectors."""
+    st_kwargs = dict(prompt_name=None, prompt=None, batch_size=2, show_progress_bar=False, convert_to_tensor=True,
+                     truncate_dim=None)
+    texts = ["cancer drug trial", "gene expression in the mouse brain"]
+    assert_close(dense(tiny_encoder.encode_query(texts, **st_kwargs)), tiny_encoder.encode_queries(texts))
+    assert_close(dense(tiny_encoder.encode_document(texts, **st_kwargs)), tiny_encoder.encode_documents(texts))
+    for bad, words in (({"truncate_dim": 8}, "clusters"), ({"precision": "int8"}, "float32"),
+                       ({"output_value": "token_embeddings"}, "token"), ({"device": "meta"}, "runs on")):
+        with pytest.raises(ValueError, match=words):
+            tiny_encoder.encode(["a study"], **bad)
+    assert tiny_encoder.encode("a study", truncate_dim=None, precision="float32", output_value=None,
+                               device="cpu").shape == (tiny_encoder.num_clusters,)
