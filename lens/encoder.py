@@ -490,6 +490,8 @@ class LensEncoder:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
         if convert_to not in CONVERSIONS:
             raise ValueError(f"convert_to must be one of {CONVERSIONS}, got {convert_to!r}")
+        if isinstance(batch_size, np.integer):  # numpy's integers, e.g. from a config array, are integers
+            batch_size = int(batch_size)
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer or None (chosen for the device), got "
@@ -649,6 +651,8 @@ class LensEncoder:
         """The non-zero weights of lexicon vectors as ``(cluster label, weight)`` pairs, heaviest first, at most
         ``top_k`` (sentence-transformers' ``SparseEncoder.decode``): one list for a 1-D vector, one per row for a
         matrix. A cluster's label is its first member tokens, as ``explain`` lists them (``cluster_names``: unique)."""
+        if isinstance(top_k, np.integer):
+            top_k = int(top_k)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be a positive integer or None (every non-zero weight), got {top_k!r}")
         single = getattr(embeddings, "ndim", 2) == 1

@@ -177,3 +177,9 @@ def test_encode_takes_the_keywords_sentence_transformers_evaluators_pass(tiny_en
             tiny_encoder.encode(["a study"], **bad)
     assert tiny_encoder.encode("a study", truncate_dim=None, precision="float32", output_value=None,
                                device="cpu").shape == (tiny_encoder.num_clusters,)
+
+
+def test_numpy_integers_are_integers(tiny_encoder):
+    v = tiny_encoder.encode(["a study", "cell data"], batch_size=np.int64(1))
+    assert_close(v, tiny_encoder.encode(["a study", "cell data"]))
+    assert tiny_encoder.decode(v[0], top_k=np.int32(2)) == tiny_encoder.decode(v[0], top_k=2)
