@@ -25,8 +25,8 @@ import sys
 import threading
 from pathlib import Path
 
-from _common import REPO as ROOT, add_data_dir_argument, data_dir, finish, start
-from serve_speed import interleaved, summary
+from _common import finish, start
+from serve_speed import add_search_arguments, built_index, corpus_and_queries, interleaved, summary
 
 
 def render(results: dict) -> list[str]:
@@ -73,41 +73,21 @@ def write_parts(corpus: Path, out: Path, parts: int) -> list[Path]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--corpus", default="adi", help="a corpus for lens index build (a BEIR or classic set's name "
-                                                   "under --data-dir, or a path); its queries are searched")
-    add_data_dir_argument(p)
+    add_search_arguments(p, "remote")
     p.add_argument("--parts", type=int, default=2)
-    p.add_argument("--queries", type=int, default=30, help="how many of its queries")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("-k", type=int, default=10)
-    p.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "lens-bench" / "remote")
-    p.add_argument("--threads", type=int, default=None)
     args = start(p, argv, "remote_search", render, level=logging.WARNING, fmt=None)
     if args is None:  # --markdown-only
         return 0
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
     from lens.cli import main as lens_main
-    from lens.corpus import load_queries
-    from lens.eval.beir import resolve_dataset
     from lens.serve import SearchService, make_server
 
-    corpus = resolve_dataset(args.corpus, data_dir(args.data_dir))
-    root = args.cache_dir / Path(str(args.corpus)).name
-    work = root / f"{args.parts}-parts"
-    dirs = []
-    for i, source in enumerate(write_parts(corpus, work / "corpus", args.parts)):
-        dirs.append(work / f"part-{i}")
-        if not (dirs[-1] / "manifest.json").is_file():
-            code = lens_main(["-q", "index", "build", "--corpus", str(source), "--output", str(dirs[-1])])
-            if code:
-                raise SystemExit(f"lens index build failed ({code})")
+    corpus, queries = corpus_and_queries(args)
+    work = args.cache_dir / Path(str(args.corpus)).name / f"{args.parts}-parts"
+    dirs = [built_index(source, work / f"part-{i}")
+            for i, source in enumerate(write_parts(corpus, work / "corpus", args.parts))]
     merged = work / "merged"  # one index of every document, as the parts make it (their own casing tables)
     if not (merged / "manifest.json").is_file() and lens_main(["-q", "index", "merge", str(merged), *map(str, dirs)]):
         raise SystemExit("lens index merge failed")
-    queries = list(load_queries(corpus).values())[: args.queries]
     whole = SearchService(merged)
     part_services = [SearchService(d) for d in dirs]  # each loads its own encoders, as on its own machine
     servers = [make_server(s, "127.0.0.1", 0) for s in part_services]

@@ -98,36 +98,53 @@ def render(results: dict) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_search_arguments(p: argparse.ArgumentParser, cache: str) -> None:
+    """The arguments of a search timing over one corpus's index (this script's and remote_search.py's)."""
     p.add_argument("--corpus", default="adi", help="a corpus for lens index build (a BEIR or classic set's name "
                                                    "under --data-dir, or a path); its queries are searched")
     add_data_dir_argument(p)
     p.add_argument("--queries", type=int, default=30, help="how many of its queries")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--clients", type=int, default=4)
     p.add_argument("-k", type=int, default=10)
-    p.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "lens-bench" / "serve")
+    p.add_argument("--cache-dir", type=Path, default=ROOT / ".cache" / "lens-bench" / cache)
     p.add_argument("--threads", type=int, default=None)
-    args = start(p, argv, "serve_speed", render, level=logging.WARNING, fmt=None)
-    if args is None:  # --markdown-only
-        return 0
+
+
+def corpus_and_queries(args: argparse.Namespace) -> tuple[Path, list[str]]:
+    """The corpus ``--corpus`` names and its first ``--queries`` queries; torch's threads set to ``--threads``."""
     import torch
+
+    from lens.corpus import load_queries
+    from lens.eval.beir import resolve_dataset
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from lens.cli import main as lens_main
-    from lens.corpus import load_queries
-    from lens.eval.beir import resolve_dataset
-    from lens.serve import SearchService, make_server
-
     corpus = resolve_dataset(args.corpus, data_dir(args.data_dir))
-    index_dir = args.cache_dir / Path(str(args.corpus)).name
-    if not (index_dir / "manifest.json").is_file():
-        code = lens_main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(index_dir)])
+    return corpus, list(load_queries(corpus).values())[: args.queries]
+
+
+def built_index(corpus: str | Path, out: Path) -> Path:
+    """``lens index build`` of ``corpus`` into ``out`` with the shipped default, unless ``out`` holds it already."""
+    from lens.cli import main as lens_main
+
+    if not (out / "manifest.json").is_file():
+        code = lens_main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(out)])
         if code:
             raise SystemExit(f"lens index build failed ({code})")
-    queries = list(load_queries(corpus).values())[: args.queries]
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_search_arguments(p, "serve")
+    p.add_argument("--clients", type=int, default=4)
+    args = start(p, argv, "serve_speed", render, level=logging.WARNING, fmt=None)
+    if args is None:  # --markdown-only
+        return 0
+    from lens.serve import SearchService, make_server
+
+    corpus, queries = corpus_and_queries(args)
+    index_dir = built_index(corpus, args.cache_dir / Path(str(args.corpus)).name)
     service = SearchService(index_dir)
     for q in queries:  # warm: the first pass at each input length is slow (allocations), and FAISS's threads
         service.search({"query": q, "k": args.k})

@@ -435,9 +435,10 @@ class RemoteIndex:
             if query_top_m is not None:
                 lexicon = prune_top_m(lexicon, query_top_m)
         dense = None if dense is None else as_matrix(dense, "dense")
-        n = (lexicon if lexicon is not None else dense).shape[0] if (lexicon is not None or dense is not None) else 0
-        if n == 0:
+        given = lexicon if lexicon is not None else dense
+        if given is None or given.shape[0] == 0:
             raise ValueError("give lexicon and/or dense vectors")
+        n = given.shape[0]
         if texts is not None and (isinstance(texts, str) or len(texts) != n):
             raise ValueError(f"texts must hold one text per query ({n})")
         w = np.asarray(weights, dtype=np.float64)

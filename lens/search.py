@@ -80,18 +80,25 @@ class Searcher:
         ``read_only`` (default): load only what searching needs and refuse changes (``HybridIndex.load``; the idf
         part's counts, not every document's clusters); False for a caller that changes the index
         (``lens.updating``)."""
-        from lens.encoder import LATER_FINGERPRINT_KEYS
-
         index = load_index(directory, read_only=read_only)
         record = EncoderRecord.of_index(index)
         if encoder is None and reuse is not None and (model is not None or record.same_encoders(reuse.record)):
             encoder = reuse.encoder
-        elif encoder is None:
-            encoder = record.load(directory, model)
+        return cls._matched(index, record, encoder, Path(directory), model, quantize)
+
+    @classmethod
+    def _matched(cls, index: Any, record: EncoderRecord, encoder: HybridEncoder | None, where: Any,
+                 model: str | os.PathLike | None, quantize: str | None) -> "Searcher":
+        """A searcher of ``index`` with ``encoder`` (None: the encoders ``record`` names, or ``model``, loaded
+        and quantized as asked), refused unless it matches the index's fingerprint and text rule."""
+        from lens.encoder import LATER_FINGERPRINT_KEYS
+
+        if encoder is None:
+            encoder = record.load(where, model)
             if quantize:
                 encoder.lens.apply_quantize(quantize)
-        check_fingerprint(encoder.fingerprint(), index.fingerprint, Path(directory), LATER_FINGERPRINT_KEYS)
-        record.check_text_rule(encoder, directory)
+        check_fingerprint(encoder.fingerprint(), index.fingerprint, where, LATER_FINGERPRINT_KEYS)
+        record.check_text_rule(encoder, where)
         use_corpus_casing(encoder, index)
         return cls(index, encoder, record)
 
@@ -103,20 +110,13 @@ class Searcher:
         (``model``: another LENS model directory, as :meth:`open` takes it), and every part scores them with the
         whole index's statistics."""
         from index.remote import RemoteIndex
-        from lens.encoder import LATER_FINGERPRINT_KEYS
 
         index = RemoteIndex(backends, timeout=timeout)
-        where = f"the index served at {index.backends[0]}"
-        record = EncoderRecord.of_index(index)
-        if encoder is None:
-            encoder = record.load(where, model)
-            if quantize:
-                encoder.lens.apply_quantize(quantize)
-        check_fingerprint(encoder.fingerprint(), index.fingerprint, where, LATER_FINGERPRINT_KEYS)
-        record.check_text_rule(encoder, where)
-        use_corpus_casing(encoder, index)
-        index.on_refresh = lambda: use_corpus_casing(encoder, index)  # a part saved again: its corpus table anew
-        return cls(index, encoder, record)
+        searcher = cls._matched(index, EncoderRecord.of_index(index), encoder,
+                                f"the index served at {index.backends[0]}", model, quantize)
+        # a part saved again: its corpus table anew
+        index.on_refresh = lambda: use_corpus_casing(searcher.encoder, index)
+        return searcher
 
     @property
     def default_weights(self) -> tuple[float, ...]:

@@ -44,7 +44,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 from index.bm25_fusion import query_weights
-from index.remote import MAX_BODY  # bytes of a request body: one limit, which a front end's requests keep to
+from index.remote import MAX_BODY, StalePart, answer_part, backend_health, describe_part  # MAX_BODY: one limit
 from lens.search import Searcher, hit_records
 
 __all__ = ["QueryBatcher", "SearchService", "RequestError", "make_server"]
@@ -216,8 +216,6 @@ class SearchService:
 
     def _backends_health(self, out: dict[str, Any]) -> dict[str, Any]:
         """A front end is healthy when every backend answers /health (503 otherwise, naming those that do not)."""
-        from index.remote import backend_health
-
         down = [f"{url}: {error}" for url, error in backend_health(self.backends) if error is not None]
         if down:
             raise RequestError(f"{len(down)} of {len(self.backends)} backends are not healthy: " + "; ".join(down),
@@ -226,15 +224,11 @@ class SearchService:
 
     def part(self) -> dict[str, Any]:
         """``GET /part``: this index described to a front end (``index.remote.describe_part``)."""
-        from index.remote import describe_part
-
         searcher, version = self._part_current()
         return describe_part(searcher.index, version)
 
     def part_answer(self, operation: str, body: Any) -> dict[str, Any]:
         """``POST /part/<operation>``: a front end's request to this index as one of its parts."""
-        from index.remote import StalePart, answer_part
-
         searcher, version = self._part_current()
         try:
             return answer_part(searcher.index, version, operation, body)
