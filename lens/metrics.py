@@ -86,11 +86,17 @@ def _check(qrels: Qrels, run: Run) -> None:
             raise TypeError(f"run[{q!r}] must be a mapping doc id -> score, got {type(hits).__name__}")
 
 
-def evaluate(qrels: Qrels, run: Run, measures: tuple[str, ...] = DEFAULT_MEASURES) -> Evaluation:
-    """Evaluate ``run`` against ``qrels`` on ``measures`` (names of :data:`MEASURES`)."""
+def require_metrics():
+    """The trec_eval bindings :func:`evaluate` uses, or ``MissingExtraError`` naming the ``eval`` extra: a benchmark
+    calls it before it loads a model, so a missing extra costs no encoding."""
     from lens.extras import require
 
-    pytrec_eval = require("pytrec_eval", "eval", what="retrieval metrics", package="pytrec-eval-terrier")
+    return require("pytrec_eval", "eval", what="retrieval metrics", package="pytrec-eval-terrier")
+
+
+def evaluate(qrels: Qrels, run: Run, measures: tuple[str, ...] = DEFAULT_MEASURES) -> Evaluation:
+    """Evaluate ``run`` against ``qrels`` on ``measures`` (names of :data:`MEASURES`)."""
+    pytrec_eval = require_metrics()
 
     unknown = [m for m in measures if m not in MEASURES]
     if unknown:

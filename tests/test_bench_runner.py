@@ -358,3 +358,19 @@ def test_a_benchmark_output_name_keeps_its_dots(tmp_path):
     assert report.rerender_benchmark(out, lambda r: [f"# x = {r['x']}"], ["read"]) == "# x = 1\n"
     assert read(tmp_path / "study-f0.5.json")["_meta"]["notes"] == ["read"]
     assert report.output_file(tmp_path / "plain.json", ".md") == tmp_path / "plain.md"
+
+
+def test_a_missing_metrics_extra_fails_before_any_encoding(tmp_path, tiny_lens_dir, monkeypatch):
+    """Without the ``eval`` extra, ``lens bench beir`` stops at once, naming it, and writes no vectors or results."""
+    import sys
+
+    from lens.extras import MissingExtraError
+
+    ds = write_beir(tmp_path / "tiny")
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    monkeypatch.setitem(sys.modules, "pytrec_eval", None)  # as if not installed
+    with pytest.raises(MissingExtraError, match="pytrec-eval-terrier"):
+        run_bench([str(ds), "--systems", "lens-lexicon", "--model", str(tiny_lens_dir), "--output-dir", str(out),
+                   "--cache-dir", str(cache), "--no-plot"])
+    assert not cache.exists() or not list(cache.rglob("*.npz"))
+    assert not out.exists() or not list(out.rglob("results.json"))

@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
     report.check_readme_target(out_root)  # a user's README where ours would go: refused before any work
+    report.require_bench_extras(plot=not args.no_plot)
     data = load_dataset(args.dataset, args.split, args.max_docs, args.max_queries, args.data_dir)
     instruction = lookup(data.name, args.instruction)
     systems = variants(args, cache_dir, instruction.text)

@@ -543,6 +543,10 @@ def run(args: argparse.Namespace) -> int:
 
     command = getattr(args, "bench_command_line", None) or command_line()
     quiet = getattr(args, "quiet", False)
+    if not args.no_plot:
+        from lens.eval.report import require_bench_extras
+
+        require_bench_extras(metrics=False)  # scores.png: a missing extra fails before any encoding
     root = data_dir(args.data_dir) / "ateb"
     if not root.is_dir():
         raise FileNotFoundError(f"{root} not found: the ATEB sets live in <data dir>/ateb; give --data-dir DIR or "

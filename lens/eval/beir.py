@@ -463,6 +463,7 @@ def run(args: argparse.Namespace) -> int:
     command = getattr(args, "bench_command_line", None) or command_line()
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
+    report.require_bench_extras(plot=not args.no_plot)  # a missing extra fails before any encoding
     paths = [resolve_dataset(d, args.data_dir) for d in args.datasets]  # fail early on a wrong name
     report.check_readme_target(out_root)  # and on a user's README where ours would go
     device = lens_device(args)

@@ -127,6 +127,17 @@ def machine_lines(info: Mapping, threads: str | None = None) -> list[str]:
     return lines
 
 
+def require_bench_extras(*, metrics: bool = True, plot: bool = True) -> None:
+    """Fail at once, naming the ``eval`` extra, when the metrics or the plots a benchmark will need are missing, so
+    that a missing extra is found before its encoding, not after."""
+    if metrics:
+        from lens.metrics import require_metrics
+
+        require_metrics()
+    if plot:
+        agg_pyplot("the benchmark's plots (or pass --no-plot)")
+
+
 def agg_pyplot(what: str):
     """``matplotlib.pyplot`` on the Agg backend (files only, no display); without matplotlib the error names the
     ``eval`` extra and ``what`` needed it."""
