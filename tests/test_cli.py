@@ -179,3 +179,15 @@ def test_a_reader_that_closes_early_ends_the_command_quietly(tmp_path, capsys, m
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["index", "info", str(ix)]) == 1
     assert capsys.readouterr().err == ""
+
+
+def test_python_dash_m_lens_is_the_lens_command():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "lens", "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cluster-vocab" in done.stdout and "search" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "lens", "no-such-command"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "no-such-command" in bad.stderr

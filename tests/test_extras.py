@@ -64,7 +64,32 @@ def test_extras_and_distribution_agree_with_pyproject():
 def test_bm25_is_a_core_dependency():
     """An index keeps a BM25 part by default (`lens index build`), so its packages come with every install."""
     core = " ".join(_pyproject()["project"]["dependencies"]).lower()
-    assert "bm25s==" in core and "pystemmer==" in core
+    assert "bm25s>=" in core and "pystemmer>=" in core
+
+
+def test_constraints_pin_one_release_inside_every_range():
+    """pyproject.toml gives ranges (a library must install beside others); constraints.txt pins the tested release of
+    each, inside its range, and nothing else."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = _pyproject()["project"]
+    ranges = {}
+    for line in project["dependencies"] + [r for reqs in project["optional-dependencies"].values() for r in reqs]:
+        req = Requirement(line)
+        assert str(req.specifier), f"{line}: no version range"
+        assert not any(s.operator == "==" for s in req.specifier), f"{line}: an exact pin belongs in constraints.txt"
+        ranges.setdefault(canonicalize_name(req.name), []).append(req.specifier)
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", line
+            pins[canonicalize_name(req.name)] = spec.version
+    assert set(pins) == set(ranges)
+    for name, specs in ranges.items():
+        assert all(s.contains(pins[name]) for s in specs), (name, pins[name], [str(s) for s in specs])
 
 
 def test_the_installed_distribution_has_the_new_name():
