@@ -498,6 +498,7 @@ class LensEncoder:
                              f"{batch_size!r}")
         single = isinstance(texts, str)
         texts = check_texts(texts, allow_empty=True)
+        _warn_prompt_and_name(prompt, prompt_name)
         if prompt is None and prompt_name is not None:
             prompt = self._named_prompt(prompt_name)
         prompt = query_prompt(self.config.query_template, prompt)
@@ -605,6 +606,7 @@ class LensEncoder:
         if instruction is not None and prompt is not None and instruction != prompt:
             raise ValueError("instruction= and prompt= both given: they are the same thing here, give one")
         instruction = instruction if instruction is not None else prompt
+        _warn_prompt_and_name(instruction, prompt_name)
         if instruction is None:
             instruction = self.config.default_instruction if prompt_name is None else self._named_prompt(prompt_name)
         # the one rule (lens.inputs.query_prompt): "" is no instruction, the texts as they are, as in
@@ -646,6 +648,15 @@ class LensEncoder:
         vector is one row), as a (len(a), len(b)) float32 tensor, like sentence-transformers' ``similarity``."""
         a, b = (torch.nn.functional.normalize(_as_rows(x), dim=-1) for x in (a, b))
         return a @ b.T
+
+    def similarity_pairwise(self, a, b) -> torch.Tensor:
+        """Cosine similarity of row i of ``a`` with row i of ``b`` (forms as ``similarity``), as a (N,) float32
+        tensor, like sentence-transformers' ``similarity_pairwise``."""
+        a, b = (torch.nn.functional.normalize(_as_rows(x), dim=-1) for x in (a, b))
+        if a.shape != b.shape:
+            raise ValueError(f"similarity_pairwise pairs row i with row i: got {tuple(a.shape)} and "
+                             f"{tuple(b.shape)}; use similarity() for every row against every row")
+        return (a * b).sum(dim=-1)
 
     def decode(self, embeddings, top_k: int | None = None):
         """The non-zero weights of lexicon vectors as ``(cluster label, weight)`` pairs, heaviest first, at most
@@ -762,6 +773,13 @@ def cluster_label(tokens: list[str], cluster: int, size: int = LABEL_TOKENS) -> 
     ``cluster N`` for a cluster without members."""
     shown = list(dict.fromkeys(t.strip() or repr(t) for t in tokens))[:size]
     return "|".join(shown) if shown else f"cluster {cluster}"
+
+
+def _warn_prompt_and_name(prompt: str | None, prompt_name: str | None) -> None:
+    """sentence-transformers' rule when both are given: the prompt wins, and the caller is told."""
+    if prompt is not None and prompt_name is not None:
+        logger.warning("encode got both a prompt and prompt_name=%r: the prompt is used and prompt_name ignored "
+                       "(give one of them)", prompt_name)
 
 
 def _as_rows(x) -> torch.Tensor:

@@ -47,10 +47,11 @@ def _check_kind(kind: str) -> None:
 
 
 def _texts(texts: Sequence[str]) -> list[str]:
-    """The texts as a list, checked once for both encoders (``lens.encoder.check_texts``: no dicts or sets)."""
+    """The texts as a list, checked once for both encoders (``lens.encoder.check_texts``: no dicts or sets; an
+    empty list is zero rows)."""
     from lens.encoder import check_texts
 
-    return check_texts(texts)
+    return check_texts(texts, allow_empty=True)
 
 
 class HybridEncoder:
@@ -94,8 +95,9 @@ class HybridEncoder:
 
     def encode_documents(self, texts: Sequence[str], batch_size: int | None = 16,
                          show_progress_bar: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-        """Unit (lexicon, dense or None) of documents (a string is one document)."""
-        return self._encode(self.lens.encode_documents, _texts(texts), batch_size, show_progress_bar)
+        """Unit (lexicon, dense or None) of documents: (N, dim) matrices for a list (an empty list: zero rows),
+        vectors for one string, as ``LensEncoder.encode``."""
+        return self._encode(self.lens.encode_documents, texts, batch_size, show_progress_bar)
 
     def encode_queries(self, texts: Sequence[str], instruction: str | None = None, batch_size: int = 16,
                        show_progress_bar: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
@@ -105,9 +107,19 @@ class HybridEncoder:
         def lens_side(batch, **kw):
             return self.lens.encode_queries(batch, instruction=instruction, **kw)
 
-        return self._encode(lens_side, _texts(texts), batch_size, show_progress_bar)
+        return self._encode(lens_side, texts, batch_size, show_progress_bar)
 
-    def _encode(self, lens_side, texts: list[str], batch_size: int | None, show_progress_bar: bool):
+    def _encode(self, lens_side, texts, batch_size: int | None, show_progress_bar: bool):
+        single = isinstance(texts, str)
+        lexicon, dense = self._encode_rows(lens_side, _texts(texts), batch_size, show_progress_bar)
+        if single:
+            return lexicon[0], None if dense is None else dense[0]
+        return lexicon, dense
+
+    def _encode_rows(self, lens_side, texts: list[str], batch_size: int | None, show_progress_bar: bool):
+        if not texts:
+            dense = None if self.dense_dim is None else np.zeros((0, self.dense_dim), np.float32)
+            return np.zeros((0, self.lexicon_dim), np.float32), dense
         kw = dict(batch_size=batch_size, show_progress_bar=show_progress_bar)
         if self.dense_kind == "lens":
             out = lens_side(texts, output="both", **kw)

@@ -500,3 +500,30 @@ def test_the_fingerprint_is_the_same_in_every_precision_until_the_head_trains(tr
     with torch.no_grad():
         halves[0].model.head.weight.mul_(2)
     assert halves[0].fingerprint()["lens_clusters"] != full.fingerprint()["lens_clusters"]
+
+
+def test_similarity_pairwise_pairs_row_i_with_row_i(tiny_encoder):
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(4, 16)).astype(np.float32), rng.normal(size=(4, 16)).astype(np.float32)
+    b[2] = 0  # a zero row: similarity 0, as similarity() gives it
+    naive = [float(a[i] @ b[i] / (np.linalg.norm(a[i]) * np.linalg.norm(b[i]))) if b[i].any() else 0.0
+             for i in range(4)]
+    got = tiny_encoder.similarity_pairwise(a, b)
+    assert got.shape == (4,) and np.allclose(got.numpy(), naive, atol=1e-6)
+    assert np.allclose(got.numpy(), np.diag(tiny_encoder.similarity(a, b).numpy()), atol=1e-6)
+    with pytest.raises(ValueError, match="row i with row i"):
+        tiny_encoder.similarity_pairwise(a, b[:3])
+
+
+def test_a_prompt_and_a_prompt_name_together_warn_and_the_prompt_wins(tiny_encoder, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="lens.encoder"):
+        both = tiny_encoder.encode(["a study"], prompt="Find it", prompt_name="query")
+    assert "prompt_name='query'" in caplog.text and "ignored" in caplog.text
+    assert np.array_equal(both, tiny_encoder.encode(["a study"], prompt="Find it"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lens.encoder"):
+        q = tiny_encoder.encode_queries(["a study"], prompt="Find it", prompt_name="document")
+    assert "prompt_name='document'" in caplog.text and "ignored" in caplog.text
+    assert np.array_equal(q, tiny_encoder.encode_queries(["a study"], instruction="Find it"))

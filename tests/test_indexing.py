@@ -452,3 +452,17 @@ def test_documents_without_text_are_named_in_a_warning(caplog):
     with caplog.at_level(logging.WARNING):
         check_documents(docs[:1] + docs[2:])
     assert not caplog.records
+
+
+def test_hybrid_encoder_shapes_follow_lens_encoder(tiny_encoder):
+    """One string gives vectors, a list (N, dim) matrices, an empty list zero rows, on both sides."""
+    enc = HybridEncoder(tiny_encoder, "lens")
+    lex, dense = enc.encode_documents("a study of cells")
+    lex2, dense2 = enc.encode_documents(["a study of cells", "mouse brain"])
+    assert lex.shape == (16,) and dense.shape == (enc.dense_dim,)
+    assert lex2.shape == (2, 16) and np.array_equal(lex, lex2[0]) and np.array_equal(dense, dense2[0])
+    q, qd = enc.encode_queries("cells", instruction="Find it")
+    assert q.shape == (16,) and np.array_equal(q, tiny_encoder.encode_queries("cells", instruction="Find it"))
+    for side in (enc.encode_documents, enc.encode_queries):
+        empty_lex, empty_dense = side([])
+        assert empty_lex.shape == (0, 16) and empty_dense.shape == (0, enc.dense_dim)

@@ -183,3 +183,20 @@ def test_numpy_integers_are_integers(tiny_encoder):
     v = tiny_encoder.encode(["a study", "cell data"], batch_size=np.int64(1))
     assert_close(v, tiny_encoder.encode(["a study", "cell data"]))
     assert tiny_encoder.decode(v[0], top_k=np.int32(2)) == tiny_encoder.decode(v[0], top_k=2)
+
+
+def test_the_module_reads_texts_with_the_encoders_casing_table(tiny_lens_dir, tiny_encoder):
+    """An index sets its corpus's casing table on the encoder; SparseEncoder over that encoder reads texts the same."""
+    from sentence_transformers import SparseEncoder
+
+    from lens.casing import CasingTable
+
+    enc = LensEncoder.from_pretrained(tiny_lens_dir, text_normalization="truecase-shouted")
+    table = CasingTable(forms={"cells": "CeLLs"}, known=frozenset({"in", "cells", "now", "yap"}))
+    assert table.truecase("YAP IN CELLS NOW") == "Yap in CeLLs now"  # the packaged table: "YAP in cells now"
+    enc.casing_table = table
+    st = SparseEncoder(modules=[LensSparseModule(enc)], device="cpu")
+    got = dense(st.encode_document(["YAP IN CELLS NOW", "a study"]))
+    assert_close(got, enc.encode_documents(["YAP IN CELLS NOW", "a study"]))
+    assert_close(got[0], tiny_encoder.encode_documents("Yap in CeLLs now"))
+    assert not np.allclose(got[0], tiny_encoder.encode_documents("YAP in cells now"), atol=1e-4)

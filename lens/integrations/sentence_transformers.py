@@ -120,7 +120,8 @@ class LensSparseModule(InputModule):
         texts = check_texts(list(inputs), "inputs")
         tokenizer = self.encoder.tokenizer
         items = encode_model_texts(tokenizer, self.encoder.config, texts, self.max_seq_length,
-                                   query_prompt(self.encoder.config.query_template, prompt))
+                                   query_prompt(self.encoder.config.query_template, prompt),
+                                   casing=self.encoder.casing_table)  # a corpus's own table, as LensEncoder.encode
         n_cut = sum(it.truncated for it in items)
         if n_cut:
             logger.warning("%d of %d texts were longer than max_seq_length=%d tokens and were truncated",
