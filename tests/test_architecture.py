@@ -13,7 +13,7 @@ too. Lazy imports inside functions count like any other: they are dependencies a
     4 training,   lens.hybrid, lens.indexing, lens.encode_job, lens.search, lens.serve, lens.updating,
       search,     lens.train.*, lens.eval.*
       evaluation
-    5 interface   lens.cli, lens.cli_*, lens (the package's lazy facade), lens.testing (the tests' and the
+    5 interface   lens.cli, lens.cli_*, lens.__main__, lens (the package's lazy facade), lens.testing (the tests' and the
                   benchmarks' tiny models, corpora and fault programs); benchmarks/ scripts sit above all
 
 Also: no module of ``lens`` or ``index`` imports the benchmark scripts, and ``index`` imports only public
@@ -48,7 +48,7 @@ LAYERS: dict[str, int] = {
     "lens.hybrid": 4, "lens.index_record": 4, "lens.indexing": 4, "lens.encode_job": 4, "lens.search": 4,
     "lens.serve": 4, "lens.updating": 4, "lens.train": 4,
     "lens.eval": 4, "lens.integrations": 4,
-    "lens.cli": 5, "lens.cli_data": 5, "lens.cli_index": 5, "lens.cli_train": 5, "lens": 5, "lens.testing": 5,
+    "lens.cli": 5, "lens.__main__": 5, "lens.cli_data": 5, "lens.cli_index": 5, "lens.cli_train": 5, "lens": 5, "lens.testing": 5,
     "lens.cli_args": 5, "lens.cli_bench": 5, "lens.cli_encode": 5,
 }
 PACKAGES = ("lens", "index")
