@@ -14,8 +14,9 @@ beside them (``lens.metrics``).
                             explanation, a unique id: label augmentation); NLI pairs are one query text
                             (``NLI_TEMPLATE``)
 ``preference``              the prompt ranks [chosen, rejected]
-``pair_classification``     MTEB-style: premise -> its one hypothesis; gold is 1 when the label is the positive one;
-                            scored by average precision over all pairs (no threshold)
+``pair_classification``     premise -> its one hypothesis (a document, no instruction); gold is 1 when the label is
+                            the positive one; scored by the cosine's average precision over all pairs (no threshold);
+                            not MTEB's PairClassification score (its max_ap over several similarities)
 =========================== ==================================================================================
 
 Rows are dicts of the normalised schemas (``SCHEMAS``) as ``read_rows`` returns them; the reformulations are pure.
@@ -23,7 +24,6 @@ Rows are dicts of the normalised schemas (``SCHEMAS``) as ``read_rows`` returns 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -37,7 +37,6 @@ from lens.instructions import ATEB_INSTRUCTIONS, GENERIC_INSTRUCTION, ateb_instr
 from lens.metrics import (average_precision, choice_accuracy, choice_correct, gold_ranks, ndcg_at_10_of_rank,
                           pool_ndcg_at_10, random_average_precision, random_choice_accuracy, random_ndcg_at_10)
 
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "KINDS", "LABEL_DOCUMENTS", "METRICS", "NLI_TEMPLATE", "SCHEMAS", "TASKS", "RankingTask", "TaskSpec",
@@ -387,7 +386,9 @@ def classification(rows: Iterable[dict], label_docs: Mapping[str, str], name: st
     gold = []
     for r in rows:
         if r["label"] not in label_docs:
-            raise ValueError(f"row {r['id']!r}: label {r['label']!r} has no label document; labels: "
+            same = [label for label in labels if label.casefold() == str(r["label"]).casefold()]
+            hint = f" (labels are case-sensitive: {same[0]!r}?)" if same else ""
+            raise ValueError(f"row {r['id']!r}: label {r['label']!r} has no label document{hint}; labels: "
                              f"{', '.join(map(repr, labels))}")
         gold.append(labels.index(r["label"]))
     everything = list(range(len(docs)))
@@ -423,7 +424,8 @@ def pair_classification(rows: Iterable[dict], positive: str, name: str = "pair-c
     candidates = [[pool.add(r["hypothesis"])] for r in rows]
     gold = [int(r["label"] == positive) for r in rows]
     if not any(gold):
-        logger.warning("%s: no row has the positive label %r; average precision is undefined", name, positive)
+        raise ValueError(f"{name}: no row has the positive label {positive!r}, so average precision is undefined: "
+                         "give rows of both labels (with --max-rows, more rows)")
     return RankingTask(name, "pair-classification", _instruction(name, "pair-classification", instruction),
                        [r["premise"] for r in rows], pool.texts, candidates, gold, [r["id"] for r in rows])
 

@@ -13,6 +13,8 @@ import csv
 import gzip
 import hashlib
 import json
+import logging
+import math
 import os
 import re
 import threading
@@ -24,6 +26,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 if TYPE_CHECKING:
     import numpy as np
+
+logger = logging.getLogger(__name__)
 
 PYDOC_TOPICS = "pydoc-topics"
 CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
@@ -610,18 +614,27 @@ def read_sts(path: str | os.PathLike, split: str) -> StsPairs:
     if not rows or tuple(rows[0][:4]) != STS_COLUMNS:
         raise ValueError(f"{p}:1: expected the header {', '.join(STS_COLUMNS)}")
     out = StsPairs([], [], [])
+    splits, blank = set(), []
     for n, row in enumerate(rows[1:], 2):
         if len(row) < 4:
             raise ValueError(f"{p}:{n}: expected at least 4 tab-separated columns, got {len(row)}")
+        splits.add(row[3])
         if row[3] != split:
             continue
         try:
             score = float(row[2])
         except ValueError:
             raise ValueError(f"{p}:{n}: score {row[2]!r} is not a number") from None
+        if not math.isfinite(score):
+            raise ValueError(f"{p}:{n}: score {row[2]!r} is not a finite number; give the pair's gold score")
+        if not row[0].strip() or not row[1].strip():
+            blank.append(n)
         out.sentence1.append(row[0])
         out.sentence2.append(row[1])
         out.scores.append(score)
     if not len(out):
-        raise ValueError(f"{p}: no pairs in split {split!r}")
+        raise ValueError(f"{p}: no pairs in split {split!r}; the file's splits: {', '.join(sorted(splits)) or 'none'}")
+    if blank:
+        logger.warning("%s: %d pair(s) of split %r have a blank sentence (lines %s), whose vector is zero: their "
+                       "cosine is 0", p, len(blank), split, ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else ""))
     return out

@@ -493,3 +493,31 @@ def test_lens_query_cache_keys_on_the_texts_the_model_encodes(tiny_lens_dir, tmp
     lowered = folded.get(texts, "Retrieve").arrays["lexicon"]
     np.testing.assert_array_equal(lowered[0], lowered[1])  # the rule's model sees one text twice
     np.testing.assert_array_equal(lowered[1], first[1])  # and it is the plain model's lower-case vector
+
+
+def test_rows_a_formulation_cannot_take_fail_before_any_model_loads(tmp_path, monkeypatch):
+    """A label without a document (here a case slip) is refused up front, naming the task, its file and the fix."""
+    root = tmp_path / "data"
+    rows = [dict(BENCH_ESNLI[0]), *BENCH_ESNLI[1:]]
+    rows[1]["label"] = "Contradiction"
+    _write(root / "ateb" / "esnli" / "validation.jsonl.gz", rows)
+
+    def refuse(*a, **k):
+        raise AssertionError("systems were built before the rows were checked")
+
+    monkeypatch.setattr("lens.eval.ateb.make_scorers", refuse)
+    from lens.eval import ateb as bench
+
+    args = bench.add_arguments(argparse.ArgumentParser()).parse_args(
+        ["--tasks", "esnli", "--systems", "bm25", "--data-dir", str(root), "--output", str(tmp_path / "out")])
+    with pytest.raises(ValueError, match=r"task 'esnli' \(.*esnli/validation.jsonl.gz\), classification: row 'e1': "
+                                         r"label 'Contradiction' has no label document \(labels are case-sensitive: "
+                                         r"'contradiction'\?\)"):
+        bench.run(args)
+    assert not (tmp_path / "out" / "esnli").exists()
+
+
+def test_pair_classification_without_a_positive_is_refused():
+    negatives = [r for r in NLI_ROWS if r["label"] != "entailment"]
+    with pytest.raises(ValueError, match="no row has the positive label 'entailment'"):
+        ateb.pair_classification(negatives, "entailment", name="esnli")

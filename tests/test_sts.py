@@ -21,7 +21,7 @@ def sts_file(tmp_path):
 def test_load_split(sts_file):
     s1, s2, gold = load_sts(sts_file, "test")
     assert s1 == ["a", "c", "e"] and s2 == ["b", "d", "f"] and gold.tolist() == [5.0, 1.0, 3.0]
-    with pytest.raises(ValueError, match="no pairs in split 'dev'"):
+    with pytest.raises(ValueError, match="no pairs in split 'dev'; the file's splits: test, train"):
         load_sts(sts_file, "dev")
     with pytest.raises(FileNotFoundError):
         load_sts(sts_file.parent / "missing.tsv.gz")
@@ -113,3 +113,27 @@ def test_spearman_by_stratum_matches_a_loop_over_strata():
     assert "question" not in spearman_by_stratum(pred[:3], gold[:3], ["other"] * 3)  # an empty stratum is left out
     with pytest.raises(ValueError, match="equally long"):
         spearman_by_stratum(pred, gold, strata[:-1])
+
+
+@pytest.mark.parametrize("scores, message", [
+    (["5.0", "nan", "1.0"], r":3: score 'nan' is not a finite number"),
+    (["5.0", "inf", "1.0"], r":3: score 'inf' is not a finite number"),
+    (["2", "2", "2"], r"3 pair\(s\), all scored 2: a rank correlation needs pairs with different gold scores"),
+    (["2"], r"1 pair\(s\), all scored 2"),
+])
+def test_gold_scores_that_give_no_correlation_are_refused(tmp_path, scores, message):
+    path = tmp_path / "bad.tsv"
+    path.write_text("sentence1\tsentence2\tscore\tsplit\n" + "".join(f"s{i}\tt{i}\t{v}\ttest\n"
+                                                                   for i, v in enumerate(scores)))
+    with pytest.raises(ValueError, match=message):
+        load_sts(path, "test", judged=True)
+
+
+def test_a_blank_sentence_is_kept_and_reported(tmp_path, caplog):
+    import logging
+
+    path = tmp_path / "blank.tsv"
+    path.write_text("sentence1\tsentence2\tscore\tsplit\na\tb\t5\ttest\n \tc\t1\ttest\nd\t\t3\ttest\n")
+    with caplog.at_level(logging.WARNING, logger="lens.corpus"):
+        s1, s2, gold = load_sts(path, "test")
+    assert len(gold) == 3 and "2 pair(s) of split 'test' have a blank sentence (lines 3, 4)" in caplog.text

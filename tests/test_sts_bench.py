@@ -209,3 +209,49 @@ def test_variants_and_text_rules_are_judged_apart(monkeypatch, sts_file, tmp_pat
     assert main(["bench", "sts", str(sts_file), "--variant", "title-only", "--output", str(tmp_path / "x")]) == 2
     assert "variant 'title-only' rewrites only documents" in capsys.readouterr().err
     assert loaded == ["none", "lowercase-shouted"]  # refused before any model was loaded
+
+
+def test_a_users_file_is_never_replaced_and_own_results_are(fakes, sts_file, tmp_path, capsys):
+    """OUT.md / OUT.json are replaced only when they are a saved result; a user's report is refused before work."""
+    mine = tmp_path / "report.md"
+    mine.write_text("my own notes\n")
+    assert main(["bench", "sts", str(sts_file), "--output", str(mine)]) == 2
+    assert "report.md exists and is not a saved benchmark result" in capsys.readouterr().err
+    assert mine.read_text() == "my own notes\n" and not (tmp_path / "report.json").exists() and fakes.calls == []
+    out = tmp_path / "sts"
+    assert main(["bench", "sts", str(sts_file), "--output", str(out)]) == 0
+    first = json.loads((tmp_path / "sts.json").read_text())
+    assert main(["bench", "sts", str(sts_file), "--output", str(out), "--pairing", "asymmetric"]) == 0  # its own
+    assert json.loads((tmp_path / "sts.json").read_text())["rows"] != first["rows"]
+
+
+def test_files_and_splits_are_read_before_a_model_loads(sts_file, tmp_path, monkeypatch, capsys):
+    def refuse(cls, *a, **k):
+        raise AssertionError("a model was loaded before the data was checked")
+
+    monkeypatch.setattr("lens.encoder.LensEncoder.from_pretrained", classmethod(refuse))
+    monkeypatch.setattr("lens.dense.DenseEncoder.from_pretrained", classmethod(refuse))
+    assert main(["bench", "sts", str(sts_file), "--split", "tset", "--output", str(tmp_path / "x")]) == 2
+    assert "no pairs in split 'tset'; the file's splits: dev, test" in capsys.readouterr().err
+
+
+def test_a_constant_system_scores_no_correlation_not_nan(fakes, sts_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeMiniLM, "encode", lambda self, texts, **k: np.ones((len(texts), 3), np.float32))
+    out = tmp_path / "const"
+    assert main(["bench", "sts", str(sts_file), "--output", str(out)]) == 0
+    text = (tmp_path / "const.json").read_text()
+    assert "NaN" not in text
+    row = next(r for r in json.loads(text)["rows"] if r["system"] == "minilm")
+    assert row["spearman"] is None and "| minilm | - | – |" in (tmp_path / "const.md").read_text()
+
+
+def test_markdown_only_renders_results_saved_before_meta(tmp_path):
+    """benchmarks/sts.py saved command and model at the top level; --markdown-only renders and annotates them."""
+    old = {"command": "python benchmarks/sts.py --model default", "model": "default",
+           "rows": [{"set": "stsbenchmark", "split": "test", "system": "lens-lexicon", "pairing": "symmetric",
+                     "spearman": 70.61, "pairs": 1379, "seconds": 259.0}]}
+    (tmp_path / "sts.json").write_text(json.dumps(old))
+    assert main(["bench", "sts", "--markdown-only", "--output", str(tmp_path / "sts"), "--note", "older weights"]) == 0
+    md = (tmp_path / "sts.md").read_text()
+    assert "python benchmarks/sts.py --model default" in md and "| lens-lexicon | symmetric | 70.6 |" in md
+    assert "- older weights" in md and "(MTEB's protocol)" in md

@@ -324,6 +324,19 @@ def make_scorers(names: Sequence[str], resources, weights=(0.5, 0.5), show_progr
 
 
 # ------------------------------------------------------------------------------------------- one task
+def check_formulations(name: str, rows: list[dict], ateb_dir: str | os.PathLike) -> None:
+    """Build every formulation of task ``name`` on ``rows`` (cheap: no encoding), so that a row one cannot take
+    fails before any model loads, naming the task and its file."""
+    from lens.ateb import TASKS, formulate
+
+    for kind in TASKS[name].kinds:
+        try:
+            formulate(name, kind, rows)
+        except ValueError as e:
+            raise ValueError(f"task {name!r} ({Path(ateb_dir) / TASKS[name].file}), {kind}: {e} (label documents: "
+                             "lens.ateb.LABEL_DOCUMENTS)") from None
+
+
 def run_task(name: str, rows: list[dict], of_rows: int, scorers: Sequence[Scorer], *, threads: int | None = None,
              ) -> tuple[dict, dict]:
     """Every formulation of task ``name`` on ``rows`` by every scorer: (``formulations`` entry of results.json,
@@ -480,7 +493,9 @@ def readme_text(root: str | os.PathLike) -> str:
                 cells = [_fmt(f["systems"][n][m]) if n in f["systems"] else "" for n in systems]
                 lines.append(f"| {label} | {kind} | {m} | {_fmt(f['random'][m])} | " + " | ".join(cells) + " |")
     models = sorted({r["model"] for _, r in entries})
-    lines += ["", f"LENS model(s): {', '.join(f'`{m}`' for m in models)}."]
+    lines += ["", "Accuracy counts a tie for the top as wrong, so a system that scores the choices alike falls below "
+              "random: BM25 does where every choice shares the query's words (a WinoGrande sentence holds both "
+              "options).", "", f"LENS model(s): {', '.join(f'`{m}`' for m in models)}."]
     return "\n".join(lines) + "\n"
 
 
@@ -557,6 +572,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_readme_target(out_root, "--output")  # a user's README where ours would go: refused before any work
     loaded = {name: load_rows(name, root) for name in args.tasks}  # fail early on a missing or malformed file
+    sampled = {name: sample_rows(rows, args.max_rows, args.seed) for name, rows in loaded.items()}
+    for name, rows in sampled.items():  # and on rows a formulation cannot take (a label without a document)
+        check_formulations(name, rows, root)
     names = args.systems or default_systems()
     from lens.eval.beir import lens_device, precision_name
 
@@ -566,7 +584,7 @@ def run(args: argparse.Namespace) -> int:
     scorers = make_scorers(names, resources, args.weights, show_progress_bar=not quiet)
     summaries = []
     for name, all_rows in loaded.items():
-        rows = sample_rows(all_rows, args.max_rows, args.seed)
+        rows = sampled[name]
         if args.max_rows:
             logger.warning("%s: SUBSAMPLE (smoke test only): %d of %d rows", name, len(rows), len(all_rows))
         folder = name + ("-subsample" if args.max_rows else "")

@@ -366,12 +366,32 @@ def output_file(out: str | os.PathLike, ext: str) -> Path:
     return out.with_suffix(ext) if out.suffix in (".json", ".md") else out.with_name(out.name + ext)
 
 
+def check_benchmark_target(out: str | os.PathLike, flag: str = "--output") -> None:
+    """Refuse, before any work starts, an ``OUT.json`` / ``OUT.md`` that is not a saved benchmark result: one is
+    replaced only when ``OUT.json`` exists and holds a JSON object (what :func:`write_benchmark` writes), so a
+    benchmark rerun updates its own results and never a user's ``report.md`` or notes."""
+    json_path, md_path = output_file(out, ".json"), output_file(out, ".md")
+    if not (json_path.exists() or md_path.exists()):
+        return
+    ours = False
+    if json_path.is_file():
+        try:
+            ours = isinstance(json.loads(json_path.read_text(encoding="utf-8")), dict)
+        except (OSError, UnicodeDecodeError, ValueError):
+            ours = False
+    if not ours or md_path.is_dir():
+        found = json_path if json_path.exists() else md_path
+        raise FileExistsError(f"{found} exists and is not a saved benchmark result ({json_path.name} with a JSON "
+                              f"object beside {md_path.name}); writing would replace it: choose another {flag}")
+
+
 def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Sequence[str], *,
                     sort_keys: bool = True) -> str:
     """``out.json`` (``meta``) and ``out.md`` (the lines) of a benchmark script, atomically; returns the markdown.
     ``sort_keys=False`` writes the JSON in ``meta``'s own key order, ASCII-escaped (``json.dumps(meta, indent=2)``:
     the format of the scripts that always wrote theirs so)."""
     out = Path(out)
+    check_benchmark_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if sort_keys:
         write_json(output_file(out, ".json"), meta)
@@ -416,5 +436,6 @@ def rerender_benchmark(out: str | os.PathLike, render: Callable[[dict], Sequence
         raise FileNotFoundError(f"{path} not found: run without --markdown-only first")
     results = read_json(path)
     if notes:
+        results.setdefault("_meta", {})
         results["_meta"]["notes"] = list(results["_meta"].get("notes") or []) + list(notes)
     return write_benchmark(out, results, render(results))

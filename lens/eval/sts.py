@@ -30,9 +30,14 @@ _SENTENCE_END = re.compile(r"[.!?\"')]$")  # a sentence's closing punctuation, o
 CAPTION_MAX_WORDS = 15
 
 
-def load_sts(path: str | os.PathLike, split: str = "test") -> tuple[list[str], list[str], np.ndarray]:
-    """(sentence1s, sentence2s, gold scores) of one split, through ``lens.corpus.read_sts``."""
+def load_sts(path: str | os.PathLike, split: str = "test", *, judged: bool = False
+             ) -> tuple[list[str], list[str], np.ndarray]:
+    """(sentence1s, sentence2s, gold scores) of one split, through ``lens.corpus.read_sts``. ``judged``: the split
+    is to be scored, so gold scores that give no rank correlation (one pair, or all equal) are refused."""
     pairs = read_sts(path, split)
+    if judged and len(set(pairs.scores)) < 2:
+        raise ValueError(f"{path}: split {split!r} has {len(pairs)} pair(s), all scored {pairs.scores[0]:g}: a rank "
+                         "correlation needs pairs with different gold scores")
     return pairs.sentence1, pairs.sentence2, np.asarray(pairs.scores, dtype=np.float64)
 
 
@@ -42,8 +47,12 @@ def pair_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def spearman(pred: np.ndarray, gold: np.ndarray) -> float:
+    """Spearman's rank correlation; NaN where either side is constant (no ranking to correlate)."""
     from scipy.stats import spearmanr
 
+    pred, gold = np.asarray(pred, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if len(pred) < 2 or np.ptp(pred) == 0 or np.ptp(gold) == 0:
+        return float("nan")
     return float(spearmanr(pred, gold).statistic)
 
 
@@ -55,7 +64,7 @@ def sts_score(a: np.ndarray, b: np.ndarray, gold: np.ndarray) -> float:
 def evaluate_sts(encode_pairs: Callable[[list[str], list[str]], tuple[np.ndarray, np.ndarray]],
                  path: str | os.PathLike, split: str = "test") -> dict:
     """Spearman x 100 of one STS split; ``encode_pairs(s1s, s2s)`` returns the two vector matrices."""
-    s1, s2, gold = load_sts(path, split)
+    s1, s2, gold = load_sts(path, split, judged=True)
     a, b = encode_pairs(s1, s2)
     return {"spearman": sts_score(a, b, gold), "pairs": len(gold), "split": split}
 

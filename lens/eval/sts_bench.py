@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from lens.cmdline import command_line, positive_int
-from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark
+from lens.eval.report import add_markdown_only_arguments, check_benchmark_target, markdown_only, write_benchmark
 from lens.eval.sts import PAIRINGS, STS_FILES, STS_INSTRUCTION
 
 logger = logging.getLogger(__name__)
@@ -95,8 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def render(results: dict) -> list[str]:
-    """The markdown of a saved ``lens bench sts`` run."""
-    meta = results["_meta"]
+    """The markdown of a saved ``lens bench sts`` run (also one saved before its settings moved into ``_meta``, by
+    ``benchmarks/sts.py``: command and model at the top level, MTEB's instruction)."""
+    meta = {"instruction": STS_INSTRUCTION, **{k: results[k] for k in ("command", "model") if k in results},
+            **(results.get("_meta") or {})}
     instruction = meta["instruction"]
     protocol = " (MTEB's protocol)" if instruction == STS_INSTRUCTION else " (not MTEB's STS instruction)"
     lines = ["# STS: Spearman x 100 (cosine of the pair's vectors)", "", "```bash", meta["command"], "```", "",
@@ -106,7 +108,7 @@ def render(results: dict) -> list[str]:
              "| set | split | variant | text rule | system | pairing | Spearman | pairs | seconds |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['set']} | {r['split']} | {r.get('variant', 'original')} | {r.get('rule') or '-'} | {r['system']} "
-              f"| {r['pairing']} | {r['spearman']:.1f} | {r['pairs']} | {r['seconds']:.0f} |" for r in results["rows"]]
+              f"| {r['pairing']} | {_fmt(r['spearman'])} | {r['pairs']} | {r['seconds']:.0f} |" for r in results["rows"]]
     if results.get("strata"):
         lines += ["", "## By stratum", "",
                   f"LENS lexicon ({results['strata'][0]['pairing']} pairing), MiniLM and word overlap (the Jaccard "
@@ -128,7 +130,7 @@ def render(results: dict) -> list[str]:
 
 
 def _fmt(v: float | None, sign: bool = False) -> str:
-    if v is None:  # too few pairs for a correlation
+    if v is None:  # too few pairs for a correlation, or a system whose scores are all equal
         return "–"
     return f"{v:+.1f}" if sign else f"{v:.1f}"
 
@@ -156,7 +158,7 @@ def _judge_split(name: str, split: str, s1: list[str], s2: list[str], gold, lens
         rows.append({"set": name, "split": split, "variant": variant,
                      "rule": None if system == "minilm" else rule,
                      "system": system, "pairing": pairing,
-                     "spearman": 100 * spearman(cosines, gold), "pairs": len(gold),
+                     "spearman": _number(100 * spearman(cosines, gold)), "pairs": len(gold),
                      "seconds": time.perf_counter() - started})
         logger.info("%s", rows[-1])
         return cosines
@@ -188,8 +190,12 @@ def run(args: argparse.Namespace) -> int:
     from lens.eval.beir import torch_threads
     from lens.eval.sts import load_sts
 
+    check_benchmark_target(args.output)  # a user's file where the results go: refused before any work
     names = list(args.sets) + list(args.set_list) or ["stsbenchmark"]
     files = {name: resolve_sts_file(name, args.data_dir) for name in names}  # every set found before encoding
+    # every set and split read (and checked) before a model loads, once each
+    pairs = {(name, split): load_sts(path, split, judged=True)
+             for name, path in files.items() for split in args.splits}
     instruction = STS_INSTRUCTION if args.instruction is None else args.instruction
     from lens.variants import rewrite_texts
 
@@ -203,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
     with torch_threads(args.threads):
         for name, path in files.items():
             for split in args.splits:
-                s1, s2, gold = load_sts(path, split)  # read once per set and split
+                s1, s2, gold = pairs[name, split]
                 for variant in args.variants:
                     a = rewrite_texts(s1, variant, key=f"{name}:{split}:1:")
                     b = rewrite_texts(s2, variant, key=f"{name}:{split}:2:")
