@@ -198,7 +198,10 @@ def check_texts(texts, what: str = "texts", *, allow_empty: bool = False) -> lis
         raise ValueError(f"{what} is an empty list; pass at least one string")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise TypeError(f"{what}[{i}] is a {type(t).__name__}, not a string")
+            missing = t is None or (isinstance(t, float) and t != t)  # None, or NaN: a missing cell (pandas)
+            raise TypeError(f"{what}[{i}] is " + ("a missing value (None or NaN, e.g. an empty cell of a table): drop "
+                                                  "it or fill it with a string first" if missing else
+                                                  f"a {type(t).__name__}, not a string"))
         problem = invalid_unicode(t)
         if problem is not None:
             raise ValueError(f"{what}[{i}] holds {problem}; clean it first, e.g. "

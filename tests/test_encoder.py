@@ -109,6 +109,8 @@ def test_outputs_and_conversions(tiny_encoder):
 @pytest.mark.parametrize("bad,exc,match", [
     (None, TypeError, "None"), (["a", 3], TypeError, "texts\\[1\\] is a int"),
     (42, TypeError, "string or a list"),
+    (["a", float("nan")], TypeError, "texts\\[1\\] is a missing value \\(None or NaN"),
+    (["a", None], TypeError, "texts\\[1\\] is a missing value"),
 ])
 def test_bad_input(tiny_encoder, bad, exc, match):
     with pytest.raises(exc, match=match):
