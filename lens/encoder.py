@@ -495,6 +495,9 @@ class LensEncoder:
             raise ValueError(f"convert_to must be one of {CONVERSIONS}, got {convert_to!r}")
         if isinstance(batch_size, np.integer):  # numpy's integers, e.g. from a config array, are integers
             batch_size = int(batch_size)
+        if isinstance(batch_size, str):  # sentence-transformers' second positional argument is prompt_name
+            raise ValueError(f"encode's second argument is batch_size, got the string {batch_size!r}: pass a prompt "
+                             "name or an instruction by keyword (prompt_name=..., prompt=...)")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer or None (chosen for the device), got "

@@ -120,6 +120,7 @@ def test_bad_input(tiny_encoder, bad, exc, match):
 @pytest.mark.parametrize("kwargs,match", [
     ({"output": "sparse"}, "output must be"), ({"convert_to": "list"}, "convert_to must be"),
     ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": "query"}, "second argument is batch_size, got the string 'query': pass a prompt name"),
 ])
 def test_bad_options(tiny_encoder, kwargs, match):
     with pytest.raises(ValueError, match=match):
