@@ -40,6 +40,7 @@ _BATCH = 500  # ids per IN (...) query; well under SQLite's bound-parameter limi
 _FIELDS_SAMPLE = 200  # documents whose metadata field names a filter on a missing field lists
 _FIELDS_SHOWN = 8  # of those names, the ones shown
 _MATCH_CACHE = 16  # filters whose matching ids a table remembers
+_SCAN_VALUES = 200  # a filter field's values per SQL query when scanned (SQLite's expression depth limit is 1000)
 FIELD_INDEX_MAX_VALUES = 100_000  # a field with more distinct values is scanned, not indexed (memory: see FieldIndex)
 
 _SCHEMA = """
@@ -391,14 +392,25 @@ class DocTable:
         return index
 
     def _scan(self, filter: Filter) -> np.ndarray:
-        clauses, params = [], []
+        """The documents matching every field of ``filter``, by SQL: one query per field and group of at most
+        ``_SCAN_VALUES`` values (SQLite refuses an expression deeper than 1000 terms), united per field and
+        intersected across fields."""
+        found = None
         for field, values in filter:
-            conditions = [_value_condition(v) for v in values]
-            clauses.append("EXISTS (SELECT 1 FROM json_each(ids.meta, ?) WHERE json_type(ids.meta, ?) != 'object' "
-                           f"AND ({' OR '.join(f'({c})' for c, _ in conditions)}))")
             path = field_path(field)
-            params += [path, path] + [p for _, ps in conditions for p in ps]
-        q = f"SELECT int_id FROM ids WHERE meta IS NOT NULL AND {' AND '.join(clauses)} ORDER BY int_id"
+            matches = [self._scan_values(path, values[i:i + _SCAN_VALUES]) for i in range(0, len(values), _SCAN_VALUES)]
+            ids = matches[0] if len(matches) == 1 else np.unique(np.concatenate(matches))
+            found = ids if found is None else np.intersect1d(found, ids, assume_unique=True)
+            if not found.size:
+                break
+        return found
+
+    def _scan_values(self, path: str, values: Sequence[Any]) -> np.ndarray:
+        conditions = [_value_condition(v) for v in values]
+        q = ("SELECT int_id FROM ids WHERE meta IS NOT NULL AND EXISTS (SELECT 1 FROM json_each(ids.meta, ?) "
+             f"WHERE json_type(ids.meta, ?) != 'object' AND ({' OR '.join(f'({c})' for c, _ in conditions)})) "
+             "ORDER BY int_id")
+        params = [path, path] + [p for _, ps in conditions for p in ps]
         with self._lock:
             rows = self._conn.execute(q, params).fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64)

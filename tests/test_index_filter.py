@@ -310,3 +310,19 @@ def test_field_index_lookup_equals_a_naive_reference():
             or (t in ("true", "false") and isinstance(q, bool) and (t == "true") == q))})
         assert index.lookup(values).tolist() == want, values
     assert FieldIndex.build(rows, max_values=3) is None  # eight distinct keys
+
+
+def test_a_filter_with_thousands_of_values_or_fields_matches_as_a_loop_does():
+    """SQLite refuses an expression over 1000 terms deep: the scan groups values and fields, with the same matches."""
+    metas = [{"t": f"t{i}", "g": i % 7, **{f"f{j}": 1 for j in range(i % 3)}} for i in range(300)]
+    table = DocTable()
+    table.insert(range(len(metas)), [f"d{i}" for i in range(len(metas))], [encode_metadata(m, "x") for m in metas])
+    many_values = {"t": [f"t{i}" for i in range(0, 3000, 3)] + ["nope"] * 500, "g": [0, 1, 2]}
+    many_fields = {f"f{j}": 1 for j in range(2)} | {f"missing{j}": 1 for j in range(1100)}
+    for flt in (many_values, many_fields, {"t": [f"t{i}" for i in range(1500)]}):
+        def ok(m):
+            return all(m.get(f) in (v if isinstance(v, list) else [v]) for f, v in flt.items())
+
+        expected = [i for i, m in enumerate(metas) if ok(m)]
+        assert table._scan(check_filter(flt)).tolist() == expected
+        assert table.matching(check_filter(flt)).tolist() == expected
