@@ -32,9 +32,10 @@ import base64
 import json
 import logging
 import threading
+import time
 import urllib.error
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -55,6 +56,7 @@ logger = logging.getLogger(__name__)
 PROTOCOL = 1
 MAX_BODY = 1 << 20  # bytes of a request body a part takes (lens.serve's limit); a front end's requests stay under
 OPERATIONS = ("bm25-stats", "bm25-maxima", "search")
+CALLS_PER_BACKEND = 16  # a front end's requests in flight to one backend at once (its searches run side by side)
 
 
 class StalePart(RuntimeError):
@@ -239,23 +241,34 @@ class _Part:
         self.url, self.timeout = url.rstrip("/"), timeout
         self.desc: dict[str, Any] = {}
 
-    def describe(self) -> dict[str, Any]:
-        self.desc = self._request("GET", "/part")
-        if self.desc.get("protocol") != PROTOCOL:
-            raise ValueError(f"{self.url} speaks part protocol {self.desc.get('protocol')!r}, this front end "
+    def describe(self, deadline: float | None = None) -> dict[str, Any]:
+        desc = self._request("GET", "/part", deadline=deadline)
+        if desc.get("protocol") != PROTOCOL:
+            raise ValueError(f"{self.url} speaks part protocol {desc.get('protocol')!r}, this front end "
                              f"{PROTOCOL}: run the same LENS version on every machine")
-        return self.desc
+        return desc
 
-    def call(self, operation: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._request("POST", f"/part/{operation}", {"version": self.desc.get("version"), **body})
+    def call(self, operation: str, body: dict[str, Any], version: Any, deadline: float | None = None
+             ) -> dict[str, Any]:
+        """``POST /part/OPERATION`` for the part's ``version`` (the one the search started from: a part saved again
+        since answers 409, so no search mixes two versions' statistics)."""
+        return self._request("POST", f"/part/{operation}", {"version": version, **body}, deadline=deadline)
 
-    def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    def late(self) -> ConnectionError:
+        return ConnectionError(f"backend {self.url} did not answer within {self.timeout:g} s (the front end's "
+                               "--timeout): is it overloaded or stuck?")
+
+    def _request(self, method: str, path: str, body: Any = None, deadline: float | None = None) -> dict[str, Any]:
+        """The JSON answer; ``deadline`` (``time.monotonic()``): no later (each socket wait gets what is left)."""
+        timeout = self.timeout if deadline is None else deadline - time.monotonic()
+        if timeout <= 0:
+            raise self.late()
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method,
                                      headers={"Content-Type": "application/json"} if data is not None else {})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return json.loads(r.read())
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                raw = r.read()
         except urllib.error.HTTPError as e:
             try:
                 message = json.loads(e.read()).get("error", "")
@@ -267,15 +280,26 @@ class _Part:
                 from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
+            if isinstance(reason, TimeoutError):
+                raise self.late() from None
             raise ConnectionError(f"backend {self.url} cannot be reached ({reason}): is `lens serve` running there, "
                                   "and the URL right?") from None
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise ConnectionError(f"backend {self.url} answered {method} {path} with something other than a JSON "
+                                  "object: is it `lens serve`?")
+        return answer
 
 
 class RemoteIndex:
     """Indexes served apart (``lens serve DIR`` on each machine), searched as one index holding all their
     documents: the interface of :class:`~index.shards.ShardedIndex` for searching and describing.
 
-    ``urls``: each part's ``http://host:port``; ``timeout``: seconds a request to a part may take. The parts must
+    ``urls``: each part's ``http://host:port``; ``timeout``: seconds a search may take, all its requests to the parts
+    together (a part that has not answered by then fails it, naming the part). The parts must
     agree in their settings (``index.shards.SHARED_SETTINGS``: encoders' fingerprint, dimensions, index type,
     ``top_m``); their default weights are averaged by documents, as a merge does. ``on_refresh`` is called after
     the parts are described again (a part saved again since), e.g. to take their corpus casing table anew."""
@@ -288,7 +312,10 @@ class RemoteIndex:
         if len(set(u.rstrip("/") for u in urls)) != len(urls):
             raise ValueError(f"a backend is named twice in {list(urls)}: its documents would count twice")
         self._parts = [_Part(u, timeout) for u in urls]
-        self._pool = ThreadPoolExecutor(max_workers=min(32, len(self._parts)), thread_name_prefix="lens-part")
+        self.timeout = timeout
+        # one pool for every search: CALLS_PER_BACKEND of them side by side, each part's call on its own thread
+        self._pool = ThreadPoolExecutor(max_workers=min(512, CALLS_PER_BACKEND * len(self._parts)),
+                                        thread_name_prefix="lens-part")
         self.on_refresh = on_refresh
         self._first_settings: dict[str, Any] | None = None
         self._refresh_lock = threading.Lock()
@@ -301,7 +328,7 @@ class RemoteIndex:
             self._refresh()
 
     def _refresh(self) -> None:
-        descs = self._each(lambda p: p.describe())
+        descs = self._each(lambda p, deadline: p.describe(deadline), self._deadline())
         settings = [d["settings"] for d in descs]
         reference = self._first_settings or settings[0]
         for part, s in zip(self._parts, settings):
@@ -311,6 +338,9 @@ class RemoteIndex:
                                  "indexes searched as one must be built the same way (the same models, index type "
                                  "and top_m)")
         self._first_settings = reference
+        for part, d in zip(self._parts, descs):
+            part.desc = d
+        self._versions = [d.get("version") for d in descs]
         self._descs = descs
         self._weights = mean_weights([d["weights"] for d in descs], [d["documents"] for d in descs])
         casing = None
@@ -324,8 +354,25 @@ class RemoteIndex:
         if self.on_refresh is not None:
             self.on_refresh()
 
-    def _each(self, work: Callable[[_Part], Any]) -> list[Any]:
-        return list(self._pool.map(work, self._parts))
+    def _deadline(self) -> float:
+        return time.monotonic() + self.timeout
+
+    def _each(self, work: Callable[[_Part, float], Any], deadline: float) -> list[Any]:
+        """``work(part, deadline)`` on every part at once, their answers in order; the first failure is raised as
+        soon as it happens, and a part that has not answered by ``deadline`` fails the whole call then."""
+        futures = [self._pool.submit(work, part, deadline) for part in self._parts]
+        done, pending = wait(futures, timeout=max(0.0, deadline - time.monotonic()) + 0.5,
+                             return_when=FIRST_EXCEPTION)
+        for future in futures:
+            if future in done and future.exception() is not None:
+                for other in pending:
+                    other.cancel()
+                raise future.exception()
+        if pending:
+            for other in pending:
+                other.cancel()
+            raise next(part for part, f in zip(self._parts, futures) if f in pending).late()
+        return [future.result() for future in futures]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
@@ -395,10 +442,7 @@ class RemoteIndex:
 
     def document_frequencies(self) -> tuple[np.ndarray, int] | None:
         """Every part's cluster document frequencies summed, and their documents; None when a part keeps none."""
-        if any(d["df"] is None for d in self._descs):
-            return None
-        return (np.sum([np.asarray(d["df"], dtype=np.int64) for d in self._descs], axis=0),
-                sum(d["df_documents"] for d in self._descs))
+        return _frequencies(self._descs)
 
     def query_idf(self, idf: bool | None) -> np.ndarray | None:
         """``HybridIndex.query_idf`` over every part's documents together."""
@@ -424,10 +468,13 @@ class RemoteIndex:
     def _search(self, lexicon, dense, k, weights, query_top_m, filter, texts, depth, idf) -> list[SearchResult]:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
+        deadline = self._deadline()
+        with self._refresh_lock:  # one description of the parts for the whole search, whatever refreshes meanwhile
+            versions, descs, default_weights = self._versions, self._descs, self._weights
         filter = _filter_record(filter)
-        weights = self._weights if weights is None else weights
+        weights = default_weights if weights is None else weights
         w_bm25 = split_weights(weights)[1]
-        weighing = self.query_idf(idf)
+        weighing = idf_weights(self, idf, _frequencies(descs))
         if lexicon is not None:
             lexicon = as_matrix(lexicon, "lexicon")
             if weighing is not None:
@@ -450,33 +497,48 @@ class RemoteIndex:
         common: dict[str, Any] = {"k": int(k), "filter": filter, "depth": depth,
                                   "weights": w.tolist() if w.ndim == 1 else None}
         if w_bm25 > 0:
-            if not self.has_bm25:
+            if not all(d["bm25"] for d in descs):
                 raise ValueError("a backend keeps no BM25 part, so a BM25 weight > 0 cannot be used: build every "
                                  "part with a BM25 part (`lens index build` without --no-bm25), or give two weights "
                                  "LEX,DENSE")
             if texts is None:
                 raise ValueError("a BM25 weight needs each query's text: give texts= with one text per query")
             terms = [{"terms": t} for t in BM25Part.query_terms(list(texts))]
-            each = self._each(lambda p: self._grouped(p, "bm25-stats", terms, {"filter": None}, "stats"))
+            each = self._each(lambda p, t: self._grouped(p, "bm25-stats", terms, {"filter": None}, "stats",
+                                                         versions, t), deadline)
             stats = [_stats_record(BM25Stats.total([_read_stats(e[q]) for e in each])) for q in range(n)]
             ask = [{**t, "stats": st} for t, st in zip(terms, stats)]
-            maxima = self._each(lambda p: self._grouped(p, "bm25-maxima", ask, {"filter": filter}, "maxima"))
+            maxima = self._each(lambda p, t: self._grouped(p, "bm25-maxima", ask, {"filter": filter}, "maxima",
+                                                           versions, t), deadline)
             for q, record in enumerate(queries):
                 record["stats"], record["max"] = stats[q], max(m[q] for m in maxima)
-        answers = self._each(lambda p: self._grouped(p, "search", queries, common, "results"))
+        answers = self._each(lambda p, t: self._grouped(p, "search", queries, common, "results", versions, t),
+                             deadline)
         per_part = [[SearchResult(list(r["ids"]), _unpack(r["scores"], "float32", "scores"), list(r["metadata"]))
                      for r in answer] for answer in answers]
         return [merge_hits([hits[q] for hits in per_part], int(k)) for q in range(n)]
 
-    @staticmethod
-    def _grouped(part: _Part, operation: str, queries: list[dict[str, Any]], common: dict[str, Any],
-                 key: str) -> list[Any]:
-        """``part``'s answers (``key``) to ``queries``, asked in groups that keep each request under a part's body
-        limit (``MAX_BODY``)."""
+    def _grouped(self, part: _Part, operation: str, queries: list[dict[str, Any]], common: dict[str, Any],
+                 key: str, versions: list[Any], deadline: float) -> list[Any]:
+        """``part``'s answers (``key``) to ``queries``, asked of the part's version in ``versions`` in groups that
+        keep each request under a part's body limit (``MAX_BODY``)."""
+        version = versions[self._parts.index(part)]
         out: list[Any] = []
         for group in _groups(queries, MAX_BODY // 2 - len(json.dumps(common))):
-            out += part.call(operation, {**common, "queries": group})[key]
+            answer = part.call(operation, {**common, "queries": group}, version, deadline).get(key)
+            if not isinstance(answer, list) or len(answer) != len(group):
+                raise ConnectionError(f"backend {part.url} answered {operation} without one {key!r} entry per query: "
+                                      "is it the same LENS version?")
+            out += answer
         return out
+
+
+def _frequencies(descs: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, int] | None:
+    """The parts' cluster document frequencies summed, and their documents; None when a part keeps none."""
+    if any(d["df"] is None for d in descs):
+        return None
+    return (np.sum([np.asarray(d["df"], dtype=np.int64) for d in descs], axis=0),
+            sum(d["df_documents"] for d in descs))
 
 
 def _groups(queries: list[dict[str, Any]], limit: int) -> list[list[dict[str, Any]]]:

@@ -511,7 +511,8 @@ def register(subparsers) -> None:
                          "queries are encoded here and every part scores them with the whole corpus's idf and BM25 "
                          "statistics, so the merged hits are one index's")
     sv.add_argument("--timeout", type=float, default=60.0,
-                    help="with --backends: seconds a request to one backend may take (default %(default)s)")
+                    help="with --backends: seconds one search may take, all its requests to the backends "
+                         "together (default %(default)s)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine "
                                                         "only; 0.0.0.0 for every interface)")
     sv.add_argument("--port", type=_port, default=8080, help="TCP port (default %(default)s; 0: any free one)")

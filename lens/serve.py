@@ -150,7 +150,8 @@ class SearchService:
                  weights=None, idf: bool | None = None, backends: Sequence[str] | None = None,
                  timeout: float = 60.0) -> None:
         """``backends`` (with ``directory`` None): a front end over the indexes other ``lens serve`` processes
-        serve, searched as one (``index.remote``; ``timeout``: seconds a request to one of them may take)."""
+        serve, searched as one (``index.remote``; ``timeout``: seconds one search may take, all its requests to
+        them together)."""
         if (directory is None) == (backends is None):
             raise ValueError("serve one index directory, or be the front end of backends (their URLs): give one")
         self.directory = None if directory is None else Path(directory)

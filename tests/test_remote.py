@@ -150,3 +150,46 @@ def test_lens_serve_takes_a_directory_or_backends(capsys):
     assert "cannot be reached" in capsys.readouterr().err
     with pytest.raises(ValueError, match="give one"):
         SearchService("ix", backends=["http://a:1"])
+
+
+def test_a_stuck_backend_fails_each_search_within_the_timeout_and_others_run_side_by_side(parts):
+    """One backend that accepts connections and never answers: every search fails within about --timeout, however
+    many run at once (they do not queue behind each other), naming that backend."""
+    import socket
+    import threading
+    import time
+
+    a, b, _ = parts
+    stuck = socket.socket()
+    stuck.bind(("127.0.0.1", 0))
+    stuck.listen(64)  # connections are accepted by the kernel and never answered
+    stuck_url = f"http://127.0.0.1:{stuck.getsockname()[1]}"
+    try:
+        with Running(SearchService(a)) as sa, Running(SearchService(b)) as sb:
+            remote = RemoteIndex([sa.url, sb.url], timeout=1.0)
+            q = np.zeros((1, remote.lexicon_dim), np.float32)
+            q[0, :3] = 1.0
+            assert len(remote.search(lexicon=q, weights=(1.0, 0.0), idf=False)[0].ids) == 10
+            remote._parts[1].url = stuck_url  # the second machine stops answering
+            outcomes = []
+
+            def search():
+                started = time.monotonic()
+                try:
+                    remote.search(lexicon=q, weights=(1.0, 0.0), idf=False)
+                    outcomes.append(("answered", time.monotonic() - started))
+                except ConnectionError as e:
+                    outcomes.append((str(e), time.monotonic() - started))
+
+            threads = [threading.Thread(target=search) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            remote.close()
+    finally:
+        stuck.close()
+    assert len(outcomes) == 8
+    for message, seconds in outcomes:
+        assert f"backend {stuck_url} did not answer within 1 s" in message
+        assert seconds < 3.0, outcomes  # each within its own timeout, not queued behind the others
