@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
 import threading
 import time
 import urllib.error
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 PROTOCOL = 1
 MAX_BODY = 1 << 20  # bytes of a request body a part takes (lens.serve's limit); a front end's requests stay under
 OPERATIONS = ("bm25-stats", "bm25-maxima", "search")
+_INT64_MAX = (1 << 63) - 1
 CALLS_PER_BACKEND = 16  # a front end's requests in flight to one backend at once (its searches run side by side)
 
 
@@ -119,8 +121,11 @@ def answer_part(index: Any, version: Sequence[int] | None, operation: str, body:
     weights = body.get("weights")
     if weights is None:
         weights = [q.get("weights") for q in queries]
+    depth = body.get("depth")
+    if depth is not None and not (isinstance(depth, int) and not isinstance(depth, bool) and depth >= 1):
+        raise ValueError(f'"depth" must be a positive integer or null, got {depth!r}')
     results = index.search_part(lexicon, dense, body.get("k"), _read_weights(weights), flt, texts,
-                                body.get("depth"), None, stats, maxima)
+                                depth, None, stats, maxima)
     return {"results": [{"ids": r.ids, "scores": _pack(np.asarray(r.scores, dtype=np.float32)),
                          "metadata": r.metadata} for r in results]}
 
@@ -143,7 +148,8 @@ def _setting(index: Any, key: str) -> Any:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite JSON number (NaN and infinities, which Python's JSON reads, are not)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _terms(value: Any) -> list[str]:
@@ -158,9 +164,13 @@ def _stats_record(stats: BM25Stats) -> dict[str, Any]:
 
 
 def _read_stats(s: Any) -> BM25Stats:
-    if not (isinstance(s, Mapping) and isinstance(s.get("documents"), int) and isinstance(s.get("length"), int)
-            and isinstance(s.get("df"), list) and all(isinstance(d, int) for d in s["df"])):
-        raise ValueError('BM25 statistics are {"documents": int, "length": int, "df": [int, ...]}')
+    def count(v: Any, most: int = _INT64_MAX) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= most
+
+    if not (isinstance(s, Mapping) and count(s.get("documents")) and count(s.get("length"))
+            and isinstance(s.get("df"), list) and all(count(d, s["documents"]) for d in s["df"])):
+        raise ValueError('BM25 statistics are {"documents": int, "length": int, "df": [int, ...]}, counts from 0 '
+                         '(each df at most "documents")')
     return BM25Stats(s["documents"], s["length"], np.asarray(s["df"], dtype=np.int64))
 
 
@@ -459,7 +469,10 @@ class RemoteIndex:
             return self._search(lexicon, dense, k, weights, query_top_m, filter, texts, depth, idf)
         except StalePart as e:
             logger.info("%s; describing the parts again", e)
-        self.refresh()
+        try:
+            self.refresh()
+        except ValueError as e:  # a part rebuilt otherwise: a backend's fault here, not the request's
+            raise ConnectionError(str(e)) from None
         try:
             return self._search(lexicon, dense, k, weights, query_top_m, filter, texts, depth, idf)
         except StalePart as e:

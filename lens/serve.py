@@ -1,7 +1,9 @@
 """An HTTP JSON service over a saved hybrid index (``lens serve DIR``), on Python's own ``ThreadingHTTPServer``.
 
-Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 404, 405, 408 (a body that did not
-arrive whole within ``READ_TIMEOUT_S``), 411 (no Content-Length), 413 or 500; HEAD answers GET's status and headers):
+Endpoints (JSON in, JSON out; an error is ``{"error": "..."}`` with status 400, 404, 405 (another method), 408 (a
+request that did not arrive whole within ``READ_TIMEOUT_S``), 409 (``/part``: a stale version), 411 (no
+Content-Length), 413, 500, 501 (an unknown method), 502 / 503 (a front end's backend failed or is down) or 503 (more
+than ``MAX_CONNECTIONS`` connections at once); HEAD answers GET's status and headers):
 
 - ``POST /search`` ``{"query": "text"}`` or ``{"queries": [...]}``, optional ``"k"``, ``"filter"`` (as
   ``HybridIndex.search``), ``"weights"`` ``[w_lex, w_dense]`` or ``[w_lex, w_dense, w_bm25]`` (an index with a BM25
@@ -34,6 +36,7 @@ import json
 import logging
 import os
 import queue
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -51,7 +54,8 @@ __all__ = ["QueryBatcher", "SearchService", "RequestError", "make_server"]
 
 logger = logging.getLogger(__name__)
 
-READ_TIMEOUT_S = 60  # seconds a connection may wait for bytes of a request (then 408, or closed when idle)
+READ_TIMEOUT_S = 60  # seconds a request may take to arrive whole, headers and body (then 408, or closed when idle)
+MAX_CONNECTIONS = 256  # connections served at once (a thread each); more are answered 503 at once and closed
 
 
 class RequestError(ValueError):
@@ -309,9 +313,52 @@ class _Handler(BaseHTTPRequestHandler):
     server: "_Server"
     protocol_version = "HTTP/1.1"  # keep-alive: a client's next request reuses the connection
     # Seconds a connection may wait for a client's bytes: a body shorter than its Content-Length, or an idle
-    # keep-alive connection, never holds a thread for good.
+    # keep-alive connection, never holds a thread for good. A request must also arrive whole within it (a client
+    # sending a byte now and then would reset a wait on each read): handle_one_request's deadline.
     timeout = READ_TIMEOUT_S
     head_only = False  # a HEAD request: the answer's status and headers, no body
+    _deadline: threading.Timer | None = None
+
+    def handle_one_request(self) -> None:
+        """One request, read within ``READ_TIMEOUT_S`` in all: past it the connection stops reading (the request
+        gets 408 if its headers came, or is closed), whatever the client still drips."""
+        self._deadline = threading.Timer(READ_TIMEOUT_S, self._stop_reading)
+        self._deadline.daemon = True
+        self._deadline.start()
+        try:
+            super().handle_one_request()
+        finally:
+            self._arrived()
+
+    def _arrived(self) -> None:
+        """The request is read: its answer may take as long as the search does."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _stop_reading(self) -> None:
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RD)  # a blocked read returns at once with what has come
+        except OSError:
+            pass
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (an unknown method, a malformed request line or headers) as JSON,
+        like every other error here."""
+        self.close_connection = True
+        try:
+            status = HTTPStatus(code)
+        except ValueError:
+            status = HTTPStatus.BAD_REQUEST
+        if status is HTTPStatus.NOT_IMPLEMENTED and self.command:
+            message = f"{self.command} is not served; use GET or POST"
+        if self.request_version == "HTTP/0.9":  # a request line it could not read: still answer with a status line
+            self.request_version = "HTTP/1.0"
+        try:
+            self._send(status, {"error": message or status.phrase})
+        except OSError:
+            pass
 
     def log_message(self, format: str, *args: Any) -> None:  # the access log goes to logging, not stderr
         logger.debug("%s %s", self.address_string(), format % args)
@@ -341,6 +388,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; the server's log says more"})
 
     def do_GET(self) -> None:
+        self._arrived()
+        if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get("Transfer-Encoding"):
+            self.close_connection = True  # a body on a GET is not read: it must not be taken for the next request
         url = urlsplit(self.path)
         service = self.server.service
         if url.path == "/health":
@@ -388,10 +438,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the body is not read
             raise RequestError(f"the request body is {length} bytes; at most {MAX_BODY} are taken",
                                HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+        received = bytearray()
         try:
-            raw = self.rfile.read(length)
-        except TimeoutError:
-            raw = b""
+            while len(received) < length:
+                chunk = self.rfile.read1(length - len(received))
+                if not chunk:
+                    break
+                received += chunk
+        except (TimeoutError, OSError):
+            pass
+        self._arrived()
+        raw = bytes(received)
         if len(raw) < length:
             self.close_connection = True
             raise RequestError(f"the request body ended after {len(raw)} of its {length} bytes (Content-Length) or "
@@ -405,7 +462,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True  # its body is not read
         self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{self.command} is not served; use GET or POST"})
 
-    do_PUT = do_DELETE = do_PATCH = _refuse
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _refuse
 
 
 def _query_string(query: str) -> dict[str, Any]:
@@ -429,6 +486,31 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], service: SearchService | None) -> None:
         super().__init__(address, _Handler)
         self.service = service
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread for the connection, or, past ``MAX_CONNECTIONS`` at once, a 503 and the connection closed."""
+        if not self._slots.acquire(blocking=False):
+            logger.warning("%d connections already open: refusing %s", MAX_CONNECTIONS, client_address[0])
+            body = json.dumps({"error": f"the server holds {MAX_CONNECTIONS} connections already; try again"}).encode()
+            try:
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def make_server(service: SearchService | None, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:

@@ -129,6 +129,15 @@ def test_a_part_refuses_bad_or_stale_requests(parts):
         ("bm25-stats", {"version": None, "queries": [{"terms": "gene"}]}, "list of strings"),
         ("search", {"version": None, "queries": [{"lexicon": None}], "k": 1}, "weights"),  # none, for any query
         ("search", {"version": None, "queries": [{"lexicon": None}], "filter": {"": 1}, "k": 1}, "filter"),
+        ("bm25-maxima", {"version": None, "queries": [{"terms": ["gene"], "stats": {
+            "documents": -1, "length": 3, "df": [0]}}]}, "counts from 0"),
+        ("bm25-maxima", {"version": None, "queries": [{"terms": ["gene"], "stats": {
+            "documents": 3, "length": 3, "df": [10 ** 30]}}]}, "each df at most"),
+        ("search", {"version": None, "queries": [{"lexicon": None, "text": "gene", "stats": {
+            "documents": 3, "length": 3, "df": [1]}, "max": float("nan")}], "weights": [0, 0, 1], "k": 1},
+         '"max"'),
+        ("search", {"version": None, "queries": [{"lexicon": None}], "weights": [1, 1], "k": 1, "depth": "x"},
+         '"depth" must be a positive integer'),
     ]:
         with pytest.raises(ValueError, match=words):
             answer_part(index, None, op, body)

@@ -357,6 +357,7 @@ def test_malformed_http_is_answered_at_once(index_dir, monkeypatch):
         assert headers.get("Connection") == "close"
         status, headers, body = _raw(port, post + b"Content-Length: 100\r\n\r\n" + b'{"query": "cell"}')  # then waits
         assert status == 408 and "did not arrive within 1 s" in json.loads(body)["error"]
+        assert "ended after 17 of its 100 bytes" in json.loads(body)["error"]  # what did arrive is counted
         status, headers, body = _raw(port, post + b"Transfer-Encoding: chunked\r\n\r\n" + b"5\r\nhello\r\n0\r\n\r\n")
         assert status == 411 and headers.get("Connection") == "close"
         deep = b"[" * 100_000 + b"]" * 100_000
@@ -391,3 +392,65 @@ def test_lens_serve_binds_its_port_before_loading_the_models(index_dir, monkeypa
         taken.listen()
         assert main(["serve", str(index_dir), "--port", str(taken.getsockname()[1])]) == 2
     assert "Address already in use" in capsys.readouterr().err
+
+
+def test_a_client_dripping_bytes_is_cut_off_and_connections_are_capped(index_dir, monkeypatch):
+    """A request must arrive whole within READ_TIMEOUT_S, however often the client sends a byte; past
+    MAX_CONNECTIONS open connections, one more gets a 503 at once."""
+    import socket
+    import time
+
+    from lens import serve
+
+    monkeypatch.setattr(serve, "READ_TIMEOUT_S", 1)
+    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 3)
+    with Running(SearchService(index_dir)) as srv:
+        port = srv.server.server_address[1]
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\n")
+            closed = False
+            for i in range(20):  # a header line every 0.3 s: each read waits less than the 1 s, the whole more
+                time.sleep(0.3)
+                try:
+                    sock.sendall(b"X-Drip-%d: 1\r\n" % i)
+                except OSError:
+                    closed = True
+                    break
+                sock.settimeout(0.01)
+                try:
+                    if sock.recv(65536) == b"":
+                        closed = True
+                        break
+                except (TimeoutError, BlockingIOError):
+                    pass
+                except OSError:
+                    closed = True
+                    break
+            assert closed and time.monotonic() - started < 3.0
+        assert srv.call("/health")[0] == 200
+
+        monkeypatch.setattr(serve, "READ_TIMEOUT_S", 30)  # the idle connections below stay open while counted
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(3)]
+        try:
+            time.sleep(0.2)  # the server has taken all three
+            status, headers, body = _raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert status == 503 and "3 connections already" in json.loads(body)["error"]
+        finally:
+            for sock in idle:
+                sock.close()
+        time.sleep(0.3)
+        assert srv.call("/health")[0] == 200  # their slots are free again
+
+
+def test_other_methods_and_a_get_with_a_body_get_json_and_no_desync(index_dir):
+    with Running(SearchService(index_dir)) as srv:
+        port = srv.server.server_address[1]
+        for method, code in (("OPTIONS", 405), ("TRACE", 405), ("FOO", 501)):
+            status, headers, body = _raw(port, f"{method} /search HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert status == code and f"{method} is not served" in json.loads(body)["error"]
+        status, headers, body = _raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 26\r\n\r\n"
+                                           b"GET /health HTTP/1.1\r\n\r\n")
+        assert status == 200 and headers.get("Connection") == "close"  # the body is never read as a request
+        status, _, body = _raw(port, b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n")  # the stdlib's own refusal
+        assert status == 505 and "error" in json.loads(body)
