@@ -317,14 +317,11 @@ class _Handler(BaseHTTPRequestHandler):
     # sending a byte now and then would reset a wait on each read): handle_one_request's deadline.
     timeout = READ_TIMEOUT_S
     head_only = False  # a HEAD request: the answer's status and headers, no body
-    _deadline: threading.Timer | None = None
 
     def handle_one_request(self) -> None:
-        """One request, read within ``READ_TIMEOUT_S`` in all: past it the connection stops reading (the request
-        gets 408 if its headers came, or is closed), whatever the client still drips."""
-        self._deadline = threading.Timer(READ_TIMEOUT_S, self._stop_reading)
-        self._deadline.daemon = True
-        self._deadline.start()
+        """One request, read within ``READ_TIMEOUT_S`` in all: past it the server's watchdog stops the connection
+        reading (the request gets 408 if its headers came, or is closed), whatever the client still drips."""
+        self.server.watch(self, time.monotonic() + READ_TIMEOUT_S)
         try:
             super().handle_one_request()
         finally:
@@ -332,11 +329,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _arrived(self) -> None:
         """The request is read: its answer may take as long as the search does."""
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self.server.unwatch(self)
 
-    def _stop_reading(self) -> None:
+    def stop_reading(self) -> None:
+        """Called by the watchdog when the request has not arrived in time."""
         self.close_connection = True
         try:
             self.connection.shutdown(socket.SHUT_RD)  # a blocked read returns at once with what has come
@@ -484,9 +480,36 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], service: SearchService | None) -> None:
-        super().__init__(address, _Handler)
-        self.service = service
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._reading: dict[_Handler, float] = {}  # requests being read, and when each must have arrived
+        self._watch_lock = threading.Lock()
+        self._closed = threading.Event()
+        super().__init__(address, _Handler)  # binds (a port in use: server_close, then the error)
+        self.service = service
+        threading.Thread(target=self._watchdog, name="lens-serve-watchdog", daemon=True).start()
+
+    def watch(self, handler: "_Handler", deadline: float) -> None:
+        with self._watch_lock:
+            self._reading[handler] = deadline
+
+    def unwatch(self, handler: "_Handler") -> None:
+        with self._watch_lock:
+            self._reading.pop(handler, None)
+
+    def _watchdog(self) -> None:
+        """Every quarter second, stop reading the requests past their deadline (one thread for all of them)."""
+        while not self._closed.wait(0.25):
+            now = time.monotonic()
+            with self._watch_lock:
+                late = [h for h, deadline in self._reading.items() if deadline <= now]
+                for h in late:
+                    del self._reading[h]
+            for h in late:
+                h.stop_reading()
+
+    def server_close(self) -> None:
+        self._closed.set()
+        super().server_close()
 
     def process_request(self, request, client_address) -> None:
         """A thread for the connection, or, past ``MAX_CONNECTIONS`` at once, a 503 and the connection closed."""
