@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .vectors import weight_pair
+from .vectors import check_weight_range, weight_pair
 
 __all__ = ["DEFAULT_DEPTH", "bm25_top", "candidate_union", "fuse", "normalise_bm25", "query_weights", "sparse_lookup",
            "split_weights"]
@@ -54,6 +54,7 @@ def split_weights(weights: Any, what: str = "weights") -> tuple[Any, float]:
         w = ()
     if len(w) != 3 or not all(math.isfinite(x) and x >= 0 for x in w) or not any(w):
         raise ValueError(_weights_error(what, weights))
+    check_weight_range(w, what, weights)
     return (w[0], w[1]), w[2]
 
 

@@ -137,6 +137,17 @@ def document_vectors(lexicon: np.ndarray | None, dense: np.ndarray | None) -> np
     return out
 
 
+WEIGHT_RANGE = (1e-9, 1e9)  # a non-zero weight's magnitude: scores are float32, so 1e-300 vanishes and 1e154 overflows
+
+
+def check_weight_range(w: Sequence[float], what: str, given: Any) -> None:
+    """Refuse a non-zero weight outside ``WEIGHT_RANGE`` (weights are relative: scale them all alike)."""
+    low, high = WEIGHT_RANGE
+    if any(x != 0 and not low <= x <= high for x in w):
+        raise ValueError(f"{what}: each non-zero weight must lie between {low:g} and {high:g}, got {given!r}; only "
+                         "their ratios matter, so scale them alike (e.g. 0.5,0.5)")
+
+
 def weight_pair(weights: Any, what: str = "weights", forms: str = "two numbers LEX,DENSE") -> tuple[float, float]:
     """``(w_lex, w_dense)`` from a pair or from text such as ``"0.7,0.3"``: finite, >= 0, not both 0. ``forms``
     names what the caller accepts in the error (``index.bm25_fusion.query_weights``: a third, BM25's)."""
@@ -150,6 +161,7 @@ def weight_pair(weights: Any, what: str = "weights", forms: str = "two numbers L
                          "0 turns that part off, e.g. 1,0 for the lexicon alone")
     if len(w) != 2 or not all(math.isfinite(x) and x >= 0 for x in w) or w == (0.0, 0.0):
         raise ValueError(f"{what} must be {forms} (finite, >= 0, not all 0) such as 0.5,0.5; got {weights!r}")
+    check_weight_range(w, what, weights)
     return w
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from index.vectors import (as_matrix, balanced_weights, check_dim, check_finite, cosine_spread, document_vectors,
                            l2_normalize, mass_share, mean_weights, query_vectors, resolve_weights, support_mask,
-                           weights_spec)
+                           weight_pair, weights_spec)
 
 
 def naive_unit(row):
@@ -254,3 +254,17 @@ def test_mass_share_matches_a_loop_and_is_nan_for_an_empty_row():
         mass_share(-x - 1, mask)
     with pytest.raises(ValueError, match="one shape"):
         mass_share(x, mask[:, :3])
+
+
+@pytest.mark.parametrize("weights", [(1e-300, 1e-300), (1e154, 1e154), (1e-320, 0.0), "0.5,1e12"])
+def test_weights_too_small_or_large_for_float32_scores_are_refused(weights):
+    """A weight that float32 scores would flush to 0 or overflow is refused with what to do, not a search that
+    quietly returns nothing."""
+    from index.bm25_fusion import query_weights
+
+    with pytest.raises(ValueError, match="each non-zero weight must lie between 1e-09 and 1e\\+09"):
+        weight_pair(weights)
+    three = (weights + ",0.1") if isinstance(weights, str) else (*weights, 0.1)
+    with pytest.raises(ValueError, match="each non-zero weight must lie between"):
+        query_weights(three)
+    assert weight_pair((1e-9, 1e9)) == (1e-9, 1e9) and weight_pair("0,1") == (0.0, 1.0)
