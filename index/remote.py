@@ -249,7 +249,6 @@ class _Part:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"a backend is an http:// or https:// URL of `lens serve DIR`, got {url!r}")
         self.url, self.timeout = url.rstrip("/"), timeout
-        self.desc: dict[str, Any] = {}
 
     def describe(self, deadline: float | None = None) -> dict[str, Any]:
         desc = self._request("GET", "/part", deadline=deadline)
@@ -338,7 +337,7 @@ class RemoteIndex:
             self._refresh()
 
     def _refresh(self) -> None:
-        descs = self._each(lambda p, deadline: p.describe(deadline), self._deadline())
+        descs = self._each(_Part.describe, self._deadline())
         settings = [d["settings"] for d in descs]
         reference = self._first_settings or settings[0]
         for part, s in zip(self._parts, settings):
@@ -348,9 +347,6 @@ class RemoteIndex:
                                  "indexes searched as one must be built the same way (the same models, index type "
                                  "and top_m)")
         self._first_settings = reference
-        for part, d in zip(self._parts, descs):
-            part.desc = d
-        self._versions = [d.get("version") for d in descs]
         self._descs = descs
         self._weights = mean_weights([d["weights"] for d in descs], [d["documents"] for d in descs])
         casing = None
@@ -483,7 +479,8 @@ class RemoteIndex:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         deadline = self._deadline()
         with self._refresh_lock:  # one description of the parts for the whole search, whatever refreshes meanwhile
-            versions, descs, default_weights = self._versions, self._descs, self._weights
+            descs, default_weights = self._descs, self._weights
+        versions = {part.url: d.get("version") for part, d in zip(self._parts, descs)}
         filter = _filter_record(filter)
         weights = default_weights if weights is None else weights
         w_bm25 = split_weights(weights)[1]
@@ -532,10 +529,10 @@ class RemoteIndex:
         return [merge_hits([hits[q] for hits in per_part], int(k)) for q in range(n)]
 
     def _grouped(self, part: _Part, operation: str, queries: list[dict[str, Any]], common: dict[str, Any],
-                 key: str, versions: list[Any], deadline: float) -> list[Any]:
-        """``part``'s answers (``key``) to ``queries``, asked of the part's version in ``versions`` in groups that
-        keep each request under a part's body limit (``MAX_BODY``)."""
-        version = versions[self._parts.index(part)]
+                 key: str, versions: Mapping[str, Any], deadline: float) -> list[Any]:
+        """``part``'s answers (``key``) to ``queries``, asked of the part's version in ``versions`` (by URL) in
+        groups that keep each request under a part's body limit (``MAX_BODY``)."""
+        version = versions[part.url]
         out: list[Any] = []
         for group in _groups(queries, MAX_BODY // 2 - len(json.dumps(common))):
             answer = part.call(operation, {**common, "queries": group}, version, deadline).get(key)

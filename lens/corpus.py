@@ -635,6 +635,7 @@ def read_sts(path: str | os.PathLike, split: str) -> StsPairs:
     if not len(out):
         raise ValueError(f"{p}: no pairs in split {split!r}; the file's splits: {', '.join(sorted(splits)) or 'none'}")
     if blank:
+        lines = ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else "")
         logger.warning("%s: %d pair(s) of split %r have a blank sentence (lines %s), whose vector is zero: their "
-                       "cosine is 0", p, len(blank), split, ", ".join(map(str, blank[:5])) + (", ..." if len(blank) > 5 else ""))
+                       "cosine is 0", p, len(blank), split, lines)
     return out

@@ -204,10 +204,9 @@ def run(args: argparse.Namespace) -> int:
     models = [m for m in args.model.split(",") if m]
     if not models:
         raise SystemExit("--model is empty: give a LENS model name or directory (e.g. default)")
-    from lens.eval.report import check_benchmark_target
-    from lens.metrics import require_metrics
+    from lens.eval.report import check_benchmark_target, require_bench_extras
 
-    require_metrics()  # its nDCG columns: a missing extra fails before any encoding
+    require_bench_extras(plot=False)  # its nDCG columns: a missing extra fails before any encoding
     check_benchmark_target(args.output)  # and a user's file where the results go
     device, dtype = lens_device(args), getattr(args, "dtype", None)
     resources = [LensResource(m, cache_root=args.cache_dir, show_progress_bar=True, device=device, dtype=dtype)
