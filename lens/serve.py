@@ -523,17 +523,33 @@ class _Server(ThreadingHTTPServer):
                 pass
             self.shutdown_request(request)
             return
+        release = _ReleaseOnce(self._slots)
+        thread = threading.Thread(target=self._connection, args=(request, client_address, release), daemon=True)
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
+            thread.start()
+        except BaseException:  # no thread (it frees nothing), or Ctrl-C while start() waited for one that runs
+            release()  # and frees its slot itself: once in all, so the Ctrl-C is not turned into a ValueError
             raise
 
-    def process_request_thread(self, request, client_address) -> None:
+    def _connection(self, request, client_address, release: "_ReleaseOnce") -> None:
+        """ThreadingMixIn's thread (the request handled, an error reported, the socket closed), then the slot freed."""
         try:
-            super().process_request_thread(request, client_address)
+            self.process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            release()
+
+
+class _ReleaseOnce:
+    """A connection's slot of the server's semaphore, released on the first call only."""
+
+    def __init__(self, semaphore: threading.BoundedSemaphore) -> None:
+        self._semaphore, self._lock, self._done = semaphore, threading.Lock(), False
+
+    def __call__(self) -> None:
+        with self._lock:
+            if not self._done:
+                self._done = True
+                self._semaphore.release()
 
 
 def make_server(service: SearchService | None, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:

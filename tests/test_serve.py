@@ -454,3 +454,45 @@ def test_other_methods_and_a_get_with_a_body_get_json_and_no_desync(index_dir):
         assert status == 200 and headers.get("Connection") == "close"  # the body is never read as a request
         status, _, body = _raw(port, b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n")  # the stdlib's own refusal
         assert status == 505 and "error" in json.loads(body)
+
+
+def test_ctrl_c_while_a_connection_thread_starts_stops_the_server(index_dir, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt in the main thread) can land while Thread.start() waits for a connection's thread
+    that already runs, even one that has finished: it must stop the server, not turn into "Semaphore released too
+    many times" (which the server reported, and then served on), and the slot is freed once, by the thread."""
+    import socket
+    import time
+
+    from lens import serve
+
+    server = serve.make_server(SearchService(index_dir), port=0)
+    outcome = []
+
+    def run():
+        try:
+            server.serve_forever(poll_interval=0.05)
+        except BaseException as e:  # noqa: BLE001 - the test reads what stopped it
+            outcome.append(e)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    real_start = threading.Thread.start
+
+    def start_then_ctrl_c(thread):  # the connection's thread runs to its end, then Ctrl-C lands in start()
+        real_start(thread)
+        thread.join()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
+    try:
+        with socket.create_connection(server.server_address, timeout=30) as client:
+            client.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert b"200 OK" in client.recv(65536)
+        runner.join(30)
+        assert [type(e) for e in outcome] == [KeyboardInterrupt]
+        assert server._slots._value == serve.MAX_CONNECTIONS  # every slot free, none released twice
+    finally:
+        monkeypatch.undo()
+        if runner.is_alive():
+            server.shutdown()
+        server.server_close()
