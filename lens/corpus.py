@@ -585,11 +585,12 @@ STS_COLUMNS = ("sentence1", "sentence2", "score", "split")
 
 @dataclass
 class StsPairs:
-    """One split of an STS file: two sentence lists and the gold scores, row-aligned."""
+    """One split of an STS file: two sentence lists and the gold scores, row-aligned, and each pair's line."""
 
     sentence1: list[str]
     sentence2: list[str]
     scores: list[float]
+    lines: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -616,8 +617,9 @@ def read_sts(path: str | os.PathLike, split: str) -> StsPairs:
     out = StsPairs([], [], [])
     splits, blank = set(), []
     for n, row in enumerate(rows[1:], 2):
-        if len(row) < 4:
-            raise ValueError(f"{p}:{n}: expected at least 4 tab-separated columns, got {len(row)}")
+        if len(row) != len(rows[0]):  # a stray tab in a sentence shifts the score and split columns
+            raise ValueError(f"{p}:{n}: expected {len(rows[0])} tab-separated columns as in the header, got "
+                             f"{len(row)}; a tab inside a sentence must be removed or the field quoted")
         splits.add(row[3])
         if row[3] != split:
             continue
@@ -632,6 +634,7 @@ def read_sts(path: str | os.PathLike, split: str) -> StsPairs:
         out.sentence1.append(row[0])
         out.sentence2.append(row[1])
         out.scores.append(score)
+        out.lines.append(n)
     if not len(out):
         raise ValueError(f"{p}: no pairs in split {split!r}; the file's splits: {', '.join(sorted(splits)) or 'none'}")
     if blank:

@@ -20,10 +20,10 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from lens.atomic import atomic_dir, check_replace_target, write_json
-from lens.corpus import Document, load_corpus, load_queries
+from lens.corpus import Document, iter_json_lines, load_corpus, load_queries
 
 VARIANT_FORMAT = 1
 TYPO_RATE = 0.1  # share of a query's words (of 4+ letters) given one typo
@@ -108,9 +108,24 @@ def rewrite_texts(texts: list[str], name: str, *, seed: int = 0, key: str = "") 
 
 
 def _write_jsonl_gz(path: Path, records) -> None:
-    with gzip.open(path, "wt", encoding="utf-8") as f:
+    """JSONL through gzip with no time or name in the header, so the same variant is the same bytes."""
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
         for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.write((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def _query_records(src: Path, queries: dict[str, str]) -> Iterator[dict]:
+    """Each query as ``{"_id", "text"}`` with the fields beside them in the source's queries.jsonl (BEIR's
+    ``metadata``) kept; a TSV of queries has none."""
+    path = next((src / n for n in ("queries.jsonl", "queries.jsonl.gz") if (src / n).is_file()), None)
+    extra: dict[str, dict] = {}
+    if path is not None:
+        for _, obj in iter_json_lines(path):
+            if isinstance(obj, dict):
+                qid = str(obj.get("_id", obj.get("id")))
+                extra[qid] = {k: v for k, v in obj.items() if k not in ("_id", "id", "text")}
+    for qid, text in queries.items():
+        yield {"_id": qid, "text": text, **extra.get(qid, {})}
 
 
 def _doc_record(d: Document) -> dict:
@@ -161,7 +176,7 @@ def write_variant(source: str | os.PathLike, out: str | os.PathLike, name: str, 
               "queries": len(queries), "documents_changed": changed_docs, "queries_changed": changed_queries}
     with atomic_dir(dst, what="variant directory") as tmp:
         _write_jsonl_gz(tmp / "corpus.jsonl.gz", (_doc_record(d) for d in docs))
-        _write_jsonl_gz(tmp / "queries.jsonl.gz", ({"_id": q, "text": t} for q, t in queries.items()))
+        _write_jsonl_gz(tmp / "queries.jsonl.gz", _query_records(src, queries))
         (tmp / "qrels").mkdir()
         for f in qrels:
             shutil.copyfile(f, tmp / "qrels" / f.name)

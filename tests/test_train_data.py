@@ -384,18 +384,19 @@ def test_cli_data_labels_holdout_and_auto_instruction(tmp_path, capsys):
     assert all(len(e.negatives) == 2 and e.positive.endswith("]") for e in kept)
     assert {e.positive for e in kept + gone} == {f"Banking customer query about: topic {i} [banking77:{i}]"
                                                  for i in range(5)}
-    assert data_main(["data", "labels", str(d), "--max-pairs", "5", "--out", str(out)]) == 0
+    assert data_main(["data", "labels", str(d), "--max-pairs", "5", "--out", str(out), "--overwrite"]) == 0
     assert len(read_examples(out)) == 5
     assert data_main(["data", "labels", str(d), "--holdout-out", str(held), "--out", str(out)]) == 2
     assert "--holdout-out needs --holdout" in capsys.readouterr().err
     nli = tmp_path / "snli-cad"
     nli.mkdir()
     _jsonl(nli / "pairs.jsonl", [{"query": "p", "positive": "h", "negative": "c"}])
-    assert data_main(["data", "labels", str(nli), "--instruction", "auto", "--out", str(out)]) == 0
+    assert data_main(["data", "labels", str(nli), "--instruction", "auto", "--out", str(out), "--overwrite"]) == 0
     assert {e.instruction for e in read_examples(out)} == {ATEB_INSTRUCTIONS["esnli"]}
     (tmp_path / "mystery").mkdir()
     _jsonl(tmp_path / "mystery" / "pairs.jsonl", LABEL_ROWS)
-    assert data_main(["data", "labels", str(tmp_path / "mystery"), "--instruction", "auto", "--out", str(out)]) == 2
+    assert data_main(["data", "labels", str(tmp_path / "mystery"), "--instruction", "auto", "--out", str(out),
+                      "--overwrite"]) == 2
     assert "pass --instruction TEXT" in capsys.readouterr().err
 
 
@@ -484,3 +485,118 @@ def test_model_miner_ranks_by_the_encoders_cosines(beir_dir, tiny_lens_dir, tiny
     assert read_examples(out) == beir_pairs(beir_dir, num_negatives=2, miner=miner, instruction="find it")
     assert read_examples(out) != beir_pairs(beir_dir, num_negatives=2, instruction="find it")  # not BM25's
     assert data_main(["data", "beir", str(beir_dir), "--quantize", "int8", "--out", str(out)]) == 2
+
+
+def test_data_commands_never_replace_a_users_file_or_their_own_input(beir_dir, tmp_path, capsys):
+    """An existing --out is replaced only with --overwrite; an input (or a file inside an input directory), or
+    --out given again as --holdout-out, never, and each refusal comes before any work, leaving the file as it was."""
+    (tmp_path / "set").mkdir()
+    _jsonl(tmp_path / "set" / "pairs.jsonl", [{"query": f"q{i}", "positive": f"p{i}"} for i in range(40)])
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("my notes\n")
+    assert data_main(["data", "shared", str(tmp_path / "set"), "--out", str(mine)]) == 2
+    assert f"--out {mine} exists: pass --overwrite" in capsys.readouterr().err and mine.read_text() == "my notes\n"
+    assert data_main(["data", "shared", str(tmp_path / "set"), "--out", str(mine), "--overwrite"]) == 0
+    assert len(read_examples(mine)) == 40
+    corpus = (beir_dir / "corpus.jsonl").read_bytes()
+    assert data_main(["data", "beir", str(beir_dir), "--out", str(beir_dir / "corpus.jsonl"), "--overwrite"]) == 2
+    assert "one of the files this command reads" in capsys.readouterr().err
+    assert (beir_dir / "corpus.jsonl").read_bytes() == corpus
+    assert data_main(["data", "teacher", str(mine), "--out", str(mine), "--overwrite"]) == 2  # before the model loads
+    assert "one of the files this command reads" in capsys.readouterr().err and len(read_examples(mine)) == 40
+    both = tmp_path / "both.jsonl"
+    assert data_main(["data", "shared", str(tmp_path / "set"), "--holdout", "0.2", "--out", str(both),
+                      "--holdout-out", str(both)]) == 2
+    assert "--out and --holdout-out are the same file" in capsys.readouterr().err and not both.exists()
+    assert data_main(["data", "shared", str(tmp_path / "set"), "--out", str(tmp_path)]) == 2
+    assert "is a directory; give a file name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("split", ["test", " Test", "test_small", "dev-test", "scifact.test", "../qrels/test",
+                                   "qrels/dev", ".."])
+def test_a_test_split_or_a_path_is_never_a_training_split(beir_dir, split):
+    with pytest.raises(ValueError, match="never train on a test split|is not a split name"):
+        beir_pairs(beir_dir, split=split)
+
+
+def test_a_split_with_test_inside_a_word_is_not_refused(beir_dir):
+    import shutil
+
+    for name in ("latest", "contest"):
+        shutil.copy(beir_dir / "qrels" / "train.tsv", beir_dir / "qrels" / f"{name}.tsv")
+        assert len(beir_pairs(beir_dir, split=name, num_negatives=0)) == 2
+
+
+def test_a_shared_file_named_as_a_test_split_is_refused(tmp_path):
+    path = _jsonl(tmp_path / "test_pairs.jsonl", [{"query": "q", "positive": "p"}])
+    with pytest.raises(ValueError, match="refusing a test split"):
+        shared_pairs(path)
+
+
+def test_weak_pairs_count_what_they_skip_and_split_uncased_text(caplog):
+    docs = [Document("a", "the wing was tested in the tunnel. results show the lift rises with the angle.", ""),
+            Document("b", "flow e.g. the boundary layer of a plate, and no second sentence at all here", ""),
+            Document("c", "Short. Tiny.", ""),
+            Document("d", "The Wing was tested. Results show the lift rises with the angle of attack.", ""),
+            Document("e", "flow past a flat plate . the layer grows downstream with the distance .", "")]
+    with caplog.at_level("WARNING"):
+        pairs = weak_pairs(docs, mode="first-sentence")
+    assert [(e.query, e.positive) for e in pairs] == [
+        ("the wing was tested in the tunnel.", "results show the lift rises with the angle."),
+        ("The Wing was tested.", "Results show the lift rises with the angle of attack."),
+        ("flow past a flat plate .", "the layer grows downstream with the distance .")]
+    assert "from 3 of 5 documents; skipped: 1 no sentence end, 1 text under 20 characters" in caplog.text
+
+
+def test_weak_pairs_warn_about_a_corpus_judged_for_evaluation(beir_dir, caplog):
+    with caplog.at_level("WARNING"):
+        weak_pairs(beir_dir)
+    assert "judged for evaluation (qrels/test.tsv)" in caplog.text
+
+
+def test_sts_rows_are_checked_by_line(tmp_path, caplog):
+    head = "sentence1\tsentence2\tscore\tsplit\n"
+    bad = _write_text(tmp_path / "tab.tsv", head + "a\tb\t4.0\ttrain\na\tstray\tb\t3.0\ttrain\n")
+    with pytest.raises(ValueError, match=r"tab.tsv:3: expected 4 tab-separated columns as in the header, got 5"):
+        sts_pairs(bad)
+    out = _write_text(tmp_path / "range.tsv", head + "a\tb\t4.0\ttrain\nc\td\t7.5\ttrain\n")
+    with pytest.raises(ValueError, match=r"range.tsv:3: score 7.5 is outside \[0, 5.0\]"):
+        sts_pairs(out)
+    blank = _write_text(tmp_path / "blank.tsv", head + "a\tb\t4.0\ttrain\n \td\t2.0\ttrain\ne\tf\t0.5\ttrain\n")
+    with caplog.at_level("WARNING"):
+        ex = sts_pairs(blank, min_score=1.0, task="sick")
+    assert [(e.query, e.task) for e in ex] == [("a", "sick")]
+    assert "1 of 3 pairs of split 'train' kept; 1 scored under --min-score 1.0, 1 with a blank sentence" in caplog.text
+
+
+def _write_text(path, text):
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("argv", [["beir", "DIR", "--max-queries", "-3"], ["weak", "DIR", "--max-pairs", "0"],
+                                  ["shared", "DIR", "--max-pairs", "-5"], ["teacher", "DIR", "--max-per-task", "0"]])
+def test_counts_must_be_positive(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        data_main(["data", *argv, "--out", "x.jsonl"])
+    assert e.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
+
+
+def test_stats_refuses_an_empty_file_and_a_file_given_twice(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert data_main(["data", "stats", str(empty)]) == 2
+    assert f"{empty} holds no examples" in capsys.readouterr().err
+    one = _jsonl(tmp_path / "one.jsonl", [{"query": "q", "positive": "p"}])
+    assert data_main(["data", "stats", str(one), str(tmp_path / "." / "one.jsonl")]) == 2
+    assert "is given twice" in capsys.readouterr().err
+
+
+def test_written_examples_stream_to_the_same_bytes(tmp_path):
+    examples = [TrainExample(f"q{i} é", f"p{i}", [f"n{i}"], task="t") for i in range(3000)]
+    write_examples(tmp_path / "a.jsonl.gz", examples)
+    write_examples(tmp_path / "b.jsonl.gz", iter(examples))  # any iterable, written a line at a time
+    raw = (tmp_path / "a.jsonl.gz").read_bytes()
+    assert raw == (tmp_path / "b.jsonl.gz").read_bytes() and raw[4:8] == b"\0\0\0\0"  # no time in the header
+    assert gzip.decompress(raw).decode().splitlines() == [json.dumps(e.to_json(), ensure_ascii=False)
+                                                          for e in examples]

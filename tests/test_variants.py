@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import time
 
 import pytest
 
@@ -114,3 +115,18 @@ def test_overwrite_replaces_only_a_variant_or_an_empty_folder(tmp_path, capsys):
     write_variant(src, tmp_path / "empty", "upper-all", overwrite=True)
     assert write_variant(src, tmp_path / "empty", "lower-all", overwrite=True)["variant"] == "lower-all"
     assert json.loads((tmp_path / "empty" / "variant.json").read_text())["variant"] == "lower-all"
+
+
+def test_a_variant_is_the_same_bytes_every_time_and_keeps_query_fields(tmp_path):
+    src = _write_set(tmp_path / "src")
+    rows = [json.loads(line) for line in gzip.decompress((src / "queries.jsonl.gz").read_bytes()).splitlines()]
+    rows[0]["metadata"] = {"topic": "lift"}
+    (src / "queries.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    write_variant(src, tmp_path / "a", "typos", seed=3)
+    time.sleep(1.1)  # a gzip header with the time in it would differ now
+    write_variant(src, tmp_path / "b", "typos", seed=3)
+    for name in ("corpus.jsonl.gz", "queries.jsonl.gz"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    written = [json.loads(line) for line in gzip.decompress((tmp_path / "a" / "queries.jsonl.gz").read_bytes())
+               .decode().splitlines()]
+    assert written[0]["metadata"] == {"topic": "lift"} and written[0]["_id"] == rows[0]["_id"]

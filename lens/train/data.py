@@ -12,6 +12,7 @@ required. Converters never read a test split: training on it would leak into the
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
@@ -21,11 +22,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from lens.atomic import atomic_write_bytes
+from lens.atomic import atomic_file
 from lens.corpus import Document, iter_json_lines, load_beir, load_corpus, read_sts
 
 logger = logging.getLogger(__name__)
@@ -51,9 +52,20 @@ def _stem(path: Path) -> str:
     return name
 
 
-def _refuse_test(split: str) -> None:
-    if split.strip().lower() == "test":
-        raise ValueError("refusing split 'test': never train on a test split (use train or dev)")
+def _names_test(name: str) -> bool:
+    """Whether a split or file name names a test split: ``test`` as one of its words (test, Test, test_small,
+    dev-test, scifact.test), not inside another (latest, contest)."""
+    return "test" in re.split(r"[^a-z0-9]+", name.strip().lower())
+
+
+def refuse_test(split: str, what: str = "split") -> None:
+    """Refuse a test split by name (training on it leaks into the benchmark), and a split that is a path: a split
+    is a file name under ``qrels/`` (or a value of an STS file's split column)."""
+    if "/" in split or "\\" in split or split.strip() in ("", ".", ".."):
+        raise ValueError(f"{what} {split!r} is not a split name: give a name such as train or dev (the qrels file "
+                         "qrels/NAME.tsv)")
+    if _names_test(split):
+        raise ValueError(f"refusing {what} {split!r}: never train on a test split (use train or dev)")
 
 
 # ------------------------------------------------------------------------------------------------ the format
@@ -141,12 +153,14 @@ def read_examples(path: str | os.PathLike, task: str | None = None) -> list[Trai
     return [TrainExample.from_json(obj, f"{path}:{n}", default) for n, obj in iter_json_lines(path)]
 
 
-def write_examples(path: str | os.PathLike, examples: Sequence[TrainExample]) -> None:
-    """Write examples as JSONL (gzipped, with mtime 0, if ``path`` ends in .gz) through a temporary file."""
-    text = "".join(json.dumps(e.to_json(), ensure_ascii=False) + "\n" for e in examples).encode("utf-8")
-    if str(path).endswith(".gz"):
-        text = gzip.compress(text, mtime=0)
-    atomic_write_bytes(path, text)
+def write_examples(path: str | os.PathLike, examples: Iterable[TrainExample]) -> None:
+    """Write examples as JSONL (gzipped, with mtime 0, if ``path`` ends in .gz) through a temporary file, a line
+    at a time (a large set is never held as one text)."""
+    gz = str(path).endswith(".gz")
+    with atomic_file(path) as tmp, open(tmp, "wb") as raw, \
+            (gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") if gz else contextlib.nullcontext(raw)) as f:
+        for e in examples:
+            f.write((json.dumps(e.to_json(), ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 # ------------------------------------------------------------------------------------------------ BEIR + mining
@@ -201,7 +215,7 @@ def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives:
     ``score`` = grade and ``max_score`` = the split's top grade. The first ``max_queries`` queries are used.
     ``holdout`` leaves that fraction of the split's queries out (``holdout_queries``), to judge training on.
     """
-    _refuse_test(split)
+    refuse_test(split)
     if num_negatives < 0:
         raise ValueError(f"num_negatives must be >= 0, got {num_negatives}")
     if not callable(miner) and miner != "bm25":
@@ -250,6 +264,11 @@ def beir_pairs(beir_dir: str | os.PathLike, split: str = "train", num_negatives:
                 float(top_grade) if graded else None, task=name, instruction=instruction))
     if missing:
         logger.warning("%s: %d judged positives are not in the corpus; skipped", name, missing)
+    short = sum(len(e.negatives) < num_negatives for e in examples)
+    if short:
+        logger.warning("%s: %d of %d examples got fewer than %d hard negatives (the corpus has %d documents, and "
+                       "judged ones and copies of the positive are never negatives)", name, short, len(examples),
+                       num_negatives, len(texts))
     return examples
 
 
@@ -282,11 +301,17 @@ def split_holdout(examples: Sequence[TrainExample], fraction: float) -> tuple[li
 
 # ------------------------------------------------------------------------------------------------ weak pairs
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+# A text without capitals (Cranfield, MEDLINE) has no capital to start a sentence: any letter or digit does, after a
+# word of two or more letters or digits, the mark attached or detached ("speeds . experiments", as tokenised
+# collections write it), so "e.g. the" and "u.s. air" are not sentence ends.
+_UNCASED_SENTENCE_END = re.compile(r"(?:(?<=[a-z0-9]{2}[.!?])|(?<=[a-z0-9]{2} [.!?]))\s+(?=[\"'(\[]?[a-z0-9])")
 
 
 def _split_first_sentence(text: str) -> tuple[str, str]:
-    parts = _SENTENCE_END.split(text.strip(), maxsplit=1)
-    return (parts[0].strip(), parts[1].strip()) if len(parts) == 2 else (text.strip(), "")
+    text = text.strip()
+    pattern = _SENTENCE_END if any(c.isupper() for c in text) else _UNCASED_SENTENCE_END
+    parts = pattern.split(text, maxsplit=1)
+    return (parts[0].strip(), parts[1].strip()) if len(parts) == 2 else (text, "")
 
 
 def seeded_subset(items: list, max_items: int | None, seed: int) -> list:
@@ -313,36 +338,64 @@ def weak_pairs(corpus_or_dir: str | os.PathLike | Sequence[Document], mode: str 
         p = Path(corpus_or_dir).resolve()
         if name is None:  # a BEIR directory or its corpus.jsonl: the directory's name; else the file's stem
             name = p.name if p.is_dir() else p.parent.name if _stem(p) == "corpus" else _stem(p)
+        beir_dir = p if p.is_dir() else p.parent
+        judged = [f.name for f in sorted((beir_dir / "qrels").glob("*.tsv*")) if _names_test(_stem(f))] \
+            if (beir_dir / "qrels").is_dir() else []
+        if judged:
+            logger.warning("%s is judged for evaluation (qrels/%s): weak pairs from its documents put the evaluation "
+                           "corpus into training, and its scores then prove nothing", beir_dir, judged[0])
         docs = load_corpus(corpus_or_dir)
     else:
         docs, name = list(corpus_or_dir), name or "corpus"
     pairs = []
+    skipped = {"no title" if mode == "title" else "no sentence end": 0, f"text under {min_chars} characters": 0,
+               "query same as text": 0}
     for d in docs:
         if mode == "title":
             query, positive = d.title.strip(), d.text.strip()
         else:
             query, positive = _split_first_sentence(d.text)
-        if query and len(positive) >= min_chars and query != positive:
+        if not query or (mode != "title" and not positive):
+            skipped["no title" if mode == "title" else "no sentence end"] += 1
+        elif len(positive) < min_chars:
+            skipped[f"text under {min_chars} characters"] += 1
+        elif query == positive:
+            skipped["query same as text"] += 1
+        else:
             pairs.append((query, positive))
+    if sum(skipped.values()):
+        logger.warning("weak pairs (%s) from %d of %d documents; skipped: %s", mode, len(pairs), len(docs),
+                       ", ".join(f"{n} {why}" for why, n in skipped.items() if n))
     return [TrainExample(q, p, task=f"weak-{name}") for q, p in seeded_subset(pairs, max_pairs, seed)]
 
 
 # ------------------------------------------------------------------------------------------------ STS, shared
 def sts_pairs(tsv_gz_path: str | os.PathLike, split: str = "train",
-              min_score: float | None = None) -> list[TrainExample]:
+              min_score: float | None = None, task: str | None = None) -> list[TrainExample]:
     """Scored sentence pairs of one split of an STS TSV (read by ``lens.corpus.read_sts``).
 
     The raw score is kept with ``max_score`` 5 (STS-B is 0-5, SICK-R 1-5), so a SICK pair rated 1 ("unrelated")
-    still gets the non-zero target 1/5; ``min_score`` drops pairs below it.
+    still gets the non-zero target 1/5; ``min_score`` drops pairs below it, and a pair with a blank sentence is
+    dropped (both counted in a warning). ``task`` (default ``sts``, the name a config's ``instructions`` and
+    ``paper-mistral-7b.json`` use) names the examples; give STS-B and SICK-R their own to batch them apart.
     """
-    _refuse_test(split)
+    refuse_test(split)
     pairs = read_sts(tsv_gz_path, split)
-    out = []
-    for s1, s2, score in zip(pairs.sentence1, pairs.sentence2, pairs.scores):
+    task = task or "sts"
+    out, low, blank = [], 0, 0
+    for s1, s2, score, line in zip(pairs.sentence1, pairs.sentence2, pairs.scores, pairs.lines):
         if not 0 <= score <= STS_MAX_SCORE:
-            raise ValueError(f"{tsv_gz_path}: score {score} is outside [0, {STS_MAX_SCORE}]")
-        if (min_score is None or score >= min_score) and s1.strip() and s2.strip():
-            out.append(TrainExample(s1, s2, score=score, max_score=STS_MAX_SCORE, task="sts"))
+            raise ValueError(f"{tsv_gz_path}:{line}: score {score} is outside [0, {STS_MAX_SCORE}]; the STS "
+                             "training pairs are scored on 0-5 (STS-B) or 1-5 (SICK-R)")
+        if min_score is not None and score < min_score:
+            low += 1
+        elif not (s1.strip() and s2.strip()):
+            blank += 1
+        else:
+            out.append(TrainExample(s1, s2, score=score, max_score=STS_MAX_SCORE, task=task))
+    if low or blank:
+        logger.warning("%s: %d of %d pairs of split %r kept; %d scored under --min-score %s, %d with a blank sentence",
+                       tsv_gz_path, len(out), len(pairs), split, low, min_score, blank)
     if not out:
         raise ValueError(f"{tsv_gz_path}: no usable pairs in split {split!r}")
     return out
@@ -415,8 +468,8 @@ def pairs_file(path: str | os.PathLike) -> Path:
         if not files:
             raise FileNotFoundError(f"{p} has no pairs.jsonl[.gz] or train.jsonl[.gz]")
         p = files[0]
-    if _stem(p) == "test":
-        raise ValueError(f"{p}: refusing a test split: never train on a test split")
+    if _names_test(_stem(p)):
+        raise ValueError(f"{p}: refusing a test split (its name says test): never train on a test split")
     return p
 
 
