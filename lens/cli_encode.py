@@ -211,9 +211,12 @@ def _clusters_arg(value: str):
 
 
 def cmd_convert(args: argparse.Namespace) -> None:
-    from lens.model_dir import check_model_target, convert_released
+    from lens.model_dir import check_model_output, convert_released
 
-    check_model_target(args.out)
+    if args.out.resolve().is_relative_to(args.src.resolve()):
+        raise ValueError(f"--out {args.out} is inside the released folder {args.src}: keep the download as it came "
+                         "(a re-download or an update would meet files it does not know); choose a folder beside it")
+    check_model_output(args.out, [args.src], overwrite=args.overwrite)
     out = convert_released(args.src, args.out)
     print(f"wrote {out}: the paper convention, backbone {args.src.resolve()} (load it with --model {out})")
 
@@ -284,7 +287,8 @@ def register(subparsers) -> None:
                    help="texts per forward (default: 32 on a CPU; on a GPU as many as its free memory holds)")
     e.add_argument("--device", default=None, metavar="DEVICE",
                    help="cpu, cuda or cuda:N (default: cuda when present, else cpu); on CUDA the model runs in "
-                        "bfloat16 with its pooling in float32")
+                        "bfloat16 (a released paper checkpoint: float16, as its authors ran it) with its pooling "
+                        "in float32")
     e.add_argument("--no-normalize", action="store_true", help="keep raw (not unit-length) vectors")
     e.add_argument("--workers", type=positive_int, default=1, metavar="N",
                    help="encode in N processes, each a contiguous share of the texts (CPU threads split between them)")
@@ -314,4 +318,5 @@ def register(subparsers) -> None:
     v.add_argument("src", type=Path, help="the released folder (config.json, safetensors shards, lm_head.pth)")
     v.add_argument("--out", required=True, type=Path,
                    help="directory to write (the head as safetensors; the 7B weights stay in SRC, named by path)")
+    add_overwrite_argument(v)
     v.set_defaults(func=cmd_convert)

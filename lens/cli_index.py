@@ -273,8 +273,11 @@ def _search_queries(args: argparse.Namespace) -> dict[str, str]:
 def cmd_search(args: argparse.Namespace) -> None:
     from lens.search import Searcher, check_queries, hit_records
 
+    from lens.cli_encode import task_instruction
+
     queries = _search_queries(args)
     check_queries(list(queries.values()), list(queries) if args.queries_file else None)  # before the models load
+    instruction = task_instruction(args, query=True)
     if args.run is not None:
         from lens.trec import check_query_ids
 
@@ -282,7 +285,7 @@ def cmd_search(args: argparse.Namespace) -> None:
         check_query_ids(queries)
     searcher = Searcher.open(args.dir, args.model, args.quantize)
     _quantize_mismatch(searcher.index, searcher.encoder.lens.quantize)  # as loaded: "auto" resolved
-    results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=args.instruction,
+    results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=instruction,
                               filter=_filter_of(args.filter), batch_size=args.batch_size, depth=args.depth,
                               idf=args.idf, show_progress_bar=len(queries) > args.batch_size)
     if args.run is not None:
@@ -487,7 +490,11 @@ def register(subparsers) -> None:
     s.add_argument("--depth", type=positive_int, default=None, metavar="N",
                    help="with a BM25 weight: candidates taken from each of the vectors and BM25 (default max(k, 100))")
     _add_idf_argument(s)
-    s.add_argument("--instruction", default=None, help="task instruction for the query")
+    s.add_argument("--instruction", default=None,
+                   help="task instruction for the queries (default: the model's, a web search one)")
+    s.add_argument("--task", default=None, metavar="NAME",
+                   help="use this task's instruction for the queries (lens.instructions, e.g. scifact, nfcorpus, "
+                        "esnli), as `lens bench beir` does for that dataset")
     s.add_argument("--model", default=None, help="override the LENS model directory recorded in the index")
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print hits as one JSON array, a query per element")

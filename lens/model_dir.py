@@ -37,7 +37,7 @@ import numpy as np
 from lens.atomic import atomic_dir, atomic_write_bytes, check_replace_target, ensure_present, read_json
 from lens.clustering import clusters_tsv
 from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
-from lens.paper_models import is_released_dir, load_released_tokenizer, read_released
+from lens.paper_models import ARCHITECTURE, HEAD_FILE, is_released_dir, load_released_tokenizer, read_released
 
 __all__ = ["BACKBONE_DIR", "convert_released", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
            "add_sentence_transformers_files", "check_model_output", "check_model_target", "check_not_input",
@@ -98,7 +98,17 @@ def _not_a_model_dir(path, directory: Path) -> str:
         return (f"'{name}' holds a LENS model's {CLUSTERS_NAME} but no {CONFIG_NAME}: the directory is incomplete; "
                 f"restore {CONFIG_NAME} from where it was copied or from a backup (it cannot be re-created from the "
                 "other files)")
+    try:
+        backbone_config = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        backbone_config = None
+    if isinstance(backbone_config, dict) and ARCHITECTURE in (backbone_config.get("architectures") or []):
+        return (f"'{name}' holds a bare {ARCHITECTURE} (a released LENS checkpoint's decoder) but no {HEAD_FILE}, its "
+                f"cluster head: download {HEAD_FILE} into it too (docs/paper-models.md)")
     if any((directory / n).is_file() for n in TRANSFORMERS_WEIGHTS):
+        if backbone_config is None:
+            return (f"'{name}' holds model weights but no readable {CONFIG_NAME}: the download or copy is incomplete; "
+                    "fetch the folder again")
         return (f"'{name}' is a backbone (transformers weights), not a LENS model directory; make one from it with "
                 f"`lens cluster-vocab --model {name} --out DIR` and load DIR")
     return (f"'{name}' is not a LENS model directory (no {CONFIG_NAME}); create one with "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -75,7 +76,14 @@ def load_head(path: str | os.PathLike, hidden_size: int) -> np.ndarray:
         with torch.serialization.safe_globals([nn.Linear]):
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # the restricted unpickler's refusal, or a damaged file
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        message = str(e)
+        called = re.search(r"GLOBAL ([\w.]+)", message)
+        if called:  # torch suggests weights_only=False here: that would run the call
+            raise ValueError(f"{path} is not a plain torch.nn.Linear head and was not loaded: its pickle asks to run "
+                             f"{called.group(1)}, which a weights file never needs (nothing in it was run; never "
+                             "load it with weights_only=False); fetch lm_head.pth again from the authors' "
+                             "repository") from None
+        first = (message.strip().splitlines() or [type(e).__name__])[0]
         raise ValueError(f"{path} is not a plain torch.nn.Linear head and was not loaded (only a bias-free Linear's "
                          f"weights are accepted; nothing in the file was run): {first[:300]}") from None
     if type(obj) is nn.Linear:
@@ -159,7 +167,11 @@ def load_released_tokenizer(path: str | os.PathLike, vocab_size: int | None = No
         listed = json.loads((directory / "added_tokens.json").read_text(encoding="utf-8"))
     for token in ADDED_TOKENS:
         tid = tok.convert_tokens_to_ids(token)
-        if tid is None or tid == tok.unk_token_id or (vocab_size is not None and tid >= vocab_size):
+        if tid is not None and tid != tok.unk_token_id and vocab_size is not None and tid >= vocab_size:
+            raise ValueError(f"the tokenizer in {directory} gives {token} id {tid}, past the model's vocabulary of "
+                             f"{vocab_size} (config.json): a released LENS checkpoint's embeddings were resized to "
+                             "hold the three added tokens; this config.json or these weights are not the release's")
+        if tid is None or tid == tok.unk_token_id:
             raise ValueError(f"the tokenizer in {directory} has no usable {token} token (id {tid}); a released LENS "
                              f"checkpoint adds {', '.join(ADDED_TOKENS)}")
         if token in listed and listed[token] != tid:
@@ -198,6 +210,39 @@ def read_released(path: str | os.PathLike) -> tuple[LensConfig, np.ndarray, np.n
     return config, np.full(vocab, -1, dtype=np.int64), head
 
 
+def _available_memory() -> int | None:
+    """Bytes of memory the host can give a new allocation now (Linux's MemAvailable); None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_host_memory(directory: Path, dtype, available: int | None = None) -> None:
+    """Refuse, before loading, a decoder that cannot fit in the host's memory in ``dtype``: the size comes from the
+    shards' index (``metadata.total_size``, the released float32 bytes). Loading it anyway would end in the
+    kernel's OOM kill, with no message."""
+    import torch
+
+    try:
+        stored = int(json.loads((directory / INDEX_NAME).read_text(encoding="utf-8"))["metadata"]["total_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no index with a size: nothing to go by
+    need = stored * torch.finfo(dtype).bits // 32
+    available = _available_memory() if available is None else available
+    if available is not None and need > available:
+        gb = lambda n: f"{n / 1e9:.1f} GB"  # noqa: E731
+        raise ValueError(f"{directory}: its decoder needs about {gb(need)} of memory in {str(dtype).split('.')[-1]} "
+                         f"on the CPU, and this machine has {gb(available)} available; run it on a GPU (float16, "
+                         f"{gb(stored // 2)}), or load it in bfloat16 on the CPU "
+                         "(LensEncoder.from_pretrained(DIR, dtype=torch.bfloat16): slower, and only where the CPU "
+                         "has the memory)")
+
+
 def load_released_decoder(path: str | os.PathLike, *, dtype=None, device: str | None = None,
                           attn_implementation: str = "sdpa"):
     """``(decoder, tokenizer)`` of a released folder: its ``MistralModel`` (every weight present, nothing else)
@@ -213,10 +258,19 @@ def load_released_decoder(path: str | os.PathLike, *, dtype=None, device: str | 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dtype is None:
         dtype = torch.float16 if str(device).startswith("cuda") else torch.float32
+    if not str(device).startswith("cuda"):
+        check_host_memory(directory, dtype)
     logger.info("loading the released LENS decoder %s (%s)", directory, dtype)
-    with quiet_loading():
-        model, info = AutoModel.from_pretrained(directory, local_files_only=True, dtype=dtype,
-                                                attn_implementation=attn_implementation, output_loading_info=True)
+    try:
+        with quiet_loading():
+            model, info = AutoModel.from_pretrained(directory, local_files_only=True, dtype=dtype,
+                                                    attn_implementation=attn_implementation, output_loading_info=True)
+    except (MemoryError, torch.OutOfMemoryError):
+        raise
+    except Exception as e:  # a damaged shard, a config.json that is not the weights' own: one line, not a traceback
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"the weights in {directory} could not be loaded ({type(e).__name__}: {first[:200]}); a shard "
+                         "is damaged or config.json is not the one shipped with them: re-download the folder") from e
     if type(model).__name__ != ARCHITECTURE:
         raise ValueError(f"{directory} loads as {type(model).__name__}, not a {ARCHITECTURE}")
     wrong = {k: sorted(map(str, v))[:3] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")

@@ -230,3 +230,27 @@ def test_a_damaged_gzip_is_named(tmp_path):
     garbled.write_bytes(data[:20] + b"\x00" * 40 + data[60:])
     with pytest.raises(ValueError, match=r"garbled.jsonl.gz cannot be read .*the file is damaged"):
         open_corpus(garbled)
+
+
+def test_lens_search_task_asks_the_tasks_instruction(tiny_lens_dir, tmp_path, capsys):
+    """`lens search --task scifact` scores as `--instruction` with SciFact's instruction does (not as the model's
+    default instruction), and refuses to be combined with --instruction."""
+    from lens.cli import main
+    from lens.instructions import get_instruction
+
+    path = tmp_path / "psgs.tsv"
+    path.write_text("id\ttext\n1\tcancer drug dose\n2\tbrain cell blood\n3\tgene protein\n")
+    ix = tmp_path / "ix"
+    assert main(["-q", "index", "build", "--corpus", str(path), "--output", str(ix), "--model", str(tiny_lens_dir),
+                 "--dense", "none", "--no-bm25", "--no-idf"]) == 0
+    capsys.readouterr()
+
+    def scores(*flags):
+        assert main(["search", str(ix), "cancer drug", "-k", "3", "--json", *flags]) == 0
+        (result,) = json.loads(capsys.readouterr().out)
+        return {h["id"]: h["score"] for h in result["hits"]}
+
+    by_task = scores("--task", "scifact")
+    assert by_task == scores("--instruction", get_instruction("scifact")) and by_task != scores()
+    assert main(["search", str(ix), "cancer", "--task", "scifact", "--instruction", "x"]) == 2
+    assert "not both" in capsys.readouterr().err

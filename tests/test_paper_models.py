@@ -216,6 +216,15 @@ def test_lens_convert_command(released, encoder, tmp_path, capsys):
     (tmp_path / "user" / "notes.txt").write_text("mine")
     assert main(["convert", str(released), "--out", str(tmp_path / "user")]) == 2
     assert (tmp_path / "user" / "notes.txt").read_text() == "mine"
+    (tmp_path / "cli" / "train_log.csv").write_text("step,loss\n")  # a model of the user's, trained further
+    assert main(["convert", str(released), "--out", str(tmp_path / "cli")]) == 2
+    assert "already holds a trained LENS model (train_log.csv); pass --overwrite" in capsys.readouterr().err
+    assert (tmp_path / "cli" / "train_log.csv").is_file()
+    assert main(["convert", str(released), "--out", str(tmp_path / "cli"), "--overwrite"]) == 0
+    before = sorted(p.name for p in released.iterdir())
+    assert main(["convert", str(released), "--out", str(released / "lens")]) == 2
+    assert "inside the released folder" in capsys.readouterr().err
+    assert sorted(p.name for p in released.iterdir()) == before
 
 
 def test_our_own_configs_are_unchanged(tmp_path):
@@ -263,9 +272,12 @@ def test_a_planted_pickle_is_refused_and_never_runs(tmp_path, kind):
     marker = tmp_path / "ran"
     path = tmp_path / HEAD_FILE
     torch.save(planted_heads(marker)[kind], path)
-    with pytest.raises(ValueError, match="not a plain torch.nn.Linear head and was not loaded"):
+    with pytest.raises(ValueError, match="not a plain torch.nn.Linear head and was not loaded") as e:
         load_head(path, HIDDEN)
     assert not marker.exists()
+    if kind == "system":  # the refused call is named, and torch's advice to turn the check off is not passed on
+        assert "its pickle asks to run posix.system" in str(e.value) or "nt.system" in str(e.value)
+        assert "never load it with weights_only=False" in str(e.value)
 
 
 def test_a_planted_pickle_in_a_folder_is_refused_on_loading(released, tmp_path):
@@ -447,3 +459,31 @@ def test_training_refuses_a_released_checkpoint(released, tmp_path):
                       batch_size=1, eval_every=0)
     with pytest.raises(ValueError, match="'paper' convention .* start from `lens cluster-vocab`"):
         Trainer(cfg, tmp_path / "out", show_progress_bar=False)
+
+
+def test_a_damaged_or_incomplete_download_gets_one_line_saying_what_to_do(released, tmp_path):
+    """A folder without lm_head.pth, a half-written shard and a config.json that is not the weights' own: each is an
+    error naming what is wrong and what to do (one line from `lens`), never transformers' or safetensors' traceback."""
+    no_head = copy_without(released, tmp_path / "no-head", skip=(HEAD_FILE,))
+    with pytest.raises(FileNotFoundError, match=f"bare MistralModel .* but no {HEAD_FILE}, its cluster head: download"):
+        LensEncoder.from_pretrained(no_head, device="cpu")
+    cut = copy_without(released, tmp_path / "cut", skip=())
+    shard = cut / "model-00002-of-00002.safetensors"
+    shard.write_bytes(shard.read_bytes()[:20])
+    with pytest.raises(ValueError, match="could not be loaded .*re-download the folder"):
+        LensEncoder.from_pretrained(cut, device="cpu")
+    other = copy_without(released, tmp_path / "other-config", skip=())
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
+    with pytest.raises(ValueError, match="could not be loaded|do not match its config.json|head is"):
+        LensEncoder.from_pretrained(other, device="cpu")
+
+
+def test_a_decoder_larger_than_the_hosts_memory_is_refused_before_loading(released):
+    from lens.paper_models import check_host_memory
+
+    size = json.loads((released / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
+    check_host_memory(released, torch.float32, available=size + 1)
+    with pytest.raises(ValueError, match=r"needs about .* GB of memory in float32 on the CPU.*run it on a GPU"):
+        check_host_memory(released, torch.float32, available=size - 1)
+    check_host_memory(released, torch.bfloat16, available=size // 2 + 1)  # half the bytes in bfloat16
