@@ -59,6 +59,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from lens.train.config import StageConfig, TrainConfig, resolve_extends
     from lens.train.trainer import Trainer
 
+    if args.config is not None and args.data:
+        raise ValueError("--data makes a one-stage run without --config; with --config the stages name their data: "
+                         "edit the config's \"data\" lists (or an \"extends\" variant of it)")
+    if args.steps is not None and args.epochs is not None:
+        raise ValueError("give --steps N (optimiser steps per stage) or --epochs E (passes over each stage's data), "
+                         "not both")
     if args.config is not None:
         raw = resolve_extends(args.config)
     elif args.data:
@@ -70,13 +76,22 @@ def cmd_train(args: argparse.Namespace) -> int:
                       ("cache_chunk", "cache_chunk")):
         if getattr(args, flag) is not None:
             raw[key] = getattr(args, flag)
+    if "model" not in raw:  # the shipped default is trained already: it is no start by itself
+        raise ValueError("give --model START (or \"model\" in --config): a `lens cluster-vocab` directory to train a "
+                         "new model (`lens cluster-vocab --model default --clusters 8000 --out START`), or the shipped "
+                         "default merged to train on top of it (`lens merge default --out START`)")
     config = TrainConfig.from_dict(raw, source=str(args.config or "command line"))
-    if args.config is None or args.loss or args.steps or args.epochs:
-        for stage in config.stages:
-            stage.loss = args.loss or stage.loss
-            stage.steps = args.steps if args.steps is not None else stage.steps
-            stage.epochs = args.epochs if args.epochs is not None else stage.epochs
-            StageConfig.loss_weights(stage)
+    for stage in config.stages:  # a flag overrides every stage's own value too, and train_config.json records it
+        stage.loss = args.loss or stage.loss
+        if args.steps is not None:
+            stage.steps = args.steps
+        if args.epochs is not None:
+            stage.steps, stage.epochs = None, args.epochs
+        if args.batch_size is not None:
+            stage.batch_size = None
+        if args.lr is not None:
+            stage.lr = None
+        StageConfig.loss_weights(stage)
     _check_train_out(args.out, config.model, resume=args.resume, overwrite=args.overwrite)
     _check_device(config.device)
     start = time.perf_counter()
@@ -126,8 +141,7 @@ def _check_train_out(out: Path, model: str, *, resume: bool, overwrite: bool) ->
         raise ValueError("--resume continues the run in --out and --overwrite starts it again: give one of them")
     check_not_input(out, [model])
     if not ((out / CHECKPOINT_DIR).is_dir() or (out / TRAIN_CONFIG_NAME).is_file()):  # not a training run's folder
-        if not resume:
-            check_model_output(out, overwrite=overwrite)
+        check_model_output(out, overwrite=overwrite, keeps_others=True)  # --resume too: it starts a run here
         return
     if resume or overwrite:
         return
@@ -157,10 +171,18 @@ def cmd_mntp(args: argparse.Namespace) -> int:
         raw["data"] = [str(p) for p in args.data]
     if not raw.get("data"):
         raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
-    if not ((args.out / CHECKPOINT_DIR).is_dir() and saved.is_file()):  # its own unfinished run: check_run_target
+    if args.resume and args.overwrite:
+        raise ValueError("--resume continues the run in --out and --overwrite starts it again: give one of them")
+    if not ((args.out / CHECKPOINT_DIR).is_dir() and saved.is_file()):  # not an MNTP run's folder
         from lens.model_dir import check_model_output
 
-        check_model_output(args.out, [raw.get("model", "default")], overwrite=args.overwrite)
+        check_model_output(args.out, [raw.get("model", "default")], overwrite=args.overwrite, keeps_others=True)
+    elif not (args.resume or args.overwrite):  # a run of its own, finished or not: continued or replaced when asked
+        from lens.train.checkpoint import checkpoint_step
+
+        step = checkpoint_step(args.out / CHECKPOINT_DIR)
+        raise FileExistsError(f"{args.out} holds an MNTP run (checkpoint at step {step}): pass --resume to continue "
+                              "it, --overwrite to start again, or choose a new --out")
     _check_device(raw.get("device"))
     start = time.perf_counter()
     warmup = MNTPWarmup(MNTPConfig.from_dict(raw), args.out, show_progress_bar=True)  # -q hides bars
@@ -235,25 +257,33 @@ def register(subparsers) -> None:
     t = subparsers.add_parser("train", help="fine-tune a LENS model (LoRA + cluster head) on JSONL pairs; runs "
                                             "unchanged under torchrun / accelerate launch (data parallel)")
     t.add_argument("--config", type=Path, default=None,
-                   help="a training config JSON (stages, LoRA, optimiser); the flags below override it")
+                   help="a training config JSON (stages, LoRA, optimiser; lens/train/config.py names every field); "
+                        "the flags below override it, every stage's own value included")
     t.add_argument("--out", required=True, type=Path, help="output directory: the trained LENS model + logs")
-    t.add_argument("--model", default=None, help="LENS clustering directory to start from (default: 'default')")
+    t.add_argument("--model", default=None,
+                   help="the LENS directory to start from: a `lens cluster-vocab` directory, or a trained model "
+                        "merged by `lens merge` (required unless --config names it)")
     t.add_argument("--data", nargs="+", default=None, help="JSONL(.gz) training files (one stage, without --config)")
     loss = t.add_argument("--loss", type=_loss_expression, default=None,
                           help="a loss name (%(names)s) or a weighted sum such as infonce+0.5*bce")
     loss.names = LazyChoices("lens.train.objectives:OBJECTIVES")
-    t.add_argument("--steps", type=positive_int, default=None)
-    t.add_argument("--epochs", type=positive_float, default=None)
+    t.add_argument("--steps", type=positive_int, default=None,
+                   help="optimiser steps of each stage (default: --epochs, or the config's)")
+    t.add_argument("--epochs", type=positive_float, default=None,
+                   help="passes over each stage's data (default 1; replaces a stage's steps)")
     t.add_argument("--lora-layers", type=int, default=None,
-                   help="train the top N layers only (cache the rest); 0: no LoRA, the decoder frozen (only the head, "
-                        "or the term channel with train_head false in --config, trains)")
-    t.add_argument("--batch-size", type=int, default=None)
-    t.add_argument("--lr", type=float, default=None)
-    t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--threads", type=int, default=None)
+                   help="train the top N layers only (cache the rest; much faster on a CPU); 0: no LoRA, the decoder "
+                        "frozen (only the head, or the term channel with train_head false in --config, trains); "
+                        "default: every layer")
+    t.add_argument("--batch-size", type=positive_int, default=None,
+                   help="examples per step, in-batch negatives included (default 16; replaces every stage's own)")
+    t.add_argument("--lr", type=positive_float, default=None,
+                   help="LoRA's learning rate (default 1e-4; replaces every stage's own)")
+    t.add_argument("--seed", type=int, default=None, help="the batches' and initialisation's seed (default 0)")
+    t.add_argument("--threads", type=positive_int, default=None, help="CPU threads (default: torch's)")
     t.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present; under torchrun "
                                                    "each process takes cuda:LOCAL_RANK)")
-    t.add_argument("--cache-chunk", type=int, default=None, metavar="N",
+    t.add_argument("--cache-chunk", type=positive_int, default=None, metavar="N",
                    help="cached contrastive loss (GradCache): embed N texts at a time, so a big batch needs the "
                         "activation memory of N texts only")
     t.add_argument("--prefix-cache", type=Path, default=None,

@@ -36,7 +36,7 @@ import numpy as np
 
 from lens.atomic import atomic_dir, atomic_write_bytes, check_replace_target, ensure_present, read_json
 from lens.clustering import clusters_tsv
-from lens.config import CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
+from lens.config import ADAPTER_DIR, CLUSTERS_NAME, CLUSTERS_TSV, CONFIG_NAME, LensConfig
 from lens.paper_models import ARCHITECTURE, HEAD_FILE, is_released_dir, load_released_tokenizer, read_released
 
 __all__ = ["BACKBONE_DIR", "convert_released", "DEFAULT_MODEL_DIR", "ST_CONFIG_NAME", "ST_MODULE", "ST_MODULES_NAME", "ModelFiles",
@@ -253,17 +253,31 @@ def check_not_input(out: str | os.PathLike, inputs: Sequence[str | os.PathLike |
     return out
 
 
+# What LENS's writers put in a model directory (the model's files, a training or MNTP run's checkpoint, logs, card
+# and prefix cache; the shipped default's "base", its base run's record): anything else there is a user's
+MODEL_DIR_ENTRIES = frozenset({CONFIG_NAME, CLUSTERS_NAME, CLUSTERS_TSV, ADAPTER_DIR, BACKBONE_DIR, ST_MODULES_NAME,
+                               ST_CONFIG_NAME, "README.md", "curves.png", "train_config.json", "train_log.csv",
+                               "checkpoint", "prefix-cache", "mntp_config.json", "mntp_log.csv", "base"})
+
+
 def check_model_output(out: str | os.PathLike, inputs: Sequence[str | os.PathLike | None] = (), *,
-                       overwrite: bool = False) -> Path:
+                       overwrite: bool = False, keeps_others: bool = False) -> Path:
     """The check of a command that writes a model directory (``lens cluster-vocab``, ``merge``, ``mntp``): never
     over one of its own ``inputs`` (or the backbone one names), over a LENS model only with ``overwrite``
-    (``--overwrite``), and never over a folder that is not a model (``check_model_target``). The Python API
-    (``write_model_dir``) replaces a LENS model as asked."""
+    (``--overwrite``), and never over a folder that is not a model (``check_model_target``), nor, for a writer that
+    replaces the whole directory (not ``keeps_others``: training and MNTP keep what else it holds), over a model
+    beside which a user keeps other files. The Python API (``write_model_dir``) replaces a LENS model as asked."""
     out = check_model_target(check_not_input(out, inputs))
     if (out / CONFIG_NAME).is_file() and not overwrite:
         held = [n for n in ("adapter", "checkpoint", "backbone", "train_log.csv") if (out / n).exists()]
         what = f"a trained LENS model ({', '.join(held)})" if held else "a LENS model"
         raise FileExistsError(f"{out} already holds {what}; pass --overwrite to replace it, or choose a new --out")
+    if (out / CONFIG_NAME).is_file() and not keeps_others:  # the writer replaces the whole directory
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in MODEL_DIR_ENTRIES and not p.name.startswith("."))
+        if foreign:
+            raise FileExistsError(f"{out} also holds files that are not the model's ({', '.join(foreign[:5])}"
+                                  f"{', ...' if len(foreign) > 5 else ''}): writing replaces the whole directory, even "
+                                  "with --overwrite, so they would be lost; move them out or choose a new --out")
     return out
 
 

@@ -216,6 +216,16 @@ def test_lens_mntp_command(tiny_lens_dir, docs_file, tmp_path, capsys):
     assert len((out / MNTP_LOG_NAME).read_text().splitlines()) == 3
     assert main(["mntp", "--model", str(tiny_lens_dir), "--out", str(tmp_path / "x")]) == 2  # no data
     assert "give --data FILE" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    finished = (out / "clusters.safetensors").read_bytes(), (out / MNTP_LOG_NAME).read_text()
+    rerun = ["-q", "mntp", "--model", str(tiny_lens_dir), "--data", str(docs_file), "--out", str(out), "--steps", "3",
+             "--batch-size", "3", "--max-length", "16", "--lr", "1e-2"]
+    assert main(rerun) == 2  # a finished warm-up is replaced only when asked
+    assert "holds an MNTP run (checkpoint at step 2): pass --resume to continue it, --overwrite" in \
+        capsys.readouterr().err
+    assert ((out / "clusters.safetensors").read_bytes(), (out / MNTP_LOG_NAME).read_text()) == finished
+    assert main(rerun + ["--overwrite", "--resume"]) == 2
+    assert main(rerun + ["--overwrite"]) == 0
+    assert len((out / MNTP_LOG_NAME).read_text().splitlines()) == 4  # the new run's three steps
 
 
 def test_a_time_limit_stops_with_a_checkpoint_and_resume_finishes(tiny_lens_dir, docs_file, tmp_path, capsys):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lens.train.config import StageConfig, TrainConfig
-from lens.train.data import TrainExample, write_examples
+from lens.train.data import TrainExample, plan_steps, read_examples, write_examples
 from lens.train.trainer import Trainer, learning_rate_factor
 
 Q = ["cancer drug trial", "gene expression in mouse", "protein level in blood", "brain cells",
@@ -919,3 +919,139 @@ def test_trained_weights_stay_float32_beside_a_bfloat16_decoder(tiny_lens_dir, d
     assert changed["float32"].float().mean() > 0.5
     both = (changed["float32"] & changed["bf16"]).sum() / changed["float32"].sum()
     assert both > 0.95, float(both)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"batch_size": "4"}, "'batch_size' must be int, got '4'"),
+    ({"train_head": "false"}, "'train_head' must be bool"),
+    ({"lora_targets": "q_proj"}, "'lora_targets' must be list"),
+    ({"checkpoint_every": 0}, "checkpoint_every must be >= 1"),
+    ({"stages": [{"name": "s", "data": "toy.jsonl"}]}, "stage 's': 'data' must be list"),
+    ({"stages": [{"name": "s", "data": ["x"], "steps": 1.5}]}, "stage 's': 'steps' must be int or null, got 1.5"),
+    ({"stages": [{"name": "s", "data": ["x"], "max_negatives": -1}]}, "max_negatives must be >= 0"),
+    ({"stages": [{"name": "s", "data": ["x"], "shuffle": True}]}, r"stage 's': unknown field\(s\) \['shuffle'\]"),
+])
+def test_a_config_value_of_the_wrong_type_or_range_is_refused_naming_its_key(bad, message):
+    raw = {"model": "m", "stages": [{"name": "s", "data": ["x.jsonl"]}], **bad}
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.from_dict(raw)
+    ok = TrainConfig.from_dict({"model": "m", "stages": [{"name": "s", "data": ["x.jsonl"], "epochs": 2}], "lr": 1,
+                                "eval_every": 0, "threads": None})  # an int for a float, 0: no validation
+    assert (ok.lr, ok.eval_every, ok.stages[0].epochs) == (1, 0, 2)
+
+
+def test_flags_override_every_stage_and_the_saved_config_says_what_ran(tiny_lens_dir, data_file, tmp_path, capsys):
+    """--batch-size and --lr replace a stage's own values, --epochs a stage's steps; --data with --config and
+    --steps with --epochs are refused; without --model (or a config naming one) training does not start."""
+    from lens.cli import main
+
+    (tmp_path / "c.json").write_text(json.dumps({
+        "model": str(tiny_lens_dir), "lora_layers": 1, "lora_r": 4, "lora_alpha": 8, "doc_max_length": 16,
+        "stages": [{"name": "s", "data": [str(data_file)], "steps": 2, "batch_size": 8, "lr": 0.01}]}))
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(tmp_path / "c.json"), "--batch-size", "2", "--lr", "1e-5",
+                 "--out", str(out)]) == 0
+    saved = json.loads((out / "train_config.json").read_text())
+    assert (saved["batch_size"], saved["lr"]) == (2, 1e-5)
+    assert (saved["stages"][0]["batch_size"], saved["stages"][0]["lr"]) == (None, None)
+    rows = [line.split(",") for line in (out / "train_log.csv").read_text().splitlines()]
+    lr_col = rows[0].index("lr")
+    assert 0 < max(float(r[lr_col]) for r in rows[1:]) <= 1e-5  # the flag's rate, not the stage's 0.01
+    capsys.readouterr()
+    for argv, message in (
+            (["--config", str(tmp_path / "c.json"), "--data", str(data_file)], "with --config the stages name"),
+            (["--config", str(tmp_path / "c.json"), "--steps", "1", "--epochs", "1"], "not both"),
+            (["--data", str(data_file)], "give --model START")):
+        assert main(["train", *argv, "--out", str(tmp_path / "other")]) == 2
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
+
+
+def test_resume_or_overwrite_never_take_a_users_folder_or_an_old_runs_state(tiny_lens_dir, data_file, tmp_path,
+                                                                              capsys):
+    """--resume on a folder that holds no run checks it like a new --out (a user's files are refused); --overwrite
+    starts again and drops the old run's checkpoint, so a crash then --resume never goes on from it; a checkpoint
+    carries the settings it was made with, and a resume is checked against them."""
+    from lens.cli import main
+    from lens.train.checkpoint import checkpoint_config
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("my readme")
+    base = ["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "2", "--lora-layers", "1",
+            "--batch-size", "4"]
+    assert main([*base, "--out", str(mine), "--resume"]) == 2
+    assert (mine / "README.md").read_text() == "my readme" and sorted(p.name for p in mine.iterdir()) == ["README.md"]
+    out = tmp_path / "run"
+    assert main([*base, "--seed", "3", "--out", str(out)]) == 0
+    assert checkpoint_config(out / "checkpoint")["seed"] == 3
+
+    class Crash(Exception):
+        pass
+
+    import lens.train.trainer as trainer_module
+
+    real_step = trainer_module.Trainer.train_step
+
+    def crash(self, *a, **k):
+        raise Crash
+
+    trainer_module.Trainer.train_step = crash
+    try:
+        with pytest.raises(Crash):
+            main([*base, "--seed", "5", "--out", str(out), "--overwrite"])
+    finally:
+        trainer_module.Trainer.train_step = real_step
+    assert not (out / "checkpoint").exists()  # the seed-3 state is gone with the run it belonged to
+    capsys.readouterr()
+    assert main([*base, "--seed", "5", "--out", str(out), "--resume"]) == 0
+    assert "trained 2 steps" in capsys.readouterr().out  # from step 0, not "already complete" on the old state
+    (out / "train_config.json").write_text(json.dumps({**json.loads((out / "train_config.json").read_text()),
+                                                       "seed": 9}))  # the file beside it says otherwise
+    assert main([*base, "--seed", "9", "--out", str(out), "--resume"]) == 2  # the checkpoint's own settings rule
+    assert "seed: saved 5, given 9" in capsys.readouterr().err
+
+
+def test_a_model_directory_is_replaced_whole_only_when_it_holds_nothing_of_the_users(tiny_lens_dir, data_file,
+                                                                                      tmp_path, capsys):
+    """cluster-vocab and merge replace the whole --out: over a model with a user's file beside it, even --overwrite
+    is refused (the file would be lost); lens train --overwrite keeps such files. The writers' own file names are
+    all known to the check."""
+    from lens.cli import main
+    from lens.model_dir import MODEL_DIR_ENTRIES
+    from lens.train import mntp, report, trainer
+
+    assert {trainer.CHECKPOINT_DIR, trainer.TRAIN_CONFIG_NAME, trainer.ADAPTER_DIR, report.LOG_NAME, report.CURVES_NAME,
+            report.CARD_NAME, mntp.MNTP_CONFIG_NAME, mntp.MNTP_LOG_NAME} <= MODEL_DIR_ENTRIES
+    out = tmp_path / "run"
+    assert main(["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "1", "--lora-layers",
+                 "1", "--batch-size", "4", "--out", str(out)]) == 0
+    (out / "my_eval.txt").write_text("mine")
+    assert sorted(p.name for p in out.iterdir() if p.name not in MODEL_DIR_ENTRIES) == ["my_eval.txt"]
+    backbone = json.loads((tiny_lens_dir / "config.json").read_text())["backbone"]
+    capsys.readouterr()
+    assert main(["cluster-vocab", "--model", backbone, "--clusters", "8", "--out", str(out), "--overwrite"]) == 2
+    assert "also holds files that are not the model's (my_eval.txt)" in capsys.readouterr().err
+    assert (out / "my_eval.txt").read_text() == "mine" and (out / "adapter").is_dir()
+    assert main(["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "1", "--lora-layers",
+                 "1", "--batch-size", "4", "--out", str(out), "--overwrite"]) == 0
+    assert (out / "my_eval.txt").read_text() == "mine"
+
+
+def test_small_slips_in_a_run_are_named(tiny_lens_dir, data_file, tmp_path, caplog):
+    """A loss expression with a dangling '*', a batch of 1 and a batch larger than the stage's data each say what
+    they are; the trained model's config records a hash of what it trained on."""
+    from lens.train.objectives import parse_loss
+
+    with pytest.raises(ValueError, match="a term without a loss name"):
+        parse_loss("infonce+0.5*")
+    with pytest.raises(ValueError, match="batch size 1; contrastive training needs batches of 2"):
+        plan_steps(_config(tiny_lens_dir, data_file, batch_size=1), [read_examples(data_file)])
+    with caplog.at_level("WARNING"):
+        plan_steps(_config(tiny_lens_dir, data_file, batch_size=64), [read_examples(data_file)])
+    assert "batch size 64 is larger than its 8 examples" in caplog.text
+    t = Trainer(_config(tiny_lens_dir, data_file, lora_layers=1, stages=[
+        StageConfig("s1", [str(data_file)], loss="infonce", steps=1)]), tmp_path / "m")
+    t.train()
+    trained = json.loads((tmp_path / "m" / "config.json").read_text())["extra"]["training"]
+    assert trained["inputs_sha256"] == t.inputs_sha256 and len(t.inputs_sha256) == 64

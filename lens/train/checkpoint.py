@@ -30,11 +30,13 @@ STATE_JSON = "state.json"
 def save_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer: torch.optim.Optimizer, step: int,
                     plan_length: int, head: Tensor | None = None, bias: Tensor | None = None,
                     world_size: int = 1, extra: Mapping[str, Tensor] | None = None,
-                    inputs_sha256: str | None = None) -> None:
+                    inputs_sha256: str | None = None, config: Mapping | None = None) -> None:
     """Write the state after ``step`` optimiser steps of a plan of ``plan_length`` steps to ``path``
     (``world_size``, the number of processes that ran them, is recorded for people; resuming ignores it);
     ``extra`` names more trained tensors (the term channel's), restored by ``load_checkpoint``'s ``extra``;
-    ``inputs_sha256`` identifies what the run trains on (its start model and examples), checked on resume."""
+    ``inputs_sha256`` identifies what the run trains on (its start model and examples), checked on resume;
+    ``config``, the run's settings, is kept with the state (``checkpoint_config``), so a resume is checked against
+    the settings the state was made with, whatever has been written beside it since."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save
 
@@ -55,7 +57,8 @@ def save_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer
     with atomic_dir(path) as tmp:
         atomic_write_bytes(tmp / STATE_TENSORS, save(tensors))
         write_json(tmp / STATE_JSON, {"step": step, "param_groups": groups, "plan_length": plan_length,
-                                      "world_size": world_size, "inputs_sha256": inputs_sha256})
+                                      "world_size": world_size, "inputs_sha256": inputs_sha256,
+                                      **({"config": dict(config)} if config is not None else {})})
 
 
 def checkpoint_step(path: str | Path) -> int | None:
@@ -64,6 +67,12 @@ def checkpoint_step(path: str | Path) -> int | None:
         return int(read_json(Path(path) / STATE_JSON, "checkpoint state")["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def checkpoint_config(path: str | Path) -> dict | None:
+    """The settings the checkpoint in ``path`` was written under, or None (written before they were kept)."""
+    config = read_json(Path(path) / STATE_JSON, "checkpoint state").get("config")
+    return config if isinstance(config, dict) else None
 
 
 def load_checkpoint(path: str | Path, *, peft_model: nn.Module | None, optimizer: torch.optim.Optimizer,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +113,13 @@ class TrainConfig:
             for name in ("max_examples", "max_per_task"):
                 if getattr(s, name) is not None and getattr(s, name) < 1:
                     raise ValueError(f"stage {s.name!r}: {name} must be >= 1 (or null), got {getattr(s, name)}")
+            if s.batch_size is not None and s.batch_size < 1:
+                raise ValueError(f"stage {s.name!r}: batch_size must be >= 1 (or null for the run's), got {s.batch_size}")
+            if s.max_negatives is not None and s.max_negatives < 0:
+                raise ValueError(f"stage {s.name!r}: max_negatives must be >= 0 (or null for all), got "
+                                 f"{s.max_negatives}")
+            if s.lr is not None and not s.lr > 0:
+                raise ValueError(f"stage {s.name!r}: lr must be > 0 (or null for the run's), got {s.lr}")
             if s.steps is not None and s.steps < 1:
                 raise ValueError(f"stage {s.name!r}: steps must be >= 1 (or null to use epochs), got {s.steps}")
             if not s.epochs > 0:
@@ -125,6 +134,16 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "lora_r", "query_max_length", "doc_max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("checkpoint_every", "val_examples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0 (0: no validation), got {self.eval_every}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1 (or null for the machine's default), got {self.threads}")
+        if not self.lora_alpha > 0 or not self.lora_targets:
+            raise ValueError(f"lora_alpha must be > 0 and lora_targets name at least one projection, got "
+                             f"{self.lora_alpha} and {self.lora_targets}")
         if self.cache_chunk is not None and self.cache_chunk < 1:
             raise ValueError(f"cache_chunk must be >= 1 (or null for no cached loss), got {self.cache_chunk}")
         if self.temperature <= 0:
@@ -143,13 +162,16 @@ class TrainConfig:
         version = data.get("format_version", TRAIN_FORMAT_VERSION)
         if version != TRAIN_FORMAT_VERSION:
             raise ValueError(f"{source} has format_version {version!r}; this LENS reads {TRAIN_FORMAT_VERSION}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"{source}: unknown field(s) {unknown}; known fields: {sorted(known)}")
+        check_fields(cls, data, source)
+        stages = data.get("stages", [])
+        if not isinstance(stages, list):
+            raise ValueError(f"{source}: 'stages' must be a list of stage objects, got {type(stages).__name__}")
+        for i, stage in enumerate(stages):
+            if not isinstance(stage, dict):
+                raise ValueError(f"{source}: stage {i} must be an object, got {type(stage).__name__}")
+            check_fields(StageConfig, stage, f"{source}, stage {stage.get('name', i)!r}")
         try:
-            stages = [StageConfig(**s) for s in data.get("stages", [])]
-            return cls(**{**data, "stages": stages})
+            return cls(**{**data, "stages": [StageConfig(**s) for s in stages]})
         except TypeError as e:
             raise ValueError(f"{source} is not a valid training config: {e}") from e
 
@@ -160,6 +182,50 @@ class TrainConfig:
     def load(cls, path: str | Path) -> "TrainConfig":
         """The config in ``path``, its ``extends`` chain resolved (``resolve_extends``)."""
         return cls.from_dict(resolve_extends(path), source=str(path))
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a field's type hint (int, float, bool, str, list[...], dict[str, ...], X | None);
+    a float field takes an int, an int field never a bool or a float."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is list:
+        return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) and _matches(v, args[1]) for k, v in value.items())
+    return True  # a type this check does not know: left to the dataclass
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint)) if not typing.get_args(hint) \
+        else str(hint).replace("typing.", "")
+
+
+def check_fields(cls: type, data: dict, source: str) -> None:
+    """Refuse, naming the key, a field ``cls`` does not have or a value of the wrong JSON type (``"4"`` for a
+    number, ``1.5`` steps, a string where a list is wanted), before any of it is used."""
+    hints = typing.get_type_hints(cls)
+    known = set(hints) & {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{source}: unknown field(s) {unknown}; known fields: {sorted(known)}")
+    for key, value in data.items():
+        if key != "stages" and not _matches(value, hints[key]):
+            raise ValueError(f"{source}: {key!r} must be {_type_name(hints[key])}, got {value!r} "
+                             f"({type(value).__name__})")
 
 
 def resume_changes(saved: dict, config: TrainConfig) -> list[str]:

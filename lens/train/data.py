@@ -671,8 +671,14 @@ def plan_steps(config, data: list[list[TrainExample]]) -> list[Step]:
     plan: list[Step] = []
     for si, (stage, examples) in enumerate(zip(config.stages, data)):
         bs = stage.batch_size or config.batch_size
+        if bs < 2:
+            raise ValueError(f"stage {stage.name!r}: batch size {bs}; contrastive training needs batches of 2 or more "
+                             "(each example's in-batch negatives are the others' positives)")
         if len(examples) < 2:
             raise ValueError(f"stage {stage.name!r} has {len(examples)} example(s); in-batch negatives need >= 2")
+        if bs > len(examples):
+            logger.warning("stage %r: batch size %d is larger than its %d examples; its batches hold %d at most",
+                           stage.name, bs, len(examples), len(examples))
         per_epoch = len(task_batches(examples, bs, config.seed))
         total = stage.steps if stage.steps is not None else max(1, math.ceil(stage.epochs * per_epoch))
         batches: list[list[int]] = []

@@ -27,6 +27,7 @@ import dataclasses
 import logging
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,6 +309,8 @@ class MNTPWarmup:
             logger.info("MNTP: resumed at step %d of %d", self.step, cfg.steps)
         elif resume:
             logger.warning("no MNTP checkpoint in %s; starting from step 0", self.out)
+        elif main and (self.out / CHECKPOINT_DIR).is_dir():  # started again (--overwrite): the old state goes
+            shutil.rmtree(self.out / CHECKPOINT_DIR)
         check_same(self.step, self.dist, f"the step to start from (does every rank see {self.out}?)")
         self.encoder.model.decoder.train()
         bar = tqdm(total=cfg.steps, initial=self.step, desc="MNTP", disable=not self.show_progress_bar)

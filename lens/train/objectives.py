@@ -177,6 +177,9 @@ def parse_loss(expression: str, where: str = "loss") -> dict[str, float]:
     weights: dict[str, float] = {}
     for term in expression.replace(" ", "").split("+"):
         weight, _, name = term.rpartition("*")
+        if not name:
+            raise ValueError(f"{where}: {expression!r} has a term without a loss name ({term!r}); write each term as "
+                             "NAME or WEIGHT*NAME, e.g. infonce+0.5*bce")
         if name not in OBJECTIVES:
             raise ValueError(f"{where}: unknown loss {name!r}; choose from {', '.join(OBJECTIVES)} "
                              "or a sum such as infonce+0.5*bce")

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from lens.atomic import read_json
 from lens.inputs import Encoded, encode_model_texts, pad_batch, text_ids
 from lens.layers import embed, num_layers
 from lens.train import losses as L
-from lens.train.checkpoint import load_checkpoint, save_checkpoint
+from lens.train.checkpoint import checkpoint_config, load_checkpoint, save_checkpoint
 from lens.train.config import TrainConfig, resume_changes
 from lens.train.data import TrainExample, plan_steps, read_examples, sample_examples, task_batches
 from lens.train.distributed import (
@@ -531,14 +532,19 @@ class Trainer:
         from tqdm.auto import tqdm
 
         main = self.dist.is_main
-        saved = self.output_dir / TRAIN_CONFIG_NAME
-        if resume and (self.output_dir / CHECKPOINT_DIR).is_dir() and saved.is_file():
-            changes = resume_changes(read_json(saved, "training config"), self.config)
+        saved, checkpoint_dir = self.output_dir / TRAIN_CONFIG_NAME, self.output_dir / CHECKPOINT_DIR
+        if resume and checkpoint_dir.is_dir():  # the settings the checkpoint was made with (else the run's file)
+            recorded = checkpoint_config(checkpoint_dir)
+            if recorded is None and saved.is_file():
+                recorded = read_json(saved, "training config")
+            changes = resume_changes(recorded, self.config) if recorded is not None else []
             if changes:
                 raise ValueError(f"{self.output_dir} holds a run with other settings ({'; '.join(changes)}); resume "
                                  "it with its own settings, or train to a new --out")
         if main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
+            if not resume and checkpoint_dir.is_dir():  # a run started again (--overwrite): the old state must not
+                shutil.rmtree(checkpoint_dir)  # outlive it, or a crash then --resume would go on from it
             self.config.save(self.output_dir / TRAIN_CONFIG_NAME)
         log_path = self.output_dir / LOG_NAME
         rows: list[dict] = []
@@ -565,7 +571,7 @@ class Trainer:
                                                or self.step == len(self.plan)):
                     row["val_loss"] = self.validate()
                 rows.append(row)
-                bar.set_postfix(loss=f"{row['loss']:.3f}", stage=row["stage"])
+                bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2g}", stage=row["stage"])
                 bar.update(1)
                 due = self.step % self.config.checkpoint_every == 0 or self.step == len(self.plan)
                 if stop is not None:
@@ -591,7 +597,7 @@ class Trainer:
             save_checkpoint(path, peft_model=self.peft_model, head=self.model.head.weight, bias=self.bias,
                             optimizer=self.optimizer, step=self.step, plan_length=len(self.plan),
                             world_size=self.dist.world_size, extra=self._extra_state(),
-                            inputs_sha256=self.inputs_sha256)
+                            inputs_sha256=self.inputs_sha256, config=self.config.to_dict())
         self.dist.barrier()
 
     def load_checkpoint(self, path: Path) -> None:
@@ -631,6 +637,8 @@ class Trainer:
             "steps": self.step, "stages": [s.name for s in self.config.stages], "lora_layers": self.config.lora_layers,
             "train_head": self.config.train_head, "final_loss": rows[-1]["loss"] if rows else None,
             "train_config": TRAIN_CONFIG_NAME,
+            # what it trained on: the start model's fingerprint and every stage's examples (inputs_sha256)
+            "inputs_sha256": self.inputs_sha256,
         })
         card = model_card(self.config, backbone=self.encoder.config.backbone, num_clusters=config.num_clusters,
                           max_length=config.max_length, steps=self.step,
