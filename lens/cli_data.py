@@ -25,20 +25,10 @@ def _summary(out: Path, examples) -> str:
     return f"wrote {out}: {len(examples)} examples ({task_text}); mean negatives {negs:.2f}; {scored} with score"
 
 
-def _inputs_files(inputs) -> set[Path]:
-    """The files a command reads: each input file, and every file under an input directory."""
-    files = set()
-    for p in map(Path, inputs):
-        if p.is_dir():
-            files.update(f.resolve() for f in p.rglob("*") if f.is_file())
-        elif p.exists():
-            files.add(p.resolve())
-    return files
-
-
 def check_outputs(args: argparse.Namespace, *inputs) -> None:
-    """Before any work: ``--out`` (and ``--holdout-out``) must be writable files that are none of the inputs (nor a
-    file inside an input directory) and not each other, and an existing one is replaced only with --overwrite."""
+    """Before any work: ``--out`` (and ``--holdout-out``) must be writable files, neither an input file nor inside an
+    input directory (a file added to a dataset's folder could be read as part of it next time; one there replaced
+    would be lost), and not each other; an existing one is replaced only with --overwrite."""
     from lens.atomic import check_output_file
 
     outs = [("--out", Path(args.out))]
@@ -47,12 +37,17 @@ def check_outputs(args: argparse.Namespace, *inputs) -> None:
         if outs[0][1].resolve() == outs[1][1].resolve():
             raise ValueError(f"--out and --holdout-out are the same file {args.out}: the held-out examples would "
                              "replace the training ones; give two files")
-    read = _inputs_files(inputs)
     for flag, out in outs:
         check_output_file(out, flag)
-        if out.exists() and out.resolve() in read:
-            raise ValueError(f"{flag} {out} is one of the files this command reads: writing would replace its "
-                             "input, even with --overwrite; choose another file")
+        target = out.resolve()
+        for source in map(Path, inputs):
+            if source.is_dir() and target.is_relative_to(source.resolve()):
+                raise ValueError(f"{flag} {out} is inside the input directory {source}: write it beside the data, not "
+                                 "into it (a file there could be read as part of the set, or be one of its files); "
+                                 "choose another place")
+            if source.exists() and target == source.resolve():
+                raise ValueError(f"{flag} {out} is this command's input: writing would replace it, even with "
+                                 "--overwrite; choose another file")
         if out.exists() and not args.overwrite:
             raise FileExistsError(f"{flag} {out} exists: pass --overwrite to replace it, or choose another file")
 
@@ -203,7 +198,8 @@ def cmd_casing(args: argparse.Namespace) -> None:
     from lens.train.data import shared_texts
 
     if not str(args.out).endswith(".gz"):
-        raise ValueError(f"--out {args.out}: the table is gzipped JSON; give a name ending in .json.gz")
+        raise ValueError(f"--out {args.out}: the table is gzipped JSON; give a name ending in .gz (e.g. "
+                         "casing.json.gz)")
     check_outputs(args, *args.sets)
     sources = sorted(str(p) for p in args.sets)
     texts = chain.from_iterable(shared_texts(p) for p in sources)
@@ -226,12 +222,16 @@ def cmd_stats(args: argparse.Namespace) -> None:
                              "twice; give each file once")
         seen[Path(f).resolve()] = f
     rows: dict[str, list] = {}
+    empty = []
     for f in args.files:
         examples = read_examples(f)
-        if not examples:
-            raise ValueError(f"{f} holds no examples")
+        empty += [] if examples else [str(f)]
         for e in examples:
             rows.setdefault(e.task, []).append(e)
+    if len(empty) == len(args.files):
+        raise ValueError(f"{', '.join(empty)} hold(s) no examples")
+    if empty:  # e.g. a small set's --holdout-out, which held out no query
+        print(f"lens data stats: {', '.join(empty)} hold(s) no examples", file=sys.stderr)
     print(f"{'task':<28} {'examples':>9} {'mean negs':>10} {'score':>7} {'teacher':>8} {'instr':>6}")
     total = [e for t in sorted(rows) for e in rows[t]]
     for task, ex in [*sorted(rows.items()), ("(all)", total)]:

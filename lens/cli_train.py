@@ -135,12 +135,19 @@ def _check_train_out(out: Path, model: str, *, resume: bool, overwrite: bool) ->
     (continue) or --overwrite (start again); a finished model (or any LENS model) only with --overwrite."""
     from lens.config import CONFIG_NAME
     from lens.model_dir import check_model_output, check_not_input
-    from lens.train.trainer import CHECKPOINT_DIR, TRAIN_CONFIG_NAME
+    from lens.train.trainer import CHECKPOINT_DIR, PREFIX_CACHE_DIR, TRAIN_CONFIG_NAME
 
     if resume and overwrite:
         raise ValueError("--resume continues the run in --out and --overwrite starts it again: give one of them")
     check_not_input(out, [model])
     if not ((out / CHECKPOINT_DIR).is_dir() or (out / TRAIN_CONFIG_NAME).is_file()):  # not a training run's folder
+        left = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        if left == [PREFIX_CACHE_DIR]:  # a run stopped before its first checkpoint, while its prefix cache filled
+            if resume or overwrite:
+                return
+            raise FileExistsError(f"{out} holds what a run stopped before its first checkpoint left ({', '.join(left)})"
+                                  ": pass --resume to continue it (a prefix cache is reused), --overwrite to start "
+                                  "again, or choose a new --out")
         check_model_output(out, overwrite=overwrite, keeps_others=True)  # --resume too: it starts a run here
         return
     if resume or overwrite:
@@ -171,6 +178,9 @@ def cmd_mntp(args: argparse.Namespace) -> int:
         raw["data"] = [str(p) for p in args.data]
     if not raw.get("data"):
         raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
+    if "model" not in raw:  # the shipped default is trained already (MNTP starts from a clustering directory)
+        raise ValueError("give --model START (or \"model\" in --config): a `lens cluster-vocab` directory "
+                         "(`lens cluster-vocab --model default --clusters 8000 --out START`)")
     if args.resume and args.overwrite:
         raise ValueError("--resume continues the run in --out and --overwrite starts it again: give one of them")
     if not ((args.out / CHECKPOINT_DIR).is_dir() and saved.is_file()):  # not an MNTP run's folder
@@ -299,7 +309,8 @@ def register(subparsers) -> None:
                                            "by predicting masked tokens' clusters, before `lens train` (torchrun: "
                                            "data parallel)")
     w.add_argument("--out", required=True, type=Path, help="directory to write: the warmed, merged LENS model")
-    w.add_argument("--model", default=None, help="LENS clustering directory to start from (default: 'default')")
+    w.add_argument("--model", default=None,
+                   help="the `lens cluster-vocab` directory to start from (required unless --config names it)")
     w.add_argument("--data", nargs="+", type=Path, default=None,
                    help="training JSONL(.gz) files; their distinct documents are the masked texts")
     w.add_argument("--config", type=Path, default=None, help="an mntp_config.json; the flags override it")

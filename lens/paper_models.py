@@ -211,15 +211,29 @@ def read_released(path: str | os.PathLike) -> tuple[LensConfig, np.ndarray, np.n
 
 
 def _available_memory() -> int | None:
-    """Bytes of memory the host can give a new allocation now (Linux's MemAvailable); None where unknown."""
+    """Bytes of memory this process can be given now: Linux's MemAvailable, capped by the container's cgroup v2
+    limit less what the group uses; None where neither is known."""
+    found = []
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
     except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text().strip()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def _stored_bytes(directory: Path) -> int | None:
+    """The decoder's size as its shards store it (the index's ``metadata.total_size``), or None."""
+    try:
+        return int(json.loads((directory / INDEX_NAME).read_text(encoding="utf-8"))["metadata"]["total_size"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return None
 
 
 def check_host_memory(directory: Path, dtype, available: int | None = None) -> None:
@@ -228,9 +242,8 @@ def check_host_memory(directory: Path, dtype, available: int | None = None) -> N
     kernel's OOM kill, with no message."""
     import torch
 
-    try:
-        stored = int(json.loads((directory / INDEX_NAME).read_text(encoding="utf-8"))["metadata"]["total_size"])
-    except (OSError, ValueError, KeyError, TypeError):
+    stored = _stored_bytes(directory)
+    if stored is None:
         return  # no index with a size: nothing to go by
     need = stored * torch.finfo(dtype).bits // 32
     available = _available_memory() if available is None else available
@@ -269,6 +282,11 @@ def load_released_decoder(path: str | os.PathLike, *, dtype=None, device: str | 
         raise
     except Exception as e:  # a damaged shard, a config.json that is not the weights' own: one line, not a traceback
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if "can't allocate memory" in str(e) or "not enough memory" in str(e):  # torch's CPU allocator
+            size = _stored_bytes(directory)
+            need = f" (its shards hold {size / 1e9:.1f} GB)" if size else ""
+            raise ValueError(f"loading {directory} ran out of memory{need}: run it on a GPU (float16) or on a host "
+                             f"with more memory available ({first[:120]})") from e
         raise ValueError(f"the weights in {directory} could not be loaded ({type(e).__name__}: {first[:200]}); a shard "
                          "is damaged or config.json is not the one shipped with them: re-download the folder") from e
     if type(model).__name__ != ARCHITECTURE:

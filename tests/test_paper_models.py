@@ -487,3 +487,16 @@ def test_a_decoder_larger_than_the_hosts_memory_is_refused_before_loading(releas
     with pytest.raises(ValueError, match=r"needs about .* GB of memory in float32 on the CPU.*run it on a GPU"):
         check_host_memory(released, torch.float32, available=size - 1)
     check_host_memory(released, torch.bfloat16, available=size // 2 + 1)  # half the bytes in bfloat16
+
+
+def test_running_out_of_memory_while_loading_is_not_called_a_damaged_download(released, monkeypatch):
+    import transformers
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 28400000000 bytes.")
+
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", out_of_memory)
+    with pytest.raises(ValueError, match="ran out of memory .*run it on a GPU") as e:
+        load_released_decoder(released, device="cpu")
+    assert "re-download" not in str(e.value)

@@ -1055,3 +1055,19 @@ def test_small_slips_in_a_run_are_named(tiny_lens_dir, data_file, tmp_path, capl
     t.train()
     trained = json.loads((tmp_path / "m" / "config.json").read_text())["extra"]["training"]
     assert trained["inputs_sha256"] == t.inputs_sha256 and len(t.inputs_sha256) == 64
+
+
+def test_a_run_stopped_while_its_prefix_cache_filled_is_continued_with_resume(tiny_lens_dir, data_file, tmp_path,
+                                                                                capsys):
+    """A run killed before its first checkpoint leaves its own files only (the prefix cache): --resume continues
+    it, and without --resume or --overwrite the message says so (not "not a LENS model directory")."""
+    from lens.cli import main
+
+    out = tmp_path / "run"
+    (out / "prefix-cache").mkdir(parents=True)
+    argv = ["train", "--model", str(tiny_lens_dir), "--data", str(data_file), "--steps", "2", "--lora-layers", "1",
+            "--batch-size", "4", "--out", str(out)]
+    assert main(argv) == 2
+    assert "holds what a run stopped before its first checkpoint left (prefix-cache): pass --resume" in \
+        capsys.readouterr().err
+    assert main([*argv, "--resume"]) == 0 and (out / "config.json").is_file()

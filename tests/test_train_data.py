@@ -488,8 +488,8 @@ def test_model_miner_ranks_by_the_encoders_cosines(beir_dir, tiny_lens_dir, tiny
 
 
 def test_data_commands_never_replace_a_users_file_or_their_own_input(beir_dir, tmp_path, capsys):
-    """An existing --out is replaced only with --overwrite; an input (or a file inside an input directory), or
-    --out given again as --holdout-out, never, and each refusal comes before any work, leaving the file as it was."""
+    """An existing --out is replaced only with --overwrite; an input, a path inside an input directory, or --out
+    given again as --holdout-out, never, and each refusal comes before any work, leaving the file as it was."""
     (tmp_path / "set").mkdir()
     _jsonl(tmp_path / "set" / "pairs.jsonl", [{"query": f"q{i}", "positive": f"p{i}"} for i in range(40)])
     mine = tmp_path / "mine.jsonl"
@@ -499,11 +499,12 @@ def test_data_commands_never_replace_a_users_file_or_their_own_input(beir_dir, t
     assert data_main(["data", "shared", str(tmp_path / "set"), "--out", str(mine), "--overwrite"]) == 0
     assert len(read_examples(mine)) == 40
     corpus = (beir_dir / "corpus.jsonl").read_bytes()
-    assert data_main(["data", "beir", str(beir_dir), "--out", str(beir_dir / "corpus.jsonl"), "--overwrite"]) == 2
-    assert "one of the files this command reads" in capsys.readouterr().err
-    assert (beir_dir / "corpus.jsonl").read_bytes() == corpus
+    for name in ("corpus.jsonl", "weak.jsonl"):  # one of its files, or a new one a later read could take for one
+        assert data_main(["data", "beir", str(beir_dir), "--out", str(beir_dir / name), "--overwrite"]) == 2
+        assert f"is inside the input directory {beir_dir}" in capsys.readouterr().err
+    assert (beir_dir / "corpus.jsonl").read_bytes() == corpus and not (beir_dir / "weak.jsonl").exists()
     assert data_main(["data", "teacher", str(mine), "--out", str(mine), "--overwrite"]) == 2  # before the model loads
-    assert "one of the files this command reads" in capsys.readouterr().err and len(read_examples(mine)) == 40
+    assert "is this command's input" in capsys.readouterr().err and len(read_examples(mine)) == 40
     both = tmp_path / "both.jsonl"
     assert data_main(["data", "shared", str(tmp_path / "set"), "--holdout", "0.2", "--out", str(both),
                       "--holdout-out", str(both)]) == 2
@@ -512,8 +513,8 @@ def test_data_commands_never_replace_a_users_file_or_their_own_input(beir_dir, t
     assert "is a directory; give a file name" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("split", ["test", " Test", "test_small", "dev-test", "scifact.test", "../qrels/test",
-                                   "qrels/dev", ".."])
+@pytest.mark.parametrize("split", ["test", " Test", "test_small", "dev-test", "scifact.test", "test2", "test1k",
+                                   "testa", "../qrels/test", "qrels/dev", ".."])
 def test_a_test_split_or_a_path_is_never_a_training_split(beir_dir, split):
     with pytest.raises(ValueError, match="never train on a test split|is not a split name"):
         beir_pairs(beir_dir, split=split)
@@ -522,7 +523,7 @@ def test_a_test_split_or_a_path_is_never_a_training_split(beir_dir, split):
 def test_a_split_with_test_inside_a_word_is_not_refused(beir_dir):
     import shutil
 
-    for name in ("latest", "contest"):
+    for name in ("latest", "contest", "testing"):
         shutil.copy(beir_dir / "qrels" / "train.tsv", beir_dir / "qrels" / f"{name}.tsv")
         assert len(beir_pairs(beir_dir, split=name, num_negatives=0)) == 2
 
@@ -582,12 +583,15 @@ def test_counts_must_be_positive(argv, capsys):
     assert e.value.code == 2 and "expected a positive integer" in capsys.readouterr().err
 
 
-def test_stats_refuses_an_empty_file_and_a_file_given_twice(tmp_path, capsys):
+def test_stats_names_empty_files_and_refuses_a_file_given_twice(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert data_main(["data", "stats", str(empty)]) == 2
-    assert f"{empty} holds no examples" in capsys.readouterr().err
+    assert f"{empty} hold(s) no examples" in capsys.readouterr().err
     one = _jsonl(tmp_path / "one.jsonl", [{"query": "q", "positive": "p"}])
+    assert data_main(["data", "stats", str(one), str(empty)]) == 0  # e.g. a --holdout-out that held out nothing
+    out = capsys.readouterr()
+    assert f"{empty} hold(s) no examples" in out.err and "one" in out.out
     assert data_main(["data", "stats", str(one), str(tmp_path / "." / "one.jsonl")]) == 2
     assert "is given twice" in capsys.readouterr().err
 

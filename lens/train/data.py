@@ -53,9 +53,10 @@ def _stem(path: Path) -> str:
 
 
 def _names_test(name: str) -> bool:
-    """Whether a split or file name names a test split: ``test`` as one of its words (test, Test, test_small,
-    dev-test, scifact.test), not inside another (latest, contest)."""
-    return "test" in re.split(r"[^a-z0-9]+", name.strip().lower())
+    """Whether a split or file name names a test split: ``test`` as one of its words, alone or numbered or lettered
+    (test, Test, test_small, dev-test, scifact.test, test2, test1k, CoNLL's testa), not inside another word
+    (latest, contest, testing)."""
+    return any(re.fullmatch(r"test(\d\w*|[a-z])?", word) for word in re.split(r"[^a-z0-9]+", name.strip().lower()))
 
 
 def refuse_test(split: str, what: str = "split") -> None:

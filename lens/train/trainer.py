@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoint"
 TRAIN_CONFIG_NAME = "train_config.json"
+PREFIX_CACHE_DIR = "prefix-cache"  # OUT/prefix-cache, unless --prefix-cache names another place
 ADAPTER_DIR = "adapter"
 
 
@@ -261,7 +262,7 @@ class Trainer:
             namespace = f"{self.encoder.config.backbone}|{fp}|{self.encoder.config.attention}"
             if self.encoder.bundled_sha256:  # a bundled backbone: its weights, not only its path, key the states
                 namespace += f"|{self.encoder.bundled_sha256}"
-            cache_dir = self.prefix_cache_dir or (self.output_dir / "prefix-cache")
+            cache_dir = self.prefix_cache_dir or (self.output_dir / PREFIX_CACHE_DIR)
             self.cache = PrefixCache(self.decoder, self.split, namespace, cache_dir)
             had = len(self.cache)
             t = time.perf_counter()
@@ -567,8 +568,8 @@ class Trainer:
         with stop if stop is not None else contextlib.nullcontext(), bar:
             while self.step < len(self.plan):
                 row = self.train_step()
-                if self.config.eval_every and (self.step % self.config.eval_every == 0
-                                               or self.step == len(self.plan)):
+                if self.val and self.config.eval_every and (self.step % self.config.eval_every == 0
+                                                            or self.step == len(self.plan)):
                     row["val_loss"] = self.validate()
                 rows.append(row)
                 bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2g}", stage=row["stage"])
