@@ -109,8 +109,15 @@ def cmd_weak(args: argparse.Namespace) -> None:
         texts = list(dict.fromkeys(e.positive for e in examples))
         corpus = [Document(id=str(i), text=t) for i, t in enumerate(texts)]
         name = examples[0].task if examples else None
-    _write(args, weak_pairs(corpus, mode=args.mode, max_pairs=args.max_pairs, seed=args.seed,
-                            min_chars=args.min_chars, name=name))
+    try:
+        pairs = weak_pairs(corpus, mode=args.mode, max_pairs=args.max_pairs, seed=args.seed, min_chars=args.min_chars,
+                           name=name)
+    except ValueError as e:
+        if "has no id" in str(e) and not args.from_positives:  # a training file's records: query, positive
+            raise ValueError(f"{e}; if CORPUS is a training file (query/positive records), add --from-positives to "
+                             "take its positives as the documents") from None
+        raise
+    _write(args, pairs)
 
 
 def cmd_sts(args: argparse.Namespace) -> None:

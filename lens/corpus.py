@@ -128,6 +128,8 @@ def _first_existing(directory: Path, names: tuple[str, ...], what: str) -> Path:
 def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
     """(line number, parsed value) for each non-blank line of a .jsonl or .jsonl.gz file."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; give a .jsonl or .jsonl.gz file")
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
     try:

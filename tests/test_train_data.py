@@ -604,3 +604,19 @@ def test_written_examples_stream_to_the_same_bytes(tmp_path):
     assert raw == (tmp_path / "b.jsonl.gz").read_bytes() and raw[4:8] == b"\0\0\0\0"  # no time in the header
     assert gzip.decompress(raw).decode().splitlines() == [json.dumps(e.to_json(), ensure_ascii=False)
                                                           for e in examples]
+
+
+def test_readers_name_a_folder_and_a_training_file_given_as_a_corpus(tmp_path, capsys):
+    from lens.corpus import iter_json_lines
+
+    (tmp_path / "set").mkdir()
+    for name in ("dev.jsonl.gz", "train.jsonl.gz"):
+        _jsonl(tmp_path / "set" / name, [{"query": "q", "positive": "p"}])
+    with pytest.raises(IsADirectoryError, match="is a directory; give a .jsonl"):
+        list(iter_json_lines(tmp_path / "set"))
+    with pytest.raises(IsADirectoryError, match=r"lens data shared .*train.jsonl.gz"):  # never the dev file
+        read_examples(tmp_path / "set")
+    pairs = _jsonl(tmp_path / "pairs.jsonl", [{"query": f"question {i}", "positive": f"an answer of some length {i}"}
+                                              for i in range(3)])
+    assert data_main(["data", "weak", str(pairs), "--out", str(tmp_path / "w.jsonl")]) == 2
+    assert "add --from-positives" in capsys.readouterr().err

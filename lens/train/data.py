@@ -147,8 +147,9 @@ def read_examples(path: str | os.PathLike, task: str | None = None) -> list[Trai
     path = Path(path)
     if path.is_dir():
         held = sorted(p.name for p in path.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
+        usual = [n for n in held if _stem(Path(n)) in ("pairs", "train")] or held or ["FILE"]  # never suggest dev/test
         raise IsADirectoryError(f"{path} is a folder, not a training file (it holds {', '.join(held) or 'no .jsonl[.gz]'})"
-                                f"; pass a file of it, converted with `lens data shared {path / (held or ['FILE'])[0]} "
+                                f"; pass a file of it, converted with `lens data shared {path / usual[0]} "
                                 "--out OUT.jsonl.gz` if it is a shared set")
     default = task or _stem(path)
     return [TrainExample.from_json(obj, f"{path}:{n}", default) for n, obj in iter_json_lines(path)]
