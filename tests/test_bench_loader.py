@@ -44,8 +44,11 @@ def test_missing_split_names_the_file_and_the_splits_present(tmp_path):
 
 
 def test_unknown_dataset_name(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no-such-dataset"):
+    with pytest.raises(FileNotFoundError, match="no-such-dataset") as e:
         resolve_dataset("no-such-dataset")
+    assert "lens data variant" not in str(e.value)
+    with pytest.raises(FileNotFoundError, match="written first by `lens data variant"):  # a variant's path, not made
+        resolve_dataset(tmp_path / "variants" / "title-only" / "adi")
 
 
 def test_qrels_query_missing_from_queries_is_an_error(tmp_path):

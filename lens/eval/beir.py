@@ -65,6 +65,8 @@ def resolve_dataset(arg: str | os.PathLike, data: str | os.PathLike | None = Non
         f"dataset {os.fspath(arg)!r} not found: it is not a directory, nor a name under "
         f"{root / 'beir'} or {root / 'classic'}; give a path, --data-dir DIR or set {DATA_DIR_ENV} "
         f"(the data dir when neither is given: {DEFAULT_DATA_DIR}, relative to the current folder)"
+        + ("; a variant of a set is written first by `lens data variant SET --variant NAME --out DIR`"
+           if len(p.parts) > 1 else "")
     )
 
 
