@@ -157,3 +157,15 @@ def test_the_ood_gpu_session_driver_parses_and_names_configs_that_load():
         assert variant.stages[-1].steps >= 1
         variant.stages[-1].loss, variant.notes = control.stages[-1].loss, control.notes
         assert variant == control, c
+
+
+def test_a_smoke_run_without_output_leaves_the_committed_results_alone(speed_gpu, tiny_lens_dir, tmp_path,
+                                                                        monkeypatch, capsys):
+    import _common
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path / "results")  # stands for benchmarks/results
+    monkeypatch.setattr(speed_gpu, "RESULTS", tmp_path / "results")
+    assert speed_gpu.main(["--device", "cpu", "--smoke", "--model", str(tiny_lens_dir), "--dtypes", "float32",
+                           "--docs", "2", "--queries", "2", "--data-dir", str(tmp_path / "no-data")]) == 0
+    assert not (tmp_path / "results").exists()
+    assert "the committed results stay as they are" in capsys.readouterr().err
