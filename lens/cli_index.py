@@ -124,8 +124,8 @@ def cmd_index_info(args: argparse.Namespace) -> None:
               + (f"searched at weight {DEFAULT_BM25_WEIGHT} unless --weights LEX,DENSE[,BM25] says otherwise"
                  if usable else "not searchable: every shard needs one (rebuild the others with lens index build)"))
     else:
-        print("  bm25: none (built with --no-bm25, or before indexes kept one): searches use the vectors alone; "
-              "`lens index build` keeps one by default")
+        print("  bm25: none (built with --no-bm25, as a sharded ivf-ondisk index without --bm25, or before indexes "
+              "kept one): searches use the vectors alone; `lens index build` keeps one by default")
     for key, value in sorted((m.get("info") or {}).items()):
         print(f"  {key}: {value}")
     for key, value in sorted((m.get("fingerprint") or {}).items()):
