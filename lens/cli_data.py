@@ -142,7 +142,7 @@ def cmd_shared(args: argparse.Namespace) -> None:
         instruction = found.text
     if args.holdout_out is not None and not args.holdout:
         raise ValueError("--holdout-out needs --holdout FRACTION (the share of queries to hold out)")
-    check_outputs(args, pairs_file(args.path))
+    check_outputs(args, args.path, pairs_file(args.path))
     kept, held = shared_pairs_split(args.path, instruction=instruction, max_pairs=args.max_pairs, seed=args.seed,
                                     holdout=args.holdout)
     _write(args, kept)
@@ -155,7 +155,7 @@ def cmd_labels(args: argparse.Namespace) -> None:
 
     if args.holdout_out is not None and not args.holdout:
         raise ValueError("--holdout-out needs --holdout FRACTION (the share of queries to hold out)")
-    check_outputs(args, pairs_file(args.path))
+    check_outputs(args, args.path, pairs_file(args.path))
     name = args.task or pairs_file(args.path).resolve().parent.name
     instruction = args.instruction
     if instruction == "auto":  # an NLI triplet set is asked its labels' task's question; the others their own
