@@ -479,6 +479,12 @@ def merge_indexes(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]
             logger.warning("%d of the merged index's %d shards keep no BM25 part (built with --no-bm25 or before "
                            "indexes kept one), so it cannot search with a BM25 weight: rebuild those inputs with "
                            "`lens index build` to search it with BM25", len(without), len(writer.manifests))
+    no_idf = [i for i, m in enumerate(writer.manifests) if not m.get("idf")]
+    if no_idf and len(no_idf) < len(writer.manifests):  # the merged index weighs by idf only when every shard can
+        logger.warning("%d of the merged index's %d shards keep no document frequencies (built with --no-idf or "
+                       "before indexes kept them), so it searches without idf, also for the documents of the inputs "
+                       "that had it: rebuild those inputs with `lens index build` to search it with idf",
+                       len(no_idf), len(writer.manifests))
     logger.info("merged %d indexes (%d documents) into %s", len(inputs), manifest["count"], output)
     return manifest
 

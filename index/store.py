@@ -211,6 +211,10 @@ def check_save_target(directory: str | os.PathLike) -> Path:
         other = sorted(n for n in os.listdir(directory) if n not in _INDEX_ENTRIES and not is_shard_dir(n))
         if other:
             shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
+            if (directory / MANIFEST_FILE).is_file():  # an index with a user's files beside it
+                raise FileExistsError(
+                    f"{directory} is a LENS index but also holds files LENS did not write ({shown}); saving replaces "
+                    "the whole directory, so they would be lost: move them out of it, then run the command again")
             raise FileExistsError(
                 f"{directory} exists and is not a LENS index (it holds {shown}); saving would replace it: "
                 "choose a new or empty directory")

@@ -170,6 +170,9 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
 
     ids = list(args.ids)
     if args.ids_file is not None:
+        if not args.ids_file.is_file():
+            raise FileNotFoundError(f"--ids-file {args.ids_file}: no such file (give ids as arguments, or a file of "
+                                    "one id per line)")
         ids += [line.strip() for line in args.ids_file.read_text(encoding="utf-8").splitlines() if line.strip()]
     flt = _filter_of(args.filter)
     if flt is not None and ids:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from index.store import check_save_target
 from lens.corpus import Document
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ def add_documents(directory: str | os.PathLike, docs: Sequence[Document], *, ups
     check_documents(docs)
     directory = Path(directory)
     with DirectoryLock(directory, "index"):
+        check_save_target(directory)  # the save at the end would refuse it: say so before the encoding
         searcher = Searcher.open(directory, model, encoder=encoder, read_only=False)
         index, encoder = searcher.index, searcher.encoder
         replaced = len(index.check_add([d.id for d in docs], upsert))  # before the encoding, not after it
@@ -125,6 +127,7 @@ def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = N
         if not ids:
             raise ValueError("no document ids to remove: give at least one")
     with DirectoryLock(Path(directory), "index"):
+        check_save_target(directory)
         index = load_index(directory)
         if filter is not None:
             ids = index.ids_matching(filter)

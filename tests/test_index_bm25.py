@@ -411,3 +411,32 @@ def test_ivf_ondisk_parts_make_one_index_with_one_bm25_part(built, tiny_encoder,
     want = Searcher.open(tmp / "bm25").search(QUERIES[:2], k=5, weights=(0.3, 0.2, 0.5))
     for g, w in zip(got, want):
         assert_same_ranking(g.ids, g.scores, w.ids, w.scores, atol=1e-4)
+
+
+def test_a_merge_of_indexes_with_and_without_idf_warns_that_it_searches_without(tmp_path, caplog):
+    from index.shards import merge_indexes
+
+    ids, texts, lex, dense = _corpus(30)
+    _index(ids[:12], texts[:12], lex[:12], dense[:12], idf=True).save(tmp_path / "a")
+    _index(ids[12:], texts[12:], lex[12:], dense[12:]).save(tmp_path / "b")
+    with caplog.at_level("WARNING"):
+        merge_indexes(tmp_path / "ab", [tmp_path / "a", tmp_path / "b"])
+    assert "1 of the merged index's 2 shards keep no document frequencies" in caplog.text
+    assert load_index(tmp_path / "a").idf and not load_index(tmp_path / "ab").idf
+    caplog.clear()
+    _index(ids[12:], texts[12:], lex[12:], dense[12:], idf=True).save(tmp_path / "c")
+    with caplog.at_level("WARNING"):
+        merge_indexes(tmp_path / "ac", [tmp_path / "a", tmp_path / "c"])
+    assert "document frequencies" not in caplog.text and load_index(tmp_path / "ac").idf
+
+
+def test_a_users_file_inside_an_index_is_named_before_add_or_remove_does_any_work(tmp_path, capsys):
+    """add and remove replace the index directory when they save: a file of the user's beside the index would be lost,
+    so they refuse it at once, saying it is an index with other files in it (not "not a LENS index")."""
+    ids, texts, lex, dense = _corpus(12)
+    _index(ids, texts, lex, dense).save(tmp_path / "ix")
+    (tmp_path / "ix" / "README.txt").write_text("my notes")
+    assert main(["index", "remove", str(tmp_path / "ix"), ids[0]]) == 2
+    err = capsys.readouterr().err
+    assert "is a LENS index but also holds files LENS did not write (README.txt)" in err and "move them out" in err
+    assert (tmp_path / "ix" / "README.txt").read_text() == "my notes" and len(load_index(tmp_path / "ix")) == 12

@@ -460,7 +460,9 @@ def test_hybrid_encoder_shapes_follow_lens_encoder(tiny_encoder):
     lex, dense = enc.encode_documents("a study of cells")
     lex2, dense2 = enc.encode_documents(["a study of cells", "mouse brain"])
     assert lex.shape == (16,) and dense.shape == (enc.dense_dim,)
-    assert lex2.shape == (2, 16) and np.array_equal(lex, lex2[0]) and np.array_equal(dense, dense2[0])
+    assert lex2.shape == (2, 16)  # float32 in a batch of 2 may differ from alone in the last bit (encoding.md)
+    np.testing.assert_allclose(lex, lex2[0], atol=1e-6)
+    np.testing.assert_allclose(dense, dense2[0], atol=1e-6)
     q, qd = enc.encode_queries("cells", instruction="Find it")
     assert q.shape == (16,) and np.array_equal(q, tiny_encoder.encode_queries("cells", instruction="Find it"))
     for side in (enc.encode_documents, enc.encode_queries):
