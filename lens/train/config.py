@@ -208,10 +208,14 @@ def _matches(value: Any, hint: Any) -> bool:
 
 
 def _type_name(hint: Any) -> str:
+    """A field's type as an error names it: ``int or null``, ``list[str]``."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(hint))
-    return "null" if hint is type(None) else getattr(hint, "__name__", str(hint)) if not typing.get_args(hint) \
-        else str(hint).replace("typing.", "")
+    if hint is type(None):
+        return "null"
+    if typing.get_args(hint):  # list[str], dict[str, str]
+        return str(hint).replace("typing.", "")
+    return getattr(hint, "__name__", str(hint))
 
 
 def check_fields(cls: type, data: dict, source: str) -> None:
