@@ -55,6 +55,17 @@ def _run_loop(loop, run, start: float, done, command: str) -> int:
     return 0
 
 
+def _require_model(raw: dict, start: str) -> None:
+    """A run names its start: the shipped default is trained already, no start by itself."""
+    if "model" not in raw:
+        raise ValueError(f"give --model START (or \"model\" in --config): {start}")
+
+
+def _check_resume_or_overwrite(resume: bool, overwrite: bool) -> None:
+    if resume and overwrite:
+        raise ValueError("--resume continues the run in --out and --overwrite starts it again: give one of them")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from lens.train.config import StageConfig, TrainConfig, resolve_extends
     from lens.train.trainer import Trainer
@@ -76,10 +87,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                       ("cache_chunk", "cache_chunk")):
         if getattr(args, flag) is not None:
             raw[key] = getattr(args, flag)
-    if "model" not in raw:  # the shipped default is trained already: it is no start by itself
-        raise ValueError("give --model START (or \"model\" in --config): a `lens cluster-vocab` directory to train a "
-                         "new model (`lens cluster-vocab --model default --clusters 8000 --out START`), or the shipped "
-                         "default merged to train on top of it (`lens merge default --out START`)")
+    _require_model(raw, "a `lens cluster-vocab` directory to train a new model (`lens cluster-vocab --model default "
+                        "--clusters 8000 --out START`), or the shipped default merged to train on top of it "
+                        "(`lens merge default --out START`)")
     config = TrainConfig.from_dict(raw, source=str(args.config or "command line"))
     for stage in config.stages:  # a flag overrides every stage's own value too, and train_config.json records it
         stage.loss = args.loss or stage.loss
@@ -137,8 +147,7 @@ def _check_train_out(out: Path, model: str, *, resume: bool, overwrite: bool) ->
     from lens.model_dir import check_model_output, check_not_input
     from lens.train.trainer import CHECKPOINT_DIR, PREFIX_CACHE_DIR, TRAIN_CONFIG_NAME
 
-    if resume and overwrite:
-        raise ValueError("--resume continues the run in --out and --overwrite starts it again: give one of them")
+    _check_resume_or_overwrite(resume, overwrite)
     check_not_input(out, [model])
     if not ((out / CHECKPOINT_DIR).is_dir() or (out / TRAIN_CONFIG_NAME).is_file()):  # not a training run's folder
         left = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
@@ -178,15 +187,13 @@ def cmd_mntp(args: argparse.Namespace) -> int:
         raw["data"] = [str(p) for p in args.data]
     if not raw.get("data"):
         raise ValueError("give --data FILE [FILE ...] (training files: their documents are the texts) or --config")
-    if "model" not in raw:  # the shipped default is trained already (MNTP starts from a clustering directory)
-        raise ValueError("give --model START (or \"model\" in --config): a `lens cluster-vocab` directory "
-                         "(`lens cluster-vocab --model default --clusters 8000 --out START`)")
-    if args.resume and args.overwrite:
-        raise ValueError("--resume continues the run in --out and --overwrite starts it again: give one of them")
+    _require_model(raw, "a `lens cluster-vocab` directory (`lens cluster-vocab --model default --clusters 8000 "
+                        "--out START`)")
+    _check_resume_or_overwrite(args.resume, args.overwrite)
     if not ((args.out / CHECKPOINT_DIR).is_dir() and saved.is_file()):  # not an MNTP run's folder
         from lens.model_dir import check_model_output
 
-        check_model_output(args.out, [raw.get("model", "default")], overwrite=args.overwrite, keeps_others=True)
+        check_model_output(args.out, [raw["model"]], overwrite=args.overwrite, keeps_others=True)
     elif not (args.resume or args.overwrite):  # a run of its own, finished or not: continued or replaced when asked
         from lens.train.checkpoint import checkpoint_step
 

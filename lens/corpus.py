@@ -22,7 +22,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 if TYPE_CHECKING:
     import numpy as np
@@ -123,6 +123,17 @@ def _first_existing(directory: Path, names: tuple[str, ...], what: str) -> Path:
         if (directory / name).is_file():
             return directory / name
     raise FileNotFoundError(f"{directory} has no {what} (looked for {', '.join(names)})")
+
+
+def write_json_lines(path: str | os.PathLike, records: Iterable[object], *, gz: bool | None = None) -> None:
+    """Write ``records`` as JSON lines to ``path``, a line at a time; gzipped (``gz``, by default when ``path`` ends
+    in .gz) with no time or name in the header, so the same records are the same bytes. Not atomic: callers write
+    through ``lens.atomic`` (a temporary file or directory)."""
+    gz = str(path).endswith(".gz") if gz is None else gz
+    with open(path, "wb") as raw, \
+            (gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") if gz else contextlib.nullcontext(raw)) as f:
+        for r in records:
+            f.write((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def iter_json_lines(path: str | os.PathLike) -> Iterator[tuple[int, object]]:

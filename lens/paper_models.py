@@ -210,24 +210,6 @@ def read_released(path: str | os.PathLike) -> tuple[LensConfig, np.ndarray, np.n
     return config, np.full(vocab, -1, dtype=np.int64), head
 
 
-def _available_memory() -> int | None:
-    """Bytes of memory this process can be given now: Linux's MemAvailable, capped by the container's cgroup v2
-    limit less what the group uses; None where neither is known."""
-    found = []
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text().strip()))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
-
-
 def _stored_bytes(directory: Path) -> int | None:
     """The decoder's size as its shards store it (the index's ``metadata.total_size``), or None."""
     try:
@@ -246,7 +228,10 @@ def check_host_memory(directory: Path, dtype, available: int | None = None) -> N
     if stored is None:
         return  # no index with a size: nothing to go by
     need = stored * torch.finfo(dtype).bits // 32
-    available = _available_memory() if available is None else available
+    if available is None:
+        from lens.host import available_memory
+
+        available = available_memory()
     if available is not None and need > available:
         gb = lambda n: f"{n / 1e9:.1f} GB"  # noqa: E731
         raise ValueError(f"{directory}: its decoder needs about {gb(need)} of memory in {str(dtype).split('.')[-1]} "

@@ -11,9 +11,7 @@ The rewrites are pure functions of a text (and, for typos, of a seed and the que
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import os
 import random
 import re
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from lens.atomic import atomic_dir, check_replace_target, write_json
-from lens.corpus import Document, iter_json_lines, load_corpus, load_queries
+from lens.corpus import Document, iter_json_lines, load_corpus, load_queries, write_json_lines
 
 VARIANT_FORMAT = 1
 TYPO_RATE = 0.1  # share of a query's words (of 4+ letters) given one typo
@@ -107,13 +105,6 @@ def rewrite_texts(texts: list[str], name: str, *, seed: int = 0, key: str = "") 
     return [variant.query(t, seed, f"{key}{i}") for i, t in enumerate(texts)]
 
 
-def _write_jsonl_gz(path: Path, records) -> None:
-    """JSONL through gzip with no time or name in the header, so the same variant is the same bytes."""
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
-        for r in records:
-            f.write((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8"))
-
-
 def _query_records(src: Path, queries: dict[str, str]) -> Iterator[dict]:
     """Each query as ``{"_id", "text"}`` with the fields beside them in the source's queries.jsonl (BEIR's
     ``metadata``) kept; a TSV of queries has none."""
@@ -175,8 +166,8 @@ def write_variant(source: str | os.PathLike, out: str | os.PathLike, name: str, 
               "source": str(src), "source_name": src.name, "seed": seed, "documents": len(docs),
               "queries": len(queries), "documents_changed": changed_docs, "queries_changed": changed_queries}
     with atomic_dir(dst, what="variant directory") as tmp:
-        _write_jsonl_gz(tmp / "corpus.jsonl.gz", (_doc_record(d) for d in docs))
-        _write_jsonl_gz(tmp / "queries.jsonl.gz", _query_records(src, queries))
+        write_json_lines(tmp / "corpus.jsonl.gz", (_doc_record(d) for d in docs))
+        write_json_lines(tmp / "queries.jsonl.gz", _query_records(src, queries))
         (tmp / "qrels").mkdir()
         for f in qrels:
             shutil.copyfile(f, tmp / "qrels" / f.name)

@@ -503,8 +503,8 @@ def test_running_out_of_memory_while_loading_is_not_called_a_damaged_download(re
 
 
 def test_loading_on_a_cpu_checks_the_memory_first(released, monkeypatch):
-    from lens import paper_models
+    from lens import host
 
-    monkeypatch.setattr(paper_models, "_available_memory", lambda: 1)
+    monkeypatch.setattr(host, "available_memory", lambda: 1)
     with pytest.raises(ValueError, match="needs about .* on the CPU, and this machine has 0.0 GB available"):
         LensEncoder.from_pretrained(released, device="cpu")

@@ -13,6 +13,7 @@ step of a plan every rank derives from the seed, so a run written by N ranks res
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Mapping
 
@@ -67,6 +68,13 @@ def checkpoint_step(path: str | Path) -> int | None:
         return int(read_json(Path(path) / STATE_JSON, "checkpoint state")["step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def discard_checkpoint(path: str | Path) -> None:
+    """Remove the checkpoint in ``path`` of a run started again (``--overwrite``): the old state must not outlive
+    it, or a crash then ``--resume`` would go on from it."""
+    if Path(path).is_dir():
+        shutil.rmtree(path)
 
 
 def checkpoint_config(path: str | Path) -> dict | None:

@@ -12,9 +12,6 @@ required. Converters never read a test split: training on it would leak into the
 
 from __future__ import annotations
 
-import contextlib
-import gzip
-import json
 import logging
 import hashlib
 import math
@@ -27,7 +24,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from lens.atomic import atomic_file
-from lens.corpus import Document, iter_json_lines, load_beir, load_corpus, read_sts
+from lens.corpus import Document, iter_json_lines, load_beir, load_corpus, read_sts, write_json_lines
 
 logger = logging.getLogger(__name__)
 
@@ -158,11 +155,8 @@ def read_examples(path: str | os.PathLike, task: str | None = None) -> list[Trai
 def write_examples(path: str | os.PathLike, examples: Iterable[TrainExample]) -> None:
     """Write examples as JSONL (gzipped, with mtime 0, if ``path`` ends in .gz) through a temporary file, a line
     at a time (a large set is never held as one text)."""
-    gz = str(path).endswith(".gz")
-    with atomic_file(path) as tmp, open(tmp, "wb") as raw, \
-            (gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") if gz else contextlib.nullcontext(raw)) as f:
-        for e in examples:
-            f.write((json.dumps(e.to_json(), ensure_ascii=False) + "\n").encode("utf-8"))
+    with atomic_file(path) as tmp:
+        write_json_lines(tmp, (e.to_json() for e in examples), gz=str(path).endswith(".gz"))
 
 
 # ------------------------------------------------------------------------------------------------ BEIR + mining

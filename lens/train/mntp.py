@@ -27,7 +27,6 @@ import dataclasses
 import logging
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ from lens.atomic import read_json, write_json
 from lens.inputs import encode_texts, pad_batch, special_ids
 from lens.layers import embed, upper
 from lens.train import losses as L
-from lens.train.checkpoint import load_checkpoint, save_checkpoint
+from lens.train.checkpoint import discard_checkpoint, load_checkpoint, save_checkpoint
 from lens.train.config import ALL_PROJECTIONS
 from lens.train.data import read_examples, seeded_subset
 from lens.train.distributed import all_reduce_gradients, all_reduce_mean, check_same, init_from_env, shard_slice
@@ -309,8 +308,8 @@ class MNTPWarmup:
             logger.info("MNTP: resumed at step %d of %d", self.step, cfg.steps)
         elif resume:
             logger.warning("no MNTP checkpoint in %s; starting from step 0", self.out)
-        elif main and (self.out / CHECKPOINT_DIR).is_dir():  # started again (--overwrite): the old state goes
-            shutil.rmtree(self.out / CHECKPOINT_DIR)
+        elif main:
+            discard_checkpoint(self.out / CHECKPOINT_DIR)
         check_same(self.step, self.dist, f"the step to start from (does every rank see {self.out}?)")
         self.encoder.model.decoder.train()
         bar = tqdm(total=cfg.steps, initial=self.step, desc="MNTP", disable=not self.show_progress_bar)

@@ -25,7 +25,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from lens.atomic import read_json
 from lens.inputs import Encoded, encode_model_texts, pad_batch, text_ids
 from lens.layers import embed, num_layers
 from lens.train import losses as L
-from lens.train.checkpoint import checkpoint_config, load_checkpoint, save_checkpoint
+from lens.train.checkpoint import checkpoint_config, discard_checkpoint, load_checkpoint, save_checkpoint
 from lens.train.config import TrainConfig, resume_changes
 from lens.train.data import TrainExample, plan_steps, read_examples, sample_examples, task_batches
 from lens.train.distributed import (
@@ -544,8 +543,8 @@ class Trainer:
                                  "it with its own settings, or train to a new --out")
         if main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            if not resume and checkpoint_dir.is_dir():  # a run started again (--overwrite): the old state must not
-                shutil.rmtree(checkpoint_dir)  # outlive it, or a crash then --resume would go on from it
+            if not resume:
+                discard_checkpoint(checkpoint_dir)
             self.config.save(self.output_dir / TRAIN_CONFIG_NAME)
         log_path = self.output_dir / LOG_NAME
         rows: list[dict] = []
