@@ -22,7 +22,9 @@ COMMAND_MODULES = (cli_encode, cli_index, cli_bench, cli_train, cli_data)
 
 def build_parser() -> argparse.ArgumentParser:
     """``lens``'s parser: the global flags, then every ``COMMAND_MODULES`` module's subcommands."""
-    p = argparse.ArgumentParser(prog="lens", description="Lexicon-based text embeddings from causal LLMs.")
+    from lens.cli_args import Parser
+
+    p = Parser(prog="lens", description="Lexicon-based text embeddings from causal LLMs.")
     talk = p.add_mutually_exclusive_group()
     talk.add_argument("-v", "--verbose", action="count", default=0, dest="verbosity",
                       help="log progress details (-vv: debug), and show what transformers says while loading models")

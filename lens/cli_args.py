@@ -10,6 +10,19 @@ QUANTIZE_HELP = ("auto: int8 where a one-time probe on this CPU runs it >= 1.15x
                  "equal)")
 
 
+class Parser(argparse.ArgumentParser):
+    """``lens``'s parsers: an option must be spelled in full (``allow_abbrev=False``).
+
+    With argparse's default a prefix stands for the one option it starts (``--ids`` for ``--ids-file``), so a typo
+    or a shortened name silently means another option, and a command line that works today breaks when a new option
+    shares the prefix. Subcommand parsers inherit the class (``add_subparsers`` makes them of their parent's type).
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 class LazyChoices:
     """The names of a registry (``module:attribute``), imported only when argparse checks a value or prints help.
 

@@ -373,7 +373,9 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Standalone entry (``python -m lens.cli_data data ...``), with ``lens``'s error handling."""
-    parser = argparse.ArgumentParser(prog="lens")
+    from lens.cli_args import Parser
+
+    parser = Parser(prog="lens")
     parser.add_argument("-v", "--verbose", action="store_true")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -64,21 +64,18 @@ def cmd_index_build(args: argparse.Namespace) -> None:
           f"in {time.perf_counter() - start:.1f}s")
 
 
-def _bm25_entries(m: dict, files: dict) -> list[dict]:
-    """The BM25 part entries of an index's manifest, or of each shard's (read from the open, verified files)."""
+def _part_manifests(m: dict, files: dict) -> list[dict]:
+    """The manifest of each searched part: the index's own, or each shard's (read from the open, verified files)."""
     import json
 
     if m.get("layout") != "sharded":
-        return [m["bm25"]] if m.get("bm25") is not None else []
+        return [m]
     out = []
     for entry in m["shards"]:
         f = files.get(f"{entry['dir']}/manifest.json")
-        if f is None:
-            continue
-        f.seek(0)
-        part = json.loads(f.read()).get("bm25")
-        if part is not None:
-            out.append(part)
+        if f is not None:
+            f.seek(0)
+            out.append(json.loads(f.read()))
     return out
 
 
@@ -95,7 +92,8 @@ def cmd_index_info(args: argparse.Namespace) -> None:
             for name in data_files(m):
                 verify_stream(gen.files.get(name), args.dir / name, m["files"][name])
         size = sum(os.fstat(f.fileno()).st_size for f in gen.files.values() if f is not None)
-        bm25 = _bm25_entries(m, gen.files)
+        parts = _part_manifests(m, gen.files)
+    bm25 = [p["bm25"] for p in parts if p.get("bm25") is not None]
     print(f"{args.dir}: {m['count']} documents, {m.get('mode', 'hybrid')} ({m['index_type']}), "
           f"dims lexicon={m['lexicon_dim']} dense={m['dense_dim']}, weights={m['weights']}, "
           f"{size / 1e6:.1f} MB on disk")
@@ -112,9 +110,16 @@ def cmd_index_info(args: argparse.Namespace) -> None:
     if any(name.split("/")[-1] == CASING_FILE for name in m["files"]):
         print(f"  casing: the corpus's own casing table ({CASING_FILE}): queries in capitals come back to the "
               "corpus's forms of their words")
-    if m.get("df") is not None:
-        print(f"  idf: the documents' cluster frequencies are kept; searches weigh the query lexicon by them "
-              f"{'by default (--no-idf: not)' if m.get('idf') else 'when asked (lens search --idf)'}")
+    with_df = [p for p in parts if p.get("df") is not None]
+    where = f" in all {len(parts)} shards" if m.get("layout") == "sharded" else ""
+    if with_df and len(with_df) == len(parts):
+        default = all(p.get("idf") for p in parts)
+        print(f"  idf: the documents' cluster frequencies are kept{where}; searches weigh the query lexicon by them "
+              f"{'by default (--no-idf: not)' if default else 'when asked (lens search --idf)'}")
+    elif with_df:
+        print(f"  idf: none: {len(parts) - len(with_df)} of {len(parts)} shards keep no cluster frequencies (built "
+              "with --no-idf or before indexes kept them), so searches weigh no query by idf; rebuild those inputs "
+              "with `lens index build` and merge again")
     if bm25:
         from index.bm25_fusion import DEFAULT_BM25_WEIGHT
 

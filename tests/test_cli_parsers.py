@@ -87,3 +87,14 @@ def test_a_filter_value_is_json_where_a_filter_can_match_it(given, want):
     from lens.cli_index import filter_item_arg
 
     assert filter_item_arg(given) == want
+
+
+def test_every_parser_wants_options_spelled_in_full(capsys):
+    """``--ids`` is not taken for ``--ids-file`` (nor any prefix for its option) on any subcommand."""
+    for path, parser in _leaves(build_parser()):
+        assert parser.allow_abbrev is False, path
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["index", "remove", "IDX", "--ids", "ids.txt"])
+    assert e.value.code == 2 and "unrecognized arguments: --ids" in capsys.readouterr().err
+    args = build_parser().parse_args(["index", "remove", "IDX", "--ids-file", "ids.txt"])
+    assert str(args.ids_file) == "ids.txt"

@@ -105,3 +105,91 @@ def test_checker_finds_broken_links_and_anchors(tmp_path: Path):
     assert len(bad) == 2, bad
     assert bad[0].startswith("missing.md (no such file")
     assert bad[1].startswith("other.md#nowhere (no heading")
+
+
+# ------------------------------------------------------------------ the commands the documentation shows
+CODE_FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)^\1", re.M | re.S)
+CODE_SPAN_TEXT = re.compile(r"(`+)((?:(?!\1).)+?)\1", re.S)
+LENS_CALL = re.compile(r"(?:^|[\s(;&|])(?:\S*/)?lens((?:[ \t]+[^\s|;&>]+)+)")
+SCRIPT_CALL = re.compile(r"python3?\s+benchmarks/(\w+)\.py((?:[ \t]+[^\s|;&>]+)+)")
+SCRIPT_MAIN = re.compile(r'script_main\(\s*"(lens\.eval\.\w+)"')
+
+
+def code_lines(text: str) -> list[str]:
+    """The lines of ``text``'s fenced blocks and inline code spans, continuation backslashes joined, shell
+    comments cut."""
+    chunks = [m.group(2) for m in CODE_FENCE.finditer(text)]
+    chunks += [m.group(2) for m in CODE_SPAN_TEXT.finditer(FENCE.sub("", text))]
+    lines = [line for chunk in chunks for line in chunk.replace("\\\n", " ").splitlines()]
+    return [re.split(r"\s#", line, maxsplit=1)[0] for line in lines]
+
+
+def unknown_options(parser, tokens: list[str]) -> list[str]:
+    """The ``--options`` among ``tokens`` that ``parser`` does not define by that exact name (``lens`` takes no
+    abbreviations); shell variables (``--$f``) are skipped."""
+    opts = (re.sub(r"[,.)\]]+$", "", t.split("=")[0]) for t in tokens if t.startswith("--") and len(t) > 2)
+    return [o for o in opts if "$" not in o and o not in parser._option_string_actions]
+
+
+def lens_subparser(parser, words: list[str]):
+    """The parser of the (nested) subcommand ``words`` start with, and how many words named it."""
+    import argparse
+
+    depth = 0
+    for word in words:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        parser, depth = subs[0].choices[word], depth + 1
+    return parser, depth
+
+
+def documented_command_errors(path: Path) -> list[str]:
+    """Each ``lens ...`` or ``python benchmarks/X.py ...`` command in ``path``'s code that names an option its
+    (sub)command does not have."""
+    import argparse
+    import importlib
+    import shlex
+
+    from lens.cli import build_parser
+
+    lens = build_parser()
+    bad = []
+    for line in code_lines(path.read_text(encoding="utf-8")):
+        for m in LENS_CALL.finditer(line):
+            try:
+                tokens = shlex.split(m.group(1))
+            except ValueError:  # an unbalanced quote in prose-like code: read it by whitespace
+                tokens = m.group(1).split()
+            parser, depth = lens_subparser(lens, [t for t in tokens if not t.startswith("-")][:2])
+            if depth:
+                bad += [f"lens {' '.join(tokens[:depth])}: {o}" for o in unknown_options(parser, tokens)]
+        for m in SCRIPT_CALL.finditer(line):
+            script = ROOT / "benchmarks" / f"{m.group(1)}.py"
+            found = SCRIPT_MAIN.search(script.read_text(encoding="utf-8")) if script.exists() else None
+            if found is None:  # a script with its own parser: not checked here
+                continue
+            parser = argparse.ArgumentParser()
+            importlib.import_module(found.group(1)).add_arguments(parser)
+            parser.add_argument("-v", "--verbose")
+            bad += [f"benchmarks/{script.name}: {o}" for o in unknown_options(parser, m.group(2).split())]
+    return bad
+
+
+def command_docs() -> list[Path]:
+    """The Markdown files whose commands are checked: the docs and every committed result."""
+    return doc_files() + sorted((ROOT / "benchmarks" / "results").rglob("*.md"))
+
+
+def test_documented_commands_name_real_options():
+    """A renamed or removed option leaves no documented command or committed result's command behind it."""
+    bad = {str(p.relative_to(ROOT)): errs for p in command_docs() if (errs := documented_command_errors(p))}
+    assert bad == {}, "commands in the docs name options their command lacks (rename them there): " + str(bad)
+
+
+def test_documented_command_check_catches_a_bad_option(tmp_path: Path):
+    """The check above is not vacuous: an abbreviated, a misspelt and an unknown option are each reported."""
+    doc = tmp_path / "x.md"
+    doc.write_text("```\nlens index remove IDX --ids a.txt\n```\n`lens search IDX --wieghts 1,0`\n"
+                   "`lens encode --input a.txt --output b.npy --top-m 5`\n", encoding="utf-8")
+    assert documented_command_errors(doc) == ["lens index remove: --ids", "lens search: --wieghts"]

@@ -368,6 +368,18 @@ def test_cli_build_info_and_search(built, tiny_lens_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["search", str(tmp_path / "off"), "cancer drug", "-k", "12", "--json"]) == 0
     assert [h["score"] for h in json.loads(capsys.readouterr().out)[0]["hits"]] == runs["--no-idf"]
+    # a merged index says it of its shards: every shard keeps frequencies, or how many do not
+    other = write_corpus(tmp_path / "other.jsonl", 6, prefix="e", seed=1)
+    for flags, name in (([], "e-idf"), (["--no-idf"], "e-off")):
+        assert main(["-q", "index", "build", "--corpus", str(other), "--output", str(tmp_path / name), "--model",
+                     str(tiny_lens_dir), "--dense", "lens", *flags]) == 0
+    for name, second, said in (("all-idf", "e-idf", "kept in all 2 shards; searches weigh the query lexicon by them "
+                                                      "by default"),
+                               ("mixed", "e-off", "idf: none: 1 of 2 shards keep no cluster frequencies")):
+        assert main(["-q", "index", "merge", str(tmp_path / name), str(ix), str(tmp_path / second)]) == 0
+        capsys.readouterr()
+        assert main(["index", "info", str(tmp_path / name)]) == 0
+        assert said in capsys.readouterr().out
 
 
 def test_serve_takes_idf_per_request(built):

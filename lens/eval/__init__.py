@@ -15,7 +15,7 @@ def script_main(module: str, description: str, argv: list[str] | None = None) ->
     import logging
 
     mod = importlib.import_module(module)
-    parser = argparse.ArgumentParser(description=description)
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)  # as `lens`: options in full
     mod.add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     args = parser.parse_args(argv)
