@@ -235,7 +235,10 @@ def start(parser: argparse.ArgumentParser, argv: Sequence[str] | None, name: str
     add_markdown_only_arguments(parser, output=RESULTS / name)
     args = parser.parse_args(argv)
     logging.basicConfig(level=level, **({"format": fmt} if fmt else {}))
-    return None if markdown_only(args, args.output, render) else args
+    try:
+        return None if markdown_only(args, args.output, render) else args
+    except FileNotFoundError as e:  # no saved results to re-render: the message, status 1
+        raise SystemExit(str(e)) from None
 
 
 def finish(args: argparse.Namespace, results: dict, render: Callable[[dict], Sequence[str]], **meta) -> int:

@@ -73,20 +73,36 @@ def write_run(path: str | os.PathLike, run: Mapping[str, Ranking], tag: str = "l
 
 
 def read_run(path: str | os.PathLike) -> dict[str, dict[str, float]]:
-    """``{qid: {docid: score}}`` from a TREC run file; a malformed line is an error naming it."""
+    """``{qid: {docid: score}}`` from a TREC run file (``.gz`` read as gzip); a malformed line, a non-finite score
+    or a document listed twice for a query (trec_eval refuses such a run) is an error naming the file and line."""
+    import gzip
+
     run: dict[str, dict[str, float]] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise ValueError(f"{path}:{n}: a TREC run line has 6 columns (qid Q0 docid rank score tag), got "
-                                 f"{len(fields)}")
-            qid, _, docid, _, score, _ = fields
-            try:
-                value = float(score)
-            except ValueError:
-                raise ValueError(f"{path}:{n}: score {score!r} is not a number") from None
-            run.setdefault(qid, {})[docid] = value
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                fields = line.split()
+                if not fields:
+                    continue
+                if len(fields) != 6:
+                    raise ValueError(f"{path}:{n}: a TREC run line has 6 columns (qid Q0 docid rank score tag), got "
+                                     f"{len(fields)}")
+                qid, _, docid, _, score, _ = fields
+                try:
+                    value = float(score)
+                except ValueError:
+                    raise ValueError(f"{path}:{n}: score {score!r} is not a number") from None
+                if not math.isfinite(value):
+                    raise ValueError(f"{path}:{n}: score {score!r}; a run needs finite scores")
+                ranking = run.setdefault(qid, {})
+                if docid in ranking:
+                    raise ValueError(f"{path}:{n}: document {docid!r} is listed twice for query {qid!r}; a run ranks "
+                                     "a document once per query (trec_eval refuses the file)")
+                ranking[docid] = value
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); a TREC run is a text file"
+                         + ("" if str(path).endswith(".gz") else " (a gzipped run must end in .gz)")) from None
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise ValueError(f"{path}: not a whole gzip file ({e}); a .gz run is read as gzip") from None
     return run

@@ -386,7 +386,7 @@ def test_bench_ateb_end_to_end_bm25_and_lens_lexicon(ateb_data, tmp_path, tiny_l
     assert "| random (chance) | 0.500 |" in md and "| bm25 | 0.750 |" in md
     assert "multiple-choice" in capsys.readouterr().out
 
-    run_ateb(argv)  # a second run encodes nothing: every text comes from the cache
+    run_ateb(argv + ["--overwrite"])  # a second run encodes nothing: every text comes from the cache
     again = read(out / "piqa" / "results.json")
     for kind, f in again["formulations"].items():
         s = f["systems"]["lens-lexicon"]
@@ -402,11 +402,16 @@ def test_bench_ateb_runs_the_lens_model_where_and_as_told_and_records_it(ateb_da
     run_ateb(argv + ["--device", "cpu", "--dtype", "bfloat16"])
     info = read(out / "piqa" / "run_info.json")["lens"]
     assert (info["device"], info["dtype"]) == ("cpu", "bfloat16")
-    run_ateb(argv)
-    assert read(out / "piqa" / "run_info.json")["lens"]["dtype"] == "float32"  # this CPU's default
     from lens.eval import ateb as bench
 
-    args = bench.add_arguments(argparse.ArgumentParser()).parse_args(argv + ["--device", "tpu"])
+    before = {f.name: f.read_bytes() for f in (out / "piqa").iterdir()}
+    with pytest.raises(FileExistsError, match="holds an earlier run's results .* add --overwrite"):
+        bench.run(bench.add_arguments(argparse.ArgumentParser()).parse_args(argv))  # refused, nothing written
+    assert {f.name: f.read_bytes() for f in (out / "piqa").iterdir()} == before
+    run_ateb(argv + ["--overwrite"])
+    assert read(out / "piqa" / "run_info.json")["lens"]["dtype"] == "float32"  # this CPU's default
+
+    args = bench.add_arguments(argparse.ArgumentParser()).parse_args(argv + ["--device", "tpu", "--overwrite"])
     with pytest.raises(ValueError, match="tpu"):
         bench.run(args)
 

@@ -101,8 +101,8 @@ def test_lens_bench_beir_refuses_a_users_readme_before_any_work(tmp_path, capsys
 
 
 def test_a_run_folder_of_the_users_files_is_refused_before_its_work(tmp_path, capsys):
-    """lens bench beir replaces an earlier run's files in a set's folder (a rerun updates it), never a user's; the
-    check comes before the set is evaluated, and the folder is left as it was."""
+    """lens bench beir replaces an earlier run's files in a set's folder only with --overwrite, and never a user's;
+    the check comes before the set is evaluated, and the folder is left as it was."""
     import pytest
     from bench_helpers import write_beir
 
@@ -115,6 +115,11 @@ def test_a_run_folder_of_the_users_files_is_refused_before_its_work(tmp_path, ca
     assert main(argv) == 0
     run = out / "tiny"
     first = json.loads((run / "results.json").read_text())
+    saved = {f.name: f.read_bytes() for f in run.iterdir()}
+    assert main(argv) == 2  # an earlier run: refused without --overwrite, nothing touched
+    assert "holds an earlier run's results" in capsys.readouterr().err
+    assert {f.name: f.read_bytes() for f in run.iterdir()} == saved
+    argv.append("--overwrite")
     assert main(argv) == 0 and json.loads((run / "results.json").read_text())["systems"].keys() == first["systems"].keys()
 
     (run / "results.json").write_text('{"my": "notes"}')
@@ -132,3 +137,60 @@ def test_a_run_folder_of_the_users_files_is_refused_before_its_work(tmp_path, ca
     with pytest.raises(FileExistsError, match="is a file where the run's folder goes"):
         check_run_target(tmp_path / "afile")
     assert check_run_target(tmp_path / "new") == tmp_path / "new"  # nothing there: fine
+
+
+def test_each_kind_of_run_has_its_own_folder_and_every_check_comes_first(tmp_path, capsys):
+    """A split other than test gets its own folder; two sets that would share one, a set without the split, and a
+    results root inside the data are refused before any set runs; --overwrite leaves none of the earlier run's
+    files (its TREC runs, its plot) beside the new one's."""
+    from bench_helpers import write_beir
+
+    from lens.cli import main
+
+    data = write_beir(tmp_path / "data" / "beir" / "tiny")
+    write_beir(data, split="train")
+    out = tmp_path / "out"
+    base = ["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(out), "--no-plot"]
+    assert main(base) == 0 and main(base + ["--split", "train"]) == 0
+    assert json.loads((out / "tiny" / "results.json").read_text())["split"] == "test"
+    assert json.loads((out / "tiny-train" / "results.json").read_text())["split"] == "train"
+
+    other = write_beir(tmp_path / "elsewhere" / "tiny")
+    no_dev = ["bench", "beir", str(other), str(data), "--systems", "bm25", "--output-dir", str(tmp_path / "o2")]
+    assert main(no_dev) == 2
+    assert "would both write their results to" in capsys.readouterr().err
+    assert main(["bench", "beir", str(other), "--split", "dev", "--systems", "bm25", "--output-dir",
+                 str(tmp_path / "o3")]) == 2
+    assert "no qrels for split 'dev'" in capsys.readouterr().err
+    for root in (data.parent, data):  # the run folder would be the set itself, or lie inside it
+        assert main(["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(root)]) == 2
+        assert "into the dataset" in capsys.readouterr().err
+    assert main(["bench", "beir", "tiny", "--data-dir", str(tmp_path / "data"), "--systems", "bm25",
+                 "--output-dir", str(tmp_path / "data" / "results")]) == 2
+    assert "lies in the data dir" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+    assert sorted(p.name for p in data.iterdir()) == ["corpus.jsonl.gz", "qrels", "queries.jsonl.gz"]
+
+    run = out / "tiny"
+    assert main(["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(out), "--save-runs",
+                 "--overwrite"]) == 0
+    assert (run / "runs" / "bm25.trec").is_file() and (run / "ndcg.png").is_file()
+    assert main(base + ["--overwrite"]) == 0  # no plot, no runs this time: the earlier ones are gone
+    assert not (run / "runs").exists() and not (run / "ndcg.png").exists()
+    assert not (run / ".runs.partial").exists()
+
+
+def test_a_benchmark_result_never_lands_in_a_run_folder(tmp_path, capsys):
+    """lens bench significance --output inside a lens bench beir run's folder would replace that run's results."""
+    from bench_helpers import write_beir
+
+    from lens.cli import main
+
+    data = write_beir(tmp_path / "tiny")
+    out = tmp_path / "out"
+    assert main(["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(out), "--no-plot"]) == 0
+    saved = (out / "tiny" / "results.json").read_bytes()
+    assert main(["bench", "significance", "--run", str(out), "--pairs", "bm25:bm25", "--output",
+                 str(out / "tiny" / "results")]) == 2
+    assert "is a benchmark run's folder" in capsys.readouterr().err
+    assert (out / "tiny" / "results.json").read_bytes() == saved

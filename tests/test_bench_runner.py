@@ -223,7 +223,7 @@ def test_lens_systems_with_the_tiny_model_and_the_cache(tmp_path, tiny_lens_dir)
     n_chunk_files = len(list(cache.rglob("chunk-*.npz")))
     assert n_chunk_files >= 2  # LENS (lexicon + dense together) and MiniLM
 
-    run_bench(argv)  # second run: every document vector comes from the cache
+    run_bench(argv + ["--overwrite"])  # second run: every document vector comes from the cache
     second = read(out / "tiny" / "results.json")
     assert len(list(cache.rglob("chunk-*.npz"))) == n_chunk_files
     for name, s in second["systems"].items():

@@ -128,7 +128,7 @@ def test_an_ateb_run_is_read_per_formulation(tmp_path, capsys):
             ("answer-pool", "accuracy", choice_accuracy(s1, gold), choice_accuracy(s2, gold)),
             ("multiple-choice", "accuracy", np.mean([c[0] > c[1] for c in c1]), np.mean([c[0] > c[1] for c in c2]))):
         assert main(["bench", "significance", "--run", str(first), "--sets", f"piqa/{formulation}", "--pairs", pair,
-                     "--measure", measure, "--output", str(out), "--resamples", "200"]) == 0
+                     "--measure", measure, "--output", str(out), "--resamples", "200", "--overwrite"]) == 0
         row = json.loads(out.with_suffix(".json").read_text())["sets"][f"piqa/{formulation}"][0]
         assert row["mean_a"] == pytest.approx(mean_a) and row["mean_b"] == pytest.approx(mean_b)
     assert main(["bench", "significance", "--run", str(first), "--sets", "piqa/pair-classification", "--pairs", pair,

@@ -135,7 +135,8 @@ def test_splits_are_judged_apart_and_sets_resolve_by_name(fakes, sts_file, tmp_p
     assert {(r["split"], r["pairs"]) for r in rows} == {("dev", 11), ("test", 22)}
     assert json.loads(out.with_suffix(".json").read_text())["strata"] == []  # no --by-stratum
     # --data-dir may name the sts directory itself
-    assert main(["bench", "sts", "stsbenchmark", "--data-dir", str(data / "sts"), "--output", str(out)]) == 0
+    assert main(["bench", "sts", "stsbenchmark", "--data-dir", str(data / "sts"), "--output", str(out),
+                 "--overwrite"]) == 0
 
 
 def test_bad_sets_and_pairings_fail_before_encoding(fakes, tmp_path, capsys):
@@ -148,13 +149,13 @@ def test_bad_sets_and_pairings_fail_before_encoding(fakes, tmp_path, capsys):
     assert fakes.calls == [] and not (tmp_path / "x.json").exists()
 
 
-def test_breakdown_script_runs_by_stratum_and_rerenders(fakes, sts_file, tmp_path):
+def test_breakdown_script_runs_by_stratum_and_rerenders(fakes, sts_file, tmp_path, capsys):
     from bench_helpers import load_script
 
     bd = load_script("sts_breakdown")
     out = tmp_path / "bd"
-    with pytest.raises(SystemExit, match="run without --markdown-only"):
-        bd.main(["--markdown-only", "--output", str(out)])
+    assert bd.main(["--markdown-only", "--output", str(out)]) == 2
+    assert "bd.json not found: run without --markdown-only first" in capsys.readouterr().err
     assert bd.main([str(sts_file), "--output", str(out)]) == 0
     results = json.loads(out.with_suffix(".json").read_text())
     assert {r["split"] for r in results["rows"]} == {"dev", "test"} and results["strata"]
@@ -220,9 +221,17 @@ def test_a_users_file_is_never_replaced_and_own_results_are(fakes, sts_file, tmp
     assert mine.read_text() == "my own notes\n" and not (tmp_path / "report.json").exists() and fakes.calls == []
     out = tmp_path / "sts"
     assert main(["bench", "sts", str(sts_file), "--output", str(out)]) == 0
-    first = json.loads((tmp_path / "sts.json").read_text())
-    assert main(["bench", "sts", str(sts_file), "--output", str(out), "--pairing", "asymmetric"]) == 0  # its own
+    first, calls = json.loads((tmp_path / "sts.json").read_text()), len(fakes.calls)
+    assert main(["bench", "sts", str(sts_file), "--output", str(out), "--pairing", "asymmetric"]) == 2
+    assert "sts.json holds an earlier result: add --overwrite" in capsys.readouterr().err
+    assert json.loads((tmp_path / "sts.json").read_text()) == first and len(fakes.calls) == calls  # before work
+    assert main(["bench", "sts", str(sts_file), "--output", str(out), "--pairing", "asymmetric",
+                 "--overwrite"]) == 0  # its own result, replaced when asked
     assert json.loads((tmp_path / "sts.json").read_text())["rows"] != first["rows"]
+    (tmp_path / "notes.json").write_text('{"my": "notes"}')  # a JSON object, but not a benchmark's
+    assert main(["bench", "sts", str(sts_file), "--output", str(tmp_path / "notes"), "--overwrite"]) == 2
+    assert "notes.json exists and is not a saved benchmark result" in capsys.readouterr().err
+    assert (tmp_path / "notes.json").read_text() == '{"my": "notes"}'
 
 
 def test_files_and_splits_are_read_before_a_model_loads(sts_file, tmp_path, monkeypatch, capsys):

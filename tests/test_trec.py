@@ -53,6 +53,27 @@ def test_malformed_lines_name_the_line(tmp_path):
     (tmp_path / "r.trec").write_text("q1 a 1 0.5\n")
     with pytest.raises(ValueError, match=":1: a TREC run line has 6 columns"):
         read_run(tmp_path / "r.trec")
+    (tmp_path / "r.trec").write_text("q1 Q0 a 1 0.5 t\nq2 Q0 a 1 0.5 t\nq1 Q0 a 2 0.4 t\n")
+    with pytest.raises(ValueError, match="r.trec:3: document 'a' is listed twice for query 'q1'"):
+        read_run(tmp_path / "r.trec")
+    (tmp_path / "r.trec").write_text("q1 Q0 a 1 nan t\n")
+    with pytest.raises(ValueError, match="r.trec:1: score 'nan'; a run needs finite scores"):
+        read_run(tmp_path / "r.trec")
+
+
+def test_a_gzipped_run_is_read_as_gzip(tmp_path):
+    import gzip
+
+    run = {"q1": {"a": 1.5, "b": 0.25}, "q2": {"c": -1.0}}
+    text = write_run(tmp_path / "r.trec", run).read_bytes()
+    (tmp_path / "r.trec.gz").write_bytes(gzip.compress(text))
+    assert read_run(tmp_path / "r.trec.gz") == run
+    (tmp_path / "g.trec").write_bytes(gzip.compress(text))  # gzip without the .gz name: named, not a decode error
+    with pytest.raises(ValueError, match=r"g.trec: not UTF-8 text .*a gzipped run must end in .gz"):
+        read_run(tmp_path / "g.trec")
+    (tmp_path / "cut.trec.gz").write_bytes(gzip.compress(text)[:-6])
+    with pytest.raises(ValueError, match="cut.trec.gz: not a whole gzip file"):
+        read_run(tmp_path / "cut.trec.gz")
 
 
 def test_cli_search_writes_the_hits_it_would_print(tiny_lens_dir, tmp_path, capsys):

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 
 def script_main(module: str, description: str, argv: list[str] | None = None) -> int:
-    """``main`` of a benchmark script: the module's ``add_arguments`` + ``-v``, logging set up, then ``run``."""
+    """``main`` of a benchmark script: the module's ``add_arguments`` + ``-v``, logging set up, then ``run``; bad
+    input (a missing file, an output it would replace, a wrong value) is one line on stderr and status 2, as
+    ``lens bench`` reports it (``-v``: the traceback)."""
     import argparse
     import importlib
     import logging
+    import sys
 
     mod = importlib.import_module(module)
     parser = argparse.ArgumentParser(description=description, allow_abbrev=False)  # as `lens`: options in full
@@ -21,4 +24,10 @@ def script_main(module: str, description: str, argv: list[str] | None = None) ->
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return mod.run(args)
+    try:
+        return mod.run(args)
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, ValueError) as e:
+        if args.verbose:
+            raise
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2

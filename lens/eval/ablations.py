@@ -37,28 +37,35 @@ def _cluster_list(value: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from lens.cmdline import positive_int
-    from lens.eval.beir import DATA_DIR_HELP, add_data_argument, add_thread_arguments
+    from lens.eval.beir import (DATA_DIR_HELP, DEFAULT_CACHE_DIR, DEFAULT_OUTPUT_DIR, add_data_argument,
+                                add_thread_arguments)
     from lens.eval.systems import DEFAULT_DEPTH
 
     parser.add_argument("ablation", choices=ABLATIONS, help="which ablation to run")
     parser.add_argument("--dataset", default="scifact",
                         help="BEIR directory or set name (default scifact): " + DATA_DIR_HELP)
     add_data_argument(parser)
-    parser.add_argument("--split", default="test")
+    parser.add_argument("--split", default="test", help="the qrels split to judge on (default test)")
     parser.add_argument("--model", default="default",
                         help="the LENS model whose backbone (clusters) or directory (attention-pooling) is ablated")
     parser.add_argument("--clusters", type=_cluster_list, default=list(CLUSTER_COUNTS),
                         help="cluster counts for the clusters ablation (default 2000,4000,8000,vocab)")
     parser.add_argument("--instruction", default=None, help="override the dataset's query instruction")
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    parser.add_argument("--output-dir", type=Path, default=None)
-    parser.add_argument("--depth", type=positive_int, default=DEFAULT_DEPTH)
-    parser.add_argument("--lens-batch-size", type=positive_int, default=4)
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help=f"embedding and clustering cache (default: {DEFAULT_CACHE_DIR} in the working directory)")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help=f"results root (default: {DEFAULT_OUTPUT_DIR} in the working directory)")
+    parser.add_argument("--depth", type=positive_int, default=DEFAULT_DEPTH,
+                        help=f"hits retrieved per query (default {DEFAULT_DEPTH})")
+    parser.add_argument("--lens-batch-size", type=positive_int, default=4,
+                        help="LENS documents per forward pass (default 4)")
     parser.add_argument("--max-docs", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep at most this many documents (judged ones first)")
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep the first N queries")
-    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--no-plot", action="store_true", help="skip ndcg.png")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the ablation's earlier run in the results root (refused without it)")
     add_thread_arguments(parser)
     return parser
 
@@ -99,23 +106,26 @@ def variants(args, cache_dir: Path, instruction: str):
 def run(args: argparse.Namespace) -> int:
     from lens.eval import report
     from lens.cmdline import command_line
-    from lens.eval.beir import DEFAULT_CACHE_DIR, DEFAULT_OUTPUT_DIR, load_dataset, run_dataset, summary_table
+    from lens.eval.beir import (DEFAULT_CACHE_DIR, DEFAULT_OUTPUT_DIR, check_run_folders, data_dir, load_dataset,
+                                resolve_dataset, run_dataset, summary_table)
     from lens.instructions import lookup
 
     command = getattr(args, "bench_command_line", None) or command_line()
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
+    path = resolve_dataset(args.dataset, args.data_dir)
+    folder, = check_run_folders([path], args.split, bool(args.max_docs or args.max_queries), out_root,
+                                args.overwrite, suffix=f"-ablation-{args.ablation}", data_root=data_dir(args.data_dir))
     report.check_readme_target(out_root)  # a user's README where ours would go: refused before any work
     report.require_bench_extras(plot=not args.no_plot)
-    data = load_dataset(args.dataset, args.split, args.max_docs, args.max_queries, args.data_dir)
+    data = load_dataset(path, args.split, args.max_docs, args.max_queries)
     instruction = lookup(data.name, args.instruction)
     systems = variants(args, cache_dir, instruction.text)
-    folder = f"{data.name}-ablation-{args.ablation}" + ("-subsample" if data.subsample else "")
     extra = {"instruction": instruction.text, "instruction_source": instruction.source, "cache_dir": str(cache_dir),
              "ablation": args.ablation, "reproduce": {"kind": "ablation"}}
     results = run_dataset(data, systems, depth=args.depth, out_dir=out_root / folder, command=command,
                           model=args.model, extra_info=extra, plot=not args.no_plot, release_each=True,
-                          threads=args.threads, query_threads=args.query_threads)
+                          threads=args.threads, query_threads=args.query_threads, overwrite=args.overwrite)
     readme = report.write_readme(out_root)
     print(summary_table(results) + f"\n\nresults in {out_root / folder} (README: {readme})")
     return 0

@@ -547,6 +547,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch threads for encoding (default: torch's default, one per core)")
     parser.add_argument("--no-plot", action="store_true", help="skip scores.png")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a task's earlier run in the results root (refused without it, before any work)")
     return parser
 
 
@@ -568,13 +570,16 @@ def run(args: argparse.Namespace) -> int:
                                 f"set {DATA_DIR_ENV}")
     cache_dir = Path(args.cache_dir or DEFAULT_CACHE_DIR)
     out_root = Path(args.output or DEFAULT_OUTPUT_DIR)
-    from lens.eval.report import check_readme_target, check_run_target
+    from lens.eval.report import check_readme_target, check_run_target, clear_run_files
 
     check_readme_target(out_root, "--output")  # a user's README where ours would go: refused before any work
     loaded = {name: load_rows(name, root) for name in args.tasks}  # fail early on a missing or malformed file
     sampled = {name: sample_rows(rows, args.max_rows, args.seed) for name, rows in loaded.items()}
     for name, rows in sampled.items():  # and on rows a formulation cannot take (a label without a document)
         check_formulations(name, rows, root)
+    folders = {name: name + ("-subsample" if args.max_rows else "") for name in args.tasks}
+    for folder in folders.values():  # a user's files, or (without --overwrite) an earlier run: before any work
+        check_run_target(out_root / folder, "--output", overwrite=args.overwrite)
     names = args.systems or default_systems()
     from lens.eval.beir import lens_device, precision_name
 
@@ -587,8 +592,8 @@ def run(args: argparse.Namespace) -> int:
         rows = sampled[name]
         if args.max_rows:
             logger.warning("%s: SUBSAMPLE (smoke test only): %d of %d rows", name, len(rows), len(all_rows))
-        folder = name + ("-subsample" if args.max_rows else "")
-        check_run_target(out_root / folder, "--output")  # a folder of the user's files there: refused before work
+        folder = folders[name]
+        check_run_target(out_root / folder, "--output", overwrite=args.overwrite)
         started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         formulations, per_query = run_task(name, rows, len(all_rows), scorers, threads=args.threads)
         results = {"task": name, "file": TASKS[name].file, "command": command, "model": args.model,
@@ -606,6 +611,7 @@ def run(args: argparse.Namespace) -> int:
             info["lens"] = {"fingerprint": enc.fingerprint(), "num_clusters": enc.num_clusters,
                             "backbone": enc.config.backbone, "load_s": resources.lens.load_seconds,
                             "device": str(enc.device), "dtype": precision_name(enc)}
+        clear_run_files(out_root / folder)  # an earlier run's (--overwrite): none of its files stays
         write_task_results(out_root / folder, results, per_query, info, plot=not args.no_plot)
         summaries.append(summary_table(results))
     for scorer in scorers:

@@ -19,6 +19,7 @@ import os
 import platform
 import resource
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -118,6 +119,11 @@ def load_dataset(path: str | os.PathLike, split: str = "test", max_docs: int | N
     d = resolve_dataset(path, data)
     _check_layout(d, split)
     docs, queries, qrels = load_beir(d, split)
+    unjudged = sum(1 for grades in qrels.values() if not any(g > 0 for g in grades.values()))
+    if unjudged:
+        logger.warning("%s: %d of %d queries have no relevant document in qrels/%s: each scores 0 on every measure "
+                       "and counts in the means (as pytrec_eval and trec_eval -c count it)", d.name, unjudged,
+                       len(qrels), split)
     info = None
     if max_docs or max_queries:
         n_docs, n_q = len(docs), len(queries)
@@ -263,26 +269,30 @@ SELF_HIT_SETS = frozenset({"arguana", "quora"})
 def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: str, model: str,
                 extra_info: dict | None = None, drop_self: bool | None = None, plot: bool = True,
                 show_progress_bar: bool = True, release_each: bool = False, threads: int | None = None,
-                query_threads: int | None = 1, save_runs: bool = False) -> dict:
+                query_threads: int | None = 1, save_runs: bool = False, overwrite: bool = False) -> dict:
     """Evaluate ``systems`` on ``data`` and write the dataset's result files into ``out_dir``; returns results.
 
     ``release_each`` frees each system (index, and an encoder it owns) as soon as it is evaluated; otherwise all
     are freed at the end (fusions reuse their components' indexes). ``save_runs``: each system's ranking also as a
-    TREC run file, ``out_dir/runs/<system>.trec`` (``lens.trec``), the hits it was judged on."""
+    TREC run file, ``out_dir/runs/<system>.trec`` (``lens.trec``), the hits it was judged on. An earlier run in
+    ``out_dir`` is refused before any work, or with ``overwrite`` replaced whole once this one is done."""
     from lens.eval import report
     from lens.trec import write_run
 
-    report.check_run_target(out_dir)  # a folder of the user's files where this set's run goes: refused before work
+    report.check_run_target(out_dir, overwrite=overwrite)  # a user's files, or an earlier run: refused before work
     if drop_self is None:
         drop_self = data.name.lower() in SELF_HIT_SETS
     started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     summaries, per_query = {}, {}
+    staged = out_dir / f".{report.RUNS_FOLDER}.partial"  # this run's TREC files, moved in when it is done
+    if staged.exists():
+        shutil.rmtree(staged)
     for system in systems:
         logger.info("%s: running %s", data.name, system.name)
         out = evaluate_system(system, data, depth, drop_self, show_progress_bar, threads, query_threads)
         summaries[system.name], per_query[system.name] = out["summary"], out["per_query"]
         if save_runs:
-            write_run(out_dir / "runs" / f"{system.name}.trec", out["run"], tag=system.name)
+            write_run(staged / f"{system.name}.trec", out["run"], tag=system.name)
         logger.info("%s %s: nDCG@10 %.4f", data.name, system.name, out["summary"]["ndcg@10"])
         if release_each:
             system.release()
@@ -300,6 +310,12 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
         "contention": contention_note(summaries, machine.get("cpus")),
         **(extra_info or {}),
     }
+    report.clear_run_files(out_dir)  # an earlier run's files (overwrite): none of them stays beside this run's
+    if staged.is_dir():
+        (out_dir / report.RUNS_FOLDER).mkdir(exist_ok=True)
+        for f in staged.iterdir():
+            f.replace(out_dir / report.RUNS_FOLDER / f.name)
+        staged.rmdir()
     report.write_dataset_results(out_dir, results, per_query, info, plot=plot)
     return results
 
@@ -380,6 +396,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep the first N queries")
     parser.add_argument("--no-plot", action="store_true", help="skip ndcg.png")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a set's earlier run in the results root (refused without it, before any work; "
+                             "never a folder of other files)")
     parser.add_argument("--self-hits", choices=("auto", "drop", "keep"), default="auto",
                         help="a query's hit whose document id is the query's own: auto (default) drops it on "
                              f"{' and '.join(sorted(SELF_HIT_SETS))}, whose queries are corpus documents (BEIR's "
@@ -455,6 +474,44 @@ def _split_command(command: str, dataset_args: Sequence[str]) -> dict:
     return {"kind": "beir", "prog": shlex.join(words[:prog_len]), "options": options}
 
 
+def run_folder(path: Path, split: str, subsample: bool, suffix: str = "") -> str:
+    """The results folder of a set's run: its name (lower case), then ``suffix`` (an ablation's), ``-SPLIT`` for
+    a split other than test, and ``-subsample`` for a smoke test's subsample, so no two kinds of run share one."""
+    return (path.name.lower() + suffix + ("" if split == "test" else f"-{split}")
+            + ("-subsample" if subsample else ""))
+
+
+def check_run_folders(paths: Sequence[Path], split: str, subsample: bool, out_root: Path, overwrite: bool,
+                      suffix: str = "", data_root: Path | None = None) -> list[str]:
+    """Each set's results folder under ``out_root`` (``run_folder``), every check that can fail made before any
+    work: each set has the split (``_check_layout``), no two sets share a folder, no folder lies in a dataset or
+    in ``data_root`` (the data dir names are looked up in), and each is free or (``overwrite``) an earlier run's
+    (``report.check_run_target``)."""
+    from lens.eval import report
+
+    if data_root is not None and data_root.is_dir() and out_root.resolve().is_relative_to(data_root.resolve()):
+        raise ValueError(f"--output-dir {out_root} lies in the data dir {data_root}: results go outside the data "
+                         "(choose another --output-dir)")
+
+    folders = [run_folder(p, split, subsample, suffix) for p in paths]
+    for path in paths:
+        _check_layout(path, split)
+    seen: dict[str, Path] = {}
+    for path, folder in zip(paths, folders):
+        if folder in seen:
+            raise ValueError(f"{seen[folder]} and {path} would both write their results to {out_root / folder}: "
+                             "run them with different --output-dir")
+        seen[folder] = path
+    for folder in folders:
+        target = (out_root / folder).resolve()
+        for path in paths:
+            if target == path.resolve() or target.is_relative_to(path.resolve()):
+                raise ValueError(f"--output-dir {out_root} would write a run's results into the dataset {path}: "
+                                 "choose a results root outside the data")
+        report.check_run_target(out_root / folder, overwrite=overwrite)
+    return folders
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark described by ``args`` (from :func:`add_arguments`); returns an exit code."""
     from lens.eval import report
@@ -467,7 +524,12 @@ def run(args: argparse.Namespace) -> int:
     out_root = Path(args.output_dir or DEFAULT_OUTPUT_DIR)
     report.require_bench_extras(plot=not args.no_plot)  # a missing extra fails before any encoding
     paths = [resolve_dataset(d, args.data_dir) for d in args.datasets]  # fail early on a wrong name
+    if args.depth < 100:
+        logger.warning("--depth %d is under 100: recall@100 counts only the top %d hits of each system",
+                       args.depth, args.depth)
     report.check_readme_target(out_root)  # and on a user's README where ours would go
+    folders = check_run_folders(paths, args.split, bool(args.max_docs or args.max_queries), out_root,
+                                args.overwrite, data_root=data_dir(args.data_dir))  # a missing split, a bad output
     device = lens_device(args)
     resources = Resources(model=args.model, cache_root=cache_dir,
                           lens_batch_size=lens_batch_size(args.lens_batch_size, device),
@@ -477,11 +539,10 @@ def run(args: argparse.Namespace) -> int:
     split = _split_command(command, args.datasets)
     names = args.systems or default_systems()
     lines = []
-    for arg, path in zip(args.datasets, paths):
+    for arg, path, folder in zip(args.datasets, paths, folders):
         data = load_dataset(path, args.split, args.max_docs, args.max_queries)
         instruction = lookup(data.name, args.instruction)
         systems = make_systems(names, resources, instruction.text, weights=args.weights, depth=args.depth)
-        folder = data.name + ("-subsample" if data.subsample else "")
         extra = {"instruction": instruction.text, "instruction_source": instruction.source,
                  "weights_lens_hybrid": recorded_weights(args.weights), "bm25": BM25_CONFIG, "cache_dir": str(cache_dir),
                  "reproduce": {**split, "dataset": arg}}
@@ -495,7 +556,7 @@ def run(args: argparse.Namespace) -> int:
         results = run_dataset(data, systems, depth=args.depth, out_dir=out_root / folder, command=command,
                               model=args.model, extra_info=extra, plot=not args.no_plot,
                               show_progress_bar=not getattr(args, "quiet", False), threads=args.threads,
-                              query_threads=args.query_threads, save_runs=args.save_runs,
+                              query_threads=args.query_threads, save_runs=args.save_runs, overwrite=args.overwrite,
                               drop_self={"auto": None, "drop": True, "keep": False}[args.self_hits])
         lines.append(summary_table(results))
     readme = report.write_readme(out_root)

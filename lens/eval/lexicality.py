@@ -26,7 +26,7 @@ import numpy as np
 
 from index.vectors import mass_share, support_mask
 from lens.cmdline import command_line, positive_int
-from lens.eval.report import add_markdown_only_arguments, markdown_only, write_benchmark
+from lens.eval.report import add_markdown_only_arguments, add_overwrite_argument, markdown_only, write_benchmark
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +191,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_data_argument(parser)
     add_lens_device_arguments(parser)
     add_markdown_only_arguments(parser, output="benchmarks/results/lexicality")
+    add_overwrite_argument(parser)
     return parser
 
 
@@ -201,13 +202,18 @@ def run(args: argparse.Namespace) -> int:
     from lens.eval.systems import LensResource, SpladeResource
     from lens.instructions import get_instruction
 
+    from lens.eval.beir import _check_layout, resolve_dataset
+
     models = [m for m in args.model.split(",") if m]
     if not models:
-        raise SystemExit("--model is empty: give a LENS model name or directory (e.g. default)")
+        raise ValueError("--model is empty: give a LENS model name or directory (e.g. default)")
     from lens.eval.report import check_benchmark_target, require_bench_extras
 
     require_bench_extras(plot=False)  # its nDCG columns: a missing extra fails before any encoding
-    check_benchmark_target(args.output)  # and a user's file where the results go
+    check_benchmark_target(args.output, overwrite=args.overwrite)  # a user's file, or an earlier result
+    paths = [resolve_dataset(name, args.data_dir) for name in args.datasets]  # every set found before a model loads
+    for path in paths:
+        _check_layout(path, "test")
     device, dtype = lens_device(args), getattr(args, "dtype", None)
     resources = [LensResource(m, cache_root=args.cache_dir, show_progress_bar=True, device=device, dtype=dtype)
                  for m in models]
@@ -216,8 +222,8 @@ def run(args: argparse.Namespace) -> int:
         spaces.append(splade_space(SpladeResource(cache_root=args.cache_dir)))
     sets = {}
     with torch_threads(args.threads):
-        for name in args.datasets:
-            data = load_dataset(name, data=args.data_dir)
+        for path in paths:
+            data = load_dataset(path)
             instruction = get_instruction(data.name)
             systems = {}
             for space in spaces:
@@ -232,5 +238,5 @@ def run(args: argparse.Namespace) -> int:
             "queries_only": args.queries_only, "systems": {s.name: s.describe for s in spaces},
             "notes": list(args.note)}
     results = {"_meta": meta, "sets": sets}
-    print(write_benchmark(args.output, results, render(results)))
+    print(write_benchmark(args.output, results, render(results), overwrite=args.overwrite))
     return 0

@@ -24,7 +24,7 @@ from lens.atomic import atomic_write_bytes, read_json, write_json
 logger = logging.getLogger(__name__)
 
 __all__ = ["GENERATED_MARKER", "REQUIRED_SYSTEM_KEYS", "RESULT_KEYS", "check_readme_target", "check_results",
-           "check_run_target",
+           "check_run_target", "clear_run_files", "add_overwrite_argument",
            "readme_text", "results_markdown", "write_dataset_results", "write_readme"]
 
 PER_QUERY_FILE = "per_query.json.gz"  # each system's value for each query, for paired tests (lens.eval.significance)
@@ -181,13 +181,27 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> None:
 RUN_FILES = ("results.json", PER_QUERY_FILE, LEGACY_PER_QUERY_FILE, "run_info.json", "results.md")  # a run folder's
 
 
-def check_run_target(directory: str | os.PathLike, flag: str = "--output-dir") -> Path:
-    """Refuse, before a set's work starts, a run folder whose files the runner did not write: ``write_result_files``
-    replaces an earlier run's files (a rerun updates its results), never a user's. A folder is a run's when its
-    ``results.json`` is a JSON object holding ``command`` and ``systems`` (a BEIR run) or ``formulations`` (ATEB)."""
+PLOT_FILES = ("ndcg.png", "scores.png")  # a BEIR run's plot, an ATEB task's
+RUNS_FOLDER = "runs"  # a BEIR run's TREC files (--save-runs), one per system
+
+
+def _check_parents(path: Path, flag: str) -> None:
+    """Refuse a path under a file (the write would fail after all the work, with a bare errno)."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(f"{parent} is a file, so {path} cannot be written: choose another {flag}")
+            return
+
+
+def check_run_target(directory: str | os.PathLike, flag: str = "--output-dir", overwrite: bool = False) -> Path:
+    """Refuse, before a set's work starts, a run folder that holds files: a user's (never replaced), or an earlier
+    run's, replaced only with ``overwrite`` (``--overwrite``). A folder is a run's when its ``results.json`` is a
+    JSON object holding ``command`` and ``systems`` (a BEIR run) or ``formulations`` (ATEB)."""
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise FileExistsError(f"{d} is a file where the run's folder goes: choose another {flag}")
+    _check_parents(d, flag)
     present = [name for name in RUN_FILES if (d / name).exists()]
     if not present:
         return d
@@ -204,7 +218,25 @@ def check_run_target(directory: str | os.PathLike, flag: str = "--output-dir") -
     if problem is not None:
         raise FileExistsError(f"{d} holds files the benchmark runner did not write ({problem}); writing the run "
                               f"there would replace them: choose another {flag}")
+    if not overwrite:
+        raise FileExistsError(f"{d} holds an earlier run's results ({', '.join(present)}): add --overwrite to "
+                              f"replace them, or choose another {flag}")
     return d
+
+
+def clear_run_files(directory: str | os.PathLike) -> None:
+    """Remove an earlier run's own files from a run folder that ``check_run_target`` let be replaced (its results,
+    plot and TREC runs, by name), so that nothing of it stays beside the new run's; any other file is left."""
+    d = Path(directory)
+    for name in (*RUN_FILES, *PLOT_FILES):
+        if (d / name).is_file():
+            (d / name).unlink()
+    runs = d / RUNS_FOLDER
+    if runs.is_dir():
+        for f in runs.glob("*.trec"):
+            f.unlink()
+        if not any(runs.iterdir()):
+            runs.rmdir()
 
 
 def write_result_files(directory: str | os.PathLike, results: Mapping, per_query: Mapping, info: Mapping,
@@ -366,32 +398,44 @@ def output_file(out: str | os.PathLike, ext: str) -> Path:
     return out.with_suffix(ext) if out.suffix in (".json", ".md") else out.with_name(out.name + ext)
 
 
-def check_benchmark_target(out: str | os.PathLike, flag: str = "--output") -> None:
-    """Refuse, before any work starts, an ``OUT.json`` / ``OUT.md`` that is not a saved benchmark result: one is
-    replaced only when ``OUT.json`` exists and holds a JSON object (what :func:`write_benchmark` writes), so a
-    benchmark rerun updates its own results and never a user's ``report.md`` or notes."""
+def check_benchmark_target(out: str | os.PathLike, flag: str = "--output", overwrite: bool = True) -> None:
+    """Refuse, before any work starts, an ``OUT.json`` / ``OUT.md`` that is not a saved benchmark result (a result
+    is ``OUT.json`` holding a JSON object with ``_meta`` or ``command``, as every benchmark writes, beside
+    ``OUT.md``), one inside a run folder of ``lens bench beir`` / ``ateb`` (whose ``results.json`` it would
+    replace), and, unless ``overwrite``, an earlier result. ``lens bench`` passes its ``--overwrite``; the
+    repository's benchmark scripts update their own committed results (the default)."""
     json_path, md_path = output_file(out, ".json"), output_file(out, ".md")
+    _check_parents(json_path, flag)
+    folder = json_path.parent
+    if any((folder / name).exists() for name in RUN_FILES if name not in (json_path.name, md_path.name)):
+        raise FileExistsError(f"{folder} is a benchmark run's folder (it holds its results and run_info.json); "
+                              f"writing {json_path.name} there would replace the run's files: choose another {flag}")
     if not (json_path.exists() or md_path.exists()):
         return
     ours = False
     if json_path.is_file():
         try:
-            ours = isinstance(json.loads(json_path.read_text(encoding="utf-8")), dict)
+            saved = json.loads(json_path.read_text(encoding="utf-8"))
+            ours = isinstance(saved, dict) and ("_meta" in saved or "command" in saved)
         except (OSError, UnicodeDecodeError, ValueError):
             ours = False
     if not ours or md_path.is_dir():
         found = json_path if json_path.exists() else md_path
         raise FileExistsError(f"{found} exists and is not a saved benchmark result ({json_path.name} with a JSON "
-                              f"object beside {md_path.name}); writing would replace it: choose another {flag}")
+                              f"object holding _meta or command, beside {md_path.name}); writing would replace it: "
+                              f"choose another {flag}")
+    if not overwrite:
+        raise FileExistsError(f"{json_path} holds an earlier result: add --overwrite to replace it (and "
+                              f"{md_path.name}), or choose another {flag}")
 
 
 def write_benchmark(out: str | os.PathLike, meta: Mapping, markdown_lines: Sequence[str], *,
-                    sort_keys: bool = True) -> str:
+                    sort_keys: bool = True, overwrite: bool = True) -> str:
     """``out.json`` (``meta``) and ``out.md`` (the lines) of a benchmark script, atomically; returns the markdown.
     ``sort_keys=False`` writes the JSON in ``meta``'s own key order, ASCII-escaped (``json.dumps(meta, indent=2)``:
     the format of the scripts that always wrote theirs so)."""
     out = Path(out)
-    check_benchmark_target(out)
+    check_benchmark_target(out, overwrite=overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     if sort_keys:
         write_json(output_file(out, ".json"), meta)
@@ -414,15 +458,20 @@ def add_markdown_only_arguments(parser, output: str | os.PathLike | None = None)
                              "added to the saved ones")
 
 
+def add_overwrite_argument(parser) -> None:
+    """``--overwrite`` of a benchmark writing ``OUTPUT.json`` / ``OUTPUT.md``: an earlier result is replaced only
+    with it (``check_benchmark_target``)."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier OUTPUT.json / OUTPUT.md (refused without it, before any work; never "
+                             "a file the benchmark did not write)")
+
+
 def markdown_only(args, out: str | os.PathLike, render: Callable[[dict], Sequence[str]]) -> bool:
-    """With ``args.markdown_only``: ``rerender_benchmark`` (a missing results file exits with its message) and
-    True, so the caller measures nothing; otherwise False."""
+    """With ``args.markdown_only``: ``rerender_benchmark`` (a missing results file is a ``FileNotFoundError`` that
+    says to run the benchmark first) and True, so the caller measures nothing; otherwise False."""
     if not args.markdown_only:
         return False
-    try:
-        rerender_benchmark(out, render, args.note)
-    except FileNotFoundError as e:
-        raise SystemExit(str(e)) from None
+    rerender_benchmark(out, render, args.note)
     return True
 
 

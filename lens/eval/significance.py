@@ -17,8 +17,8 @@ import argparse
 from pathlib import Path
 
 from lens.cmdline import command_line, positive_int
-from lens.eval.report import (PER_QUERY_FILE, add_markdown_only_arguments, markdown_only, per_query_path,
-                               read_per_query, write_benchmark)
+from lens.eval.report import (PER_QUERY_FILE, add_markdown_only_arguments, add_overwrite_argument,
+                               check_benchmark_target, markdown_only, per_query_path, read_per_query, write_benchmark)
 from lens.metrics import paired_test
 
 GOALS = ("lens-lexicon:bm25", "lens-lexicon:splade-tiny", "lens-hybrid:bm25+minilm", "lens-hybrid:bm25+minilm-rrf",
@@ -92,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test")
     parser.add_argument("--seed", type=int, default=0)
     add_markdown_only_arguments(parser, output="benchmarks/results/significance")
+    add_overwrite_argument(parser)
     return parser
 
 
@@ -164,8 +165,9 @@ def run(args: argparse.Namespace) -> int:
                 from None
         except ValueError as e:
             raise ValueError(f"{args.run / name}: {e}") from None
+    check_benchmark_target(args.output, overwrite=args.overwrite)  # a user's file, or an earlier result
     command = getattr(args, "bench_command_line", None) or command_line()
     results = {"_meta": {"command": command, "run": str(args.run), "measure": args.measure,
                          "resamples": args.resamples, "seed": args.seed, "notes": list(args.note)}, "sets": sets}
-    print(write_benchmark(args.output, results, render(results)))
+    print(write_benchmark(args.output, results, render(results), overwrite=args.overwrite))
     return 0

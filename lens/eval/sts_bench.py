@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from lens.cmdline import command_line, positive_int
-from lens.eval.report import add_markdown_only_arguments, check_benchmark_target, markdown_only, write_benchmark
+from lens.eval.report import (add_markdown_only_arguments, add_overwrite_argument, check_benchmark_target,
+                              markdown_only, write_benchmark)
 from lens.eval.sts import PAIRINGS, STS_FILES, STS_INSTRUCTION
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--output", "--out", type=Path, default=OUTPUT,
                         help=f"writes OUTPUT.json and OUTPUT.md (default {OUTPUT})")
     add_markdown_only_arguments(parser)
+    add_overwrite_argument(parser)
     return parser
 
 
@@ -190,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     from lens.eval.beir import torch_threads
     from lens.eval.sts import load_sts
 
-    check_benchmark_target(args.output)  # a user's file where the results go: refused before any work
+    check_benchmark_target(args.output, overwrite=args.overwrite)  # a user's file or an earlier result: before work
     names = list(args.sets) + list(args.set_list) or ["stsbenchmark"]
     files = {name: resolve_sts_file(name, args.data_dir) for name in names}  # every set found before encoding
     # every set and split read (and checked) before a model loads, once each
@@ -225,5 +227,5 @@ def run(args: argparse.Namespace) -> int:
             "files": {name: str(path) for name, path in files.items()},
             "load_avg_1min_after": os.getloadavg()[0], "notes": list(args.note)}
     results = {"_meta": meta, "rows": rows, "strata": strata_rows}
-    print(write_benchmark(args.output, results, render(results)), end="")
+    print(write_benchmark(args.output, results, render(results), overwrite=args.overwrite), end="")
     return 0
