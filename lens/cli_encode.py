@@ -36,12 +36,16 @@ def cmd_cluster_vocab(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- encode
-def read_texts(path: Path) -> list[str]:
-    """Texts from a .txt (one per line) or .jsonl (objects with "text" and optional "title", or strings).
+def read_numbered_texts(path: Path) -> list[tuple[str, str]]:
+    """(id, text) of a .txt (one text per line) or a .jsonl without ids (objects with "text" and optional "title",
+    or strings): each text's id is its 0-based line number, blank .jsonl lines skipped but counted, so an id points
+    at the line in both. A record with an ``_id`` / ``id`` is refused (its id would be lost): give every record one.
 
     An object's text is ``lens.corpus.document_text(title, text)``, as everywhere else."""
     from lens.corpus import decode_error_message, document_text, invalid_unicode, iter_json_lines
 
+    if path.is_dir():
+        raise IsADirectoryError(f"input {path} is a directory: give a .txt or .jsonl[.gz] file")
     if not path.is_file():
         raise FileNotFoundError(f"input file not found: {path}")
     if path.suffix == ".txt":
@@ -54,21 +58,26 @@ def read_texts(path: Path) -> list[str]:
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        return [line[:-1] if line.endswith("\r") else line for line in lines]
+        return [(str(i), line[:-1] if line.endswith("\r") else line) for i, line in enumerate(lines)]
     if not path.name.endswith((".jsonl", ".jsonl.gz")):
         raise ValueError(f"input must be a .txt (one text per line) or .jsonl[.gz] file, got {path.name}")
     texts = []
     for n, obj in iter_json_lines(path):
         if isinstance(obj, str):
-            texts.append(obj)
+            text = obj
         elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
+            if "_id" in obj or "id" in obj:
+                raise ValueError(f"{path}:{n}: this record has an id but the first record has none, so the texts "
+                                 "are numbered by line and its id would be lost: give every record an '_id' (or "
+                                 "none)")
             title = obj.get("title")
-            texts.append(document_text(title if isinstance(title, str) else "", obj["text"]))
+            text = document_text(title if isinstance(title, str) else "", obj["text"])
         else:
             raise ValueError(f'{path}:{n}: expected a string or an object with a "text" string')
-        problem = invalid_unicode(texts[-1])
+        problem = invalid_unicode(text)
         if problem is not None:
             raise ValueError(f"{path}:{n}: the text holds {problem}; fix that line")
+        texts.append((str(n - 1), text))
     return texts
 
 
@@ -119,14 +128,14 @@ def read_records(path: Path) -> Sequence:
 
     A .jsonl's ids are its records' ``_id`` / ``id`` when its first record has one: its documents as
     ``lens.corpus.open_corpus`` gives them (which refuses a repeated id; a plain .jsonl is read where it lies, a
-    chunk at a time); else, as a .txt's, its texts' 0-based numbers."""
+    chunk at a time); else, as a .txt's, its texts' 0-based line numbers (``read_numbered_texts``)."""
     from lens.encode_job import TextRecord
 
     if path.name.endswith((".jsonl", ".jsonl.gz")) and path.is_file() and _first_has_id(path):
         from lens.corpus import open_corpus
 
         return open_corpus(path)
-    return [TextRecord(str(i), text) for i, text in enumerate(read_texts(path))]
+    return [TextRecord(i, text) for i, text in read_numbered_texts(path)]
 
 
 def _first_has_id(path: Path) -> bool:
@@ -179,11 +188,16 @@ def cmd_encode(args: argparse.Namespace) -> None:
     if done.entries is not None:
         print(f"wrote {args.output}: {done.rows} {args.format} records; on average {done.entries / done.rows:.1f} of "
               f"{done.dim} cluster weights per record")
-        if done.empty:
-            hint = " (every weight rounded to 0: raise --scale)" if args.format == "pyserini" else ""
-            logger.warning("%d of %d records hold no weight%s; they match nothing", done.empty, done.rows, hint)
     else:
         print(f"wrote {args.output}: {done.rows} x {done.dim} float32 ({args.kind})")
+    if done.blank:
+        logger.warning("%d of %d texts are blank (empty or whitespace): their vectors are all zero and match "
+                       "nothing", done.blank, done.rows)
+    rounded = (done.empty or 0) - done.blank  # records a text gave weight to, all of it rounded away
+    if rounded > 0:
+        hint = " (every weight rounded to 0: raise --scale)" if args.format == "pyserini" else ""
+        logger.warning("%d of %d records of non-blank texts hold no weight%s; they match nothing", rounded,
+                       done.rows, hint)
 
 
 # ---------------------------------------------------------------------------------------------- explain
@@ -306,7 +320,7 @@ def register(subparsers) -> None:
     x = subparsers.add_parser("explain", help="print the heaviest clusters of texts' lexicon vectors")
     x.add_argument("text", nargs="+")
     x.add_argument("--model", default="default", help="a LENS directory (from cluster-vocab) or 'default'")
-    x.add_argument("--top-k", type=int, default=10)
+    x.add_argument("--top-k", type=positive_int, default=10, help="clusters shown per text (default 10)")
     x.add_argument("--query", action="store_true", help="encode as a query, behind the instruction")
     x.add_argument("--instruction", default=None)
     x.add_argument("--task", default=None, metavar="NAME",

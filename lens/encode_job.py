@@ -49,6 +49,7 @@ class EncodeSummary:
     dim: int
     entries: int | None  # weights written in all (sparse formats), None for npy
     empty: int | None  # records holding no weight (sparse formats)
+    blank: int = 0  # texts of nothing but whitespace: all-zero vectors in every format
 
 
 def partial_path(output: Path) -> Path:
@@ -110,7 +111,7 @@ def encode_to_file(encoder, docs: Sequence[Document | TextRecord], output: str |
             with storage_errors(output):
                 writer = ExportWriter(part, format, len(docs), labels, options, done=progress["done"],
                                       size=progress["size"])
-                _write_chunks(docs, step, encode, writer, progress, lambda: write_json(
+                _write_chunks(docs, step, encode, writer, progress, queries, lambda: write_json(
                     work / "state.json", {**state, "progress": progress}), show_progress_bar)
                 writer.close()
         except BaseException as e:
@@ -120,13 +121,15 @@ def encode_to_file(encoder, docs: Sequence[Document | TextRecord], output: str |
         shutil.rmtree(work)
     dim = progress["dim"] if progress["dim"] is not None else len(labels or ())  # no rows: the labels' count
     return EncodeSummary(len(docs), dim, progress["entries"] if fmt.sparse else None,
-                         progress["empty"] if fmt.sparse else None)
+                         progress["empty"] if fmt.sparse else None, progress.get("blank", 0))
 
 
-def _write_chunks(docs, step: int, encode, writer: ExportWriter, progress: dict, save_progress,
+def _write_chunks(docs, step: int, encode, writer: ExportWriter, progress: dict, queries: bool, save_progress,
                   show_progress_bar: bool) -> None:
     """Encode and write ``docs`` from ``progress["done"]`` on, ``step`` at a time, recording after each chunk what
-    is written and durable (``save_progress``)."""
+    is written and durable (``save_progress``). A query's text is written on one line, its runs of whitespace
+    (tabs, line breaks) one space: a search tool looks a query up by that text (Pyserini's cached-query encoder
+    by ``contents``), from a topics file of one query per line and tab-separated fields."""
     from tqdm.auto import tqdm
 
     with tqdm(total=len(docs), initial=progress["done"], unit="text", desc="encode",
@@ -135,7 +138,9 @@ def _write_chunks(docs, step: int, encode, writer: ExportWriter, progress: dict,
             chunk = list(docs[start:start + step])
             texts = [d.full_text for d in chunk]
             vectors = encode(texts)
-            entries = writer.write(vectors, [d.id for d in chunk], texts)
+            progress["blank"] = progress.get("blank", 0) + sum(not t.strip() for t in texts)
+            written = [" ".join(t.split()) for t in texts] if queries else texts
+            entries = writer.write(vectors, [d.id for d in chunk], written)
             if entries is not None:
                 progress["entries"] += int(sum(entries))
                 progress["empty"] += int(sum(n == 0 for n in entries))
@@ -163,7 +168,7 @@ def _start(work: Path, part: Path, state: dict, resume: bool) -> dict[str, Any]:
     """The progress to continue from: the unfinished encode in ``work`` (its file ``part``) when ``resume`` and it
     was for the same ``state``; else a fresh start (discarding, with a warning, an unfinished encode not asked to
     resume)."""
-    fresh = {"done": 0, "size": 0, "dim": None, "entries": 0, "empty": 0}
+    fresh = {"done": 0, "size": 0, "dim": None, "entries": 0, "empty": 0, "blank": 0}
     if work.exists():
         old = _read_state(work)
         same = old is not None and {k: v for k, v in old.items() if k != "progress"} == state

@@ -668,11 +668,8 @@ class LensEncoder:
         """The non-zero weights of lexicon vectors as ``(cluster label, weight)`` pairs, heaviest first, at most
         ``top_k`` (sentence-transformers' ``SparseEncoder.decode``): one list for a 1-D vector, one per row for a
         matrix. A cluster's label is its first member tokens, as ``explain`` lists them (``cluster_names``: unique)."""
-        if isinstance(top_k, np.integer):
-            top_k = int(top_k)
-        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be a positive integer or None (every non-zero weight), got {top_k!r}")
-        single = getattr(embeddings, "ndim", 2) == 1
+        top_k = _top_k(top_k, none_means="every non-zero weight")
+        single = _one_vector(embeddings)
         rows = _as_rows(embeddings).numpy()
         if rows.shape[1] != self.num_clusters:
             raise ValueError(f"embeddings have {rows.shape[1]} columns but this model has {self.num_clusters} "
@@ -749,11 +746,34 @@ class LensEncoder:
         """The ``top_k`` heaviest clusters of a text's lexicon vector (unnormalised weights) with their tokens."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
+        top_k = _top_k(top_k)
         enc = self.encode_queries if query else self.encode_documents
         kwargs = {"instruction": instruction} if query else {}
         vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]
         top = np.argsort(-vec, kind="stable")[:top_k]
         return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens)) for c in top if vec[c] > 0]
+
+
+def _one_vector(embeddings) -> bool:
+    """Whether ``decode``'s input is one vector: a 1-D array or tensor, or a list of numbers (a list of rows, or
+    a 2-D array, is a batch)."""
+    if hasattr(embeddings, "ndim"):
+        return embeddings.ndim == 1
+    return isinstance(embeddings, (list, tuple)) and not any(
+        isinstance(v, (list, tuple)) or getattr(v, "ndim", 0) > 0 for v in embeddings)
+
+
+def _top_k(top_k, none_means: str | None = None) -> int | None:
+    """A ``top_k`` argument checked: a positive integer (a numpy one too), or None where ``none_means`` says what
+    None stands for."""
+    if isinstance(top_k, np.integer):
+        top_k = int(top_k)
+    if top_k is None and none_means is not None:
+        return None
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        also = f" or None ({none_means})" if none_means is not None else ""
+        raise ValueError(f"top_k must be a positive integer{also}, got {top_k!r}")
+    return top_k
 
 
 def _st_keywords(normalize: bool, convert_to: str, normalize_embeddings: bool | None,

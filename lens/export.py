@@ -97,6 +97,9 @@ def _ascii_word(token: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- records
+MAX_IMPACT = 2**31 - 1  # Anserini's JsonVectorCollection reads each impact as a Java int
+
+
 def quantize(x: np.ndarray, scale: float = DEFAULT_SCALE) -> np.ndarray:
     """Integer impacts ``round(x * scale)`` (half to even, as Python's ``round``) as int64, computed in float64."""
     return np.rint(np.asarray(x, dtype=np.float64) * float(scale)).astype(np.int64)
@@ -114,6 +117,10 @@ def pyserini_records(vectors: np.ndarray, ids: Sequence[str], labels: Sequence[s
     ExportOptions(scale=scale)
     for i, doc_id in enumerate(ids):
         impacts = quantize(x[i], scale)
+        if impacts.size and impacts.max() > MAX_IMPACT:
+            raise ValueError(f"record {doc_id!r}: impact {int(impacts.max())} (weight {float(x[i].max()):.4g} x scale "
+                             f"{scale:g}) is over {MAX_IMPACT}, the largest Anserini reads (a Java int): lower the "
+                             "scale (the usual is 100)")
         cols = np.flatnonzero(impacts > 0)
         yield {"id": doc_id, "contents": texts[i] if texts is not None else "",
                "vector": {labels[c]: int(impacts[c]) for c in cols}}

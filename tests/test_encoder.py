@@ -176,6 +176,9 @@ def test_explain_lists_heaviest_clusters_with_tokens(tiny_encoder):
     vec = tiny_encoder.encode("cell protein gene", normalize=False)
     assert rows[0].cluster == int(np.argmax(vec)) and abs(rows[0].weight - vec.max()) < 1e-6
     assert rows[0].tokens == tiny_encoder.cluster_tokens(rows[0].cluster, 8) and rows[0].tokens
+    for bad in (0, -1, 1.5, True):  # a negative slice would list all clusters but the lightest
+        with pytest.raises(ValueError, match="top_k must be a positive integer"):
+            tiny_encoder.explain("cell protein gene", top_k=bad)
 
 
 def test_save_and_load_round_trip(tiny_encoder, tmp_path):
@@ -458,6 +461,9 @@ def test_decode_names_every_cluster_uniquely(tiny_lens_dir, monkeypatch):
     v[[1, 5, 2]] = [0.3, 0.2, 0.1]
     assert dict(enc.decode(v)) == {"\ufffd #1": pytest.approx(0.3), "\ufffd #5": pytest.approx(0.2),
                                    "t2": pytest.approx(0.1)}
+    # one vector as a plain list decodes as the array does (one list of pairs), rows as a batch
+    assert enc.decode(v.tolist()) == enc.decode(v) == enc.decode(torch.from_numpy(v))
+    assert enc.decode([v.tolist(), v.tolist()]) == [enc.decode(v)] * 2 == enc.decode(np.stack([v, v]))
 
 
 def test_empty_list_and_convert_to_numpy_false(tiny_encoder):

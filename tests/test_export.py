@@ -180,8 +180,8 @@ def test_bad_options_and_inputs_are_refused_with_reasons(tmp_path, data):
 def corpus_files(tmp_path):
     docs = [("d1", "cell gene expression"), ("d2", "cancer patients drug dose"), ("d3", "the brain")]
     (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in docs))
-    (tmp_path / "q.txt").write_text("gene expression\ndrug trial\n")
-    return [t for _, t in docs], ["gene expression", "drug trial"]
+    (tmp_path / "q.txt").write_text("gene\texpression\ndrug trial\n")  # a tab inside a query
+    return [t for _, t in docs], ["gene\texpression", "drug trial"]
 
 
 @pytest.mark.parametrize("fmt,key", [("qdrant", None), ("rank-features", "features"), ("pyserini", "vector")])
@@ -202,7 +202,8 @@ def test_cli_exports_round_trip(tiny_lens_dir, tiny_encoder, tmp_path, capsys, f
     else:
         got_d, got_q = by_label(d, key, labels, np.float64), by_label(q, key, labels, np.float64)
     if fmt == "pyserini":
-        assert [r["contents"] for r in d] == docs and [r["contents"] for r in q] == queries
+        assert [r["contents"] for r in d] == docs  # a query on one line, as a topics file holds it
+        assert [r["contents"] for r in q] == ["gene expression", "drug trial"]
         got_d, got_q = got_d / 100, got_q / 100
         atol = 0.5 / 100 + 1e-5
     else:
@@ -268,16 +269,30 @@ def test_cli_encode_keeps_what_a_user_saved_and_numbers_lines_as_wc_does(tiny_le
     assert main(argv + ["--overwrite"]) == 0
     texts = ["first doc", "second\x0cpart of second", "third \u2028 sep", "fourth"]
     np.testing.assert_allclose(np.load(keep), tiny_encoder.encode_documents(texts), atol=1e-6)
-    (tmp_path / "s.jsonl").write_text('"cell gene"\n"drug dose"\n')
+    (tmp_path / "s.jsonl").write_text('"cell gene"\n\n"drug dose"\n')  # ids: line numbers, the blank counted
     assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "s.jsonl"), "--format", "qdrant",
                  "--output", str(tmp_path / "s.q.jsonl")]) == 0
-    assert [r["id"] for r in read_jsonl(tmp_path / "s.q.jsonl")] == ["0", "1"]
+    assert [r["id"] for r in read_jsonl(tmp_path / "s.q.jsonl")] == ["0", "2"]
+    (tmp_path / "m.jsonl").write_text('{"text": "cell gene"}\n{"_id": "b", "text": "drug"}\n')
+    assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "m.jsonl"), "--format", "qdrant",
+                 "--output", str(tmp_path / "m.q.jsonl")]) == 2  # b's id would be lost: refused
+    assert "m.jsonl:2: this record has an id but the first record has none" in capsys.readouterr().err
+    assert not (tmp_path / "m.q.jsonl").exists()
     capsys.readouterr()
     with caplog.at_level(logging.WARNING, logger="lens"):
         assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "s.jsonl"), "--format",
                      "pyserini", "--scale", "0.01", "--output", str(tmp_path / "p.jsonl")]) == 0
     assert "on average 0.0 of 16 cluster weights per record" in capsys.readouterr().out
-    assert "2 of 2 records hold no weight (every weight rounded to 0: raise --scale)" in caplog.text
+    assert "2 of 2 records of non-blank texts hold no weight (every weight rounded to 0: raise --scale)" in caplog.text
+    (tmp_path / "b.txt").write_text("cell gene\n \n")  # a blank line: blank, whatever the scale
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "b.txt"), "--format",
+                     "pyserini", "--output", str(tmp_path / "b.jsonl")]) == 0
+    assert "1 of 2 texts are blank" in caplog.text and "raise --scale" not in caplog.text
+    assert main(["encode", "--model", str(tiny_lens_dir), "--input", str(tmp_path / "b.txt"), "--format",
+                 "pyserini", "--scale", "1e12", "--output", str(tmp_path / "big.jsonl")]) == 2
+    assert "the largest Anserini reads (a Java int): lower the scale" in capsys.readouterr().err
 
 
 def test_an_empty_instruction_is_no_instruction_on_every_path(tiny_encoder):
