@@ -42,6 +42,17 @@ def positive_int(value: str) -> int:
     return n
 
 
+def seed_int(value: str) -> int:
+    """argparse type: a random seed, an integer >= 0 (what numpy's generators take)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed, an integer >= 0, got {value!r}")
+    return n
+
+
 def positive_float(value: str) -> float:
     """argparse type: a number > 0."""
     try:

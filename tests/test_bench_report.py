@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
+
 from lens.eval.report import machine_lines, result_folders
 
 
@@ -194,3 +196,38 @@ def test_a_benchmark_result_never_lands_in_a_run_folder(tmp_path, capsys):
                  str(out / "tiny" / "results")]) == 2
     assert "is a benchmark run's folder" in capsys.readouterr().err
     assert (out / "tiny" / "results.json").read_bytes() == saved
+
+
+def test_bench_runners_keep_to_their_own_results_root(tmp_path, capsys):
+    """A BEIR root holding an ATEB run (or the reverse) is refused: each would rewrite the README without the
+    other's table."""
+    from lens.eval.report import check_readme_target
+
+    (tmp_path / "beir" / "adi").mkdir(parents=True)
+    (tmp_path / "beir" / "adi" / "results.json").write_text('{"command": "lens bench beir adi", "systems": {}}')
+    (tmp_path / "ateb" / "piqa").mkdir(parents=True)
+    (tmp_path / "ateb" / "piqa" / "results.json").write_text('{"command": "lens bench ateb", "formulations": {}}')
+    assert check_readme_target(tmp_path / "beir") == tmp_path / "beir" / "README.md"
+    assert check_readme_target(tmp_path / "ateb", kind="ateb") == tmp_path / "ateb" / "README.md"
+    with pytest.raises(FileExistsError, match="holds runs of lens bench beir .adi."):
+        check_readme_target(tmp_path / "beir", "--output", kind="ateb")
+    with pytest.raises(FileExistsError, match="holds runs of lens bench ateb .piqa."):
+        check_readme_target(tmp_path / "ateb")
+
+
+def test_a_run_names_the_code_and_warns_of_what_its_qrels_cannot_reward(tmp_path, caplog):
+    import logging
+    from importlib.metadata import version
+
+    from bench_helpers import DOCS, write_beir
+
+    from lens.eval.beir import load_dataset, machine_info
+
+    info = machine_info()
+    assert info["lens"] == version("lexlens") and (info["lens_commit"] is None or len(info["lens_commit"].split("+")[0]) == 40)
+    qrels = [("q1", DOCS[0]["_id"], 1), ("q1", "gone", 1), ("q2", DOCS[1]["_id"], 0)]
+    data = write_beir(tmp_path / "set", qrels=qrels)
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        load_dataset(data)
+    assert "names 1 relevant documents the corpus lacks (e.g. gone)" in caplog.text
+    assert "1 of 2 queries have no relevant document" in caplog.text

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from lens.cmdline import command_line, positive_int
+from lens.cmdline import command_line, positive_int, seed_int
 from lens.eval.beir import (DATA_DIR_ENV, DEFAULT_CACHE_DIR, loadavg, hybrid_weights_arg, recorded_weights,
                             add_data_argument, contention_note, data_dir, machine_info, peak_rss_mb, torch_threads)
 
@@ -535,7 +535,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "inversely to the spread of its cosines over each task's documents")
     parser.add_argument("--max-rows", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: a seeded random subset of N rows per task (recorded in results.json)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the --max-rows subset (default 0)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the --max-rows subset (default 0)")
     parser.add_argument("--output", "--output-dir", dest="output", type=Path, default=None,
                         help=f"results root (default: {DEFAULT_OUTPUT_DIR} in the working directory)")
     parser.add_argument("--cache-dir", type=Path, default=None,
@@ -572,7 +572,7 @@ def run(args: argparse.Namespace) -> int:
     out_root = Path(args.output or DEFAULT_OUTPUT_DIR)
     from lens.eval.report import check_readme_target, check_run_target, clear_run_files
 
-    check_readme_target(out_root, "--output")  # a user's README where ours would go: refused before any work
+    check_readme_target(out_root, "--output", kind="ateb")  # a user's README, or BEIR runs: refused before work
     loaded = {name: load_rows(name, root) for name in args.tasks}  # fail early on a missing or malformed file
     sampled = {name: sample_rows(rows, args.max_rows, args.seed) for name, rows in loaded.items()}
     for name, rows in sampled.items():  # and on rows a formulation cannot take (a label without a document)
@@ -619,7 +619,7 @@ def run(args: argparse.Namespace) -> int:
     readme = out_root / "README.md"
     from lens.atomic import atomic_write_bytes
 
-    check_readme_target(out_root, "--output")
+    check_readme_target(out_root, "--output", kind="ateb")
     atomic_write_bytes(readme, readme_text(out_root).encode("utf-8"))
     print("\n\n".join(summaries) + f"\n\nresults in {out_root} (README: {readme})")
     return 0

@@ -119,6 +119,12 @@ def load_dataset(path: str | os.PathLike, split: str = "test", max_docs: int | N
     d = resolve_dataset(path, data)
     _check_layout(d, split)
     docs, queries, qrels = load_beir(d, split)
+    ids = {doc.id for doc in docs}
+    missing = {d for grades in qrels.values() for d, g in grades.items() if g > 0 and d not in ids}
+    if missing:
+        logger.warning("%s: qrels/%s names %d relevant documents the corpus lacks (e.g. %s): no system can find "
+                       "them, so recall and nDCG stay under 1", d.name, split, len(missing),
+                       ", ".join(sorted(missing)[:3]))
     unjudged = sum(1 for grades in qrels.values() if not any(g > 0 for g in grades.values()))
     if unjudged:
         logger.warning("%s: %d of %d queries have no relevant document in qrels/%s: each scores 0 on every measure "
@@ -227,13 +233,38 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
     return {"summary": summary, "per_query": per_query, "run": run}
 
 
+def source_commit() -> str | None:
+    """The git commit of the checkout ``lens`` runs from (``+dirty`` with uncommitted changes to tracked files), so
+    a result names the code that measured it; None for an installed package or without git."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def machine_info() -> dict:
     """The machine a run measured on: CPUs, their model and the int8 instruction sets they have (quantized
     encodings differ between hosts: ``lens.host``), platform, Python, torch and its quantized engine."""
     from lens.host import cpu_name, int8_features
 
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("lexlens")
+    except PackageNotFoundError:  # run from a checkout without installing
+        release = None
     info = {"cpus": os.cpu_count(), "cpu": cpu_name(), "int8_features": int8_features(),
-            "platform": platform.platform(), "python": platform.python_version()}
+            "platform": platform.platform(), "python": platform.python_version(), "lens": release,
+            "lens_commit": source_commit()}
     try:
         import torch
 
@@ -303,7 +334,7 @@ def run_dataset(data: Dataset, systems, *, depth: int, out_dir: Path, command: s
         machine = machine_info()
     machine["query_torch_threads"] = query_threads
     info = {
-        "dataset_path": str(data.path), "docs": len(data.docs), "queries": len(data.queries), "depth": depth,
+        "dataset_path": str(data.path.resolve()), "docs": len(data.docs), "queries": len(data.queries), "depth": depth,
         "drop_self_hits": drop_self, "started": started,
         "finished": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine, "subsample": data.subsample,

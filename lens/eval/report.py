@@ -375,13 +375,24 @@ def readme_text(root: str | os.PathLike) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_readme_target(root: str | os.PathLike, flag: str = "--output-dir") -> Path:
+def check_readme_target(root: str | os.PathLike, flag: str = "--output-dir", kind: str = "beir") -> Path:
     """Refuse, before any work starts, an output folder whose ``README.md`` the runner did not write (it lacks
-    ``GENERATED_MARKER``): the runner replaces its own README, never a user's."""
+    ``GENERATED_MARKER``): the runner replaces its own README, never a user's; and a folder holding runs of the
+    other runner (``kind``: "beir" runs hold ``systems``, "ateb" runs ``formulations``), whose README would lose
+    the other's table each time one of them ran."""
     path = Path(root) / "README.md"
     if path.is_dir() or (path.exists() and GENERATED_MARKER not in path.read_text(encoding="utf-8", errors="replace")):
         raise FileExistsError(f"{path} exists and was not written by the benchmark runner (no "
                               f"'{GENERATED_MARKER}' line); writing would replace it: choose another {flag}")
+    other = {"beir": ("formulations", "lens bench ateb"), "ateb": ("systems", "lens bench beir")}[kind]
+    for results in sorted(Path(root).glob("*/results.json")):
+        try:
+            saved = json.loads(results.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(saved, dict) and other[0] in saved:
+            raise FileExistsError(f"{root} holds runs of {other[1]} ({results.parent.name}), whose README this one "
+                                  f"would replace: give each benchmark its own {flag}")
     return path
 
 

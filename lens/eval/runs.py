@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from lens.cmdline import positive_int
+from lens.cmdline import positive_int, seed_int
 
 logger = logging.getLogger(__name__)
 
@@ -145,8 +145,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f"comma-separated, of {', '.join(MEASURES)} (default {','.join(DEFAULT_MEASURES)})")
     parser.add_argument("--baseline", default=None,
                         help="the run the others are tested against, by name or file (default: the first)")
-    parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test (default 10000)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the randomization test (default 0)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
 

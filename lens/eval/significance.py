@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lens.cmdline import command_line, positive_int
+from lens.cmdline import command_line, positive_int, seed_int
 from lens.eval.report import (PER_QUERY_FILE, add_markdown_only_arguments, add_overwrite_argument,
                                check_benchmark_target, markdown_only, per_query_path, read_per_query, write_benchmark)
 from lens.metrics import paired_test
@@ -89,8 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--pairs", type=pair_list, default=pair_list(",".join(GOALS)),
                         help="comma-separated A:B system pairs (default: issue 10's goals)")
     parser.add_argument("--measure", default="ndcg@10", help="a per-query measure of the run (default ndcg@10)")
-    parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test (default 10000)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="seed of the randomization test (default 0)")
     add_markdown_only_arguments(parser, output="benchmarks/results/significance")
     add_overwrite_argument(parser)
     return parser
