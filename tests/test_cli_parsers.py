@@ -98,3 +98,26 @@ def test_every_parser_wants_options_spelled_in_full(capsys):
     assert e.value.code == 2 and "unrecognized arguments: --ids" in capsys.readouterr().err
     args = build_parser().parse_args(["index", "remove", "IDX", "--ids-file", "ids.txt"])
     assert str(args.ids_file) == "ids.txt"
+
+
+def test_a_users_index_module_is_named_instead_of_failing_later(tmp_path):
+    """A script named index.py (a natural name for one that builds an index) would stand in for LENS's own `index`
+    package: `import lens` says so and what to do, where the imports failed as a circular import before. A data
+    folder named index (no __init__.py) changes nothing where lens is installed in site-packages, and is named the
+    same way where an editable install (this checkout's) finds the package after it."""
+    (tmp_path / "index.py").write_text("from lens.search import Searcher\n")
+    run = subprocess.run([sys.executable, "index.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert f"the module 'index' is {tmp_path / 'index.py'}, which takes the place of LENS's own 'index'" in run.stderr
+    assert "rename" in run.stderr and "circular" not in run.stderr
+    (tmp_path / "index.py").unlink()
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "manifest.json").write_text("{}")
+    run = subprocess.run([sys.executable, "-c", "import lens.search, index; print(index.__file__)"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    import index
+
+    if run.returncode == 0:
+        assert run.stdout.strip() == index.__file__
+    else:
+        assert f"the folder {tmp_path / 'index'} (named index" in run.stderr and "run from another folder" in run.stderr
