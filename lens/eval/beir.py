@@ -120,7 +120,7 @@ def load_dataset(path: str | os.PathLike, split: str = "test", max_docs: int | N
     _check_layout(d, split)
     docs, queries, qrels = load_beir(d, split)
     ids = {doc.id for doc in docs}
-    missing = {d for grades in qrels.values() for d, g in grades.items() if g > 0 and d not in ids}
+    missing = {doc for grades in qrels.values() for doc, g in grades.items() if g > 0 and doc not in ids}
     if missing:
         logger.warning("%s: qrels/%s names %d relevant documents the corpus lacks (e.g. %s): no system can find "
                        "them, so recall and nDCG stay under 1", d.name, split, len(missing),
@@ -253,10 +253,11 @@ def source_commit() -> str | None:
 
 def machine_info() -> dict:
     """The machine a run measured on: CPUs, their model and the int8 instruction sets they have (quantized
-    encodings differ between hosts: ``lens.host``), platform, Python, torch and its quantized engine."""
-    from lens.host import cpu_name, int8_features
-
+    encodings differ between hosts: ``lens.host``), platform, Python, torch and its quantized engine, and the lexlens
+    release and checkout commit that measured (``source_commit``)."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from lens.host import cpu_name, int8_features
 
     try:
         release = version("lexlens")
