@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["LensEncoder", "LensConfig", "__version__"]
+__all__ = ["LensEncoder", "LensConfig", "Searcher", "__version__"]
 
 
 def _check_store_package() -> None:
@@ -54,4 +54,8 @@ def __getattr__(name: str):
         from lens.config import LensConfig
 
         return LensConfig
+    if name == "Searcher":  # a saved index with the encoders it records: lens.search
+        from lens.search import Searcher
+
+        return Searcher
     raise AttributeError(f"module 'lens' has no attribute {name!r}")

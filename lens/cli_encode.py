@@ -42,23 +42,14 @@ def read_numbered_texts(path: Path) -> list[tuple[str, str]]:
     at the line in both. A record with an ``_id`` / ``id`` is refused (its id would be lost): give every record one.
 
     An object's text is ``lens.corpus.document_text(title, text)``, as everywhere else."""
-    from lens.corpus import decode_error_message, document_text, invalid_unicode, iter_json_lines
+    from lens.corpus import document_text, invalid_unicode, iter_json_lines, read_text_lines
 
     if path.is_dir():
         raise IsADirectoryError(f"input {path} is a directory: give a .txt or .jsonl[.gz] file")
     if not path.is_file():
         raise FileNotFoundError(f"input file not found: {path}")
     if path.suffix == ".txt":
-        try:
-            text = path.read_bytes().decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise ValueError(decode_error_message(path, e)) from None
-        # lines end at "\n" alone (a "\r" before it is dropped): str.splitlines would also split at form feeds,
-        # U+2028 and other separators inside a line, and every id after one would be off
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return [(str(i), line[:-1] if line.endswith("\r") else line) for i, line in enumerate(lines)]
+        return [(str(i), line) for i, line in enumerate(read_text_lines(path))]
     if not path.name.endswith((".jsonl", ".jsonl.gz")):
         raise ValueError(f"input must be a .txt (one text per line) or .jsonl[.gz] file, got {path.name}")
     texts = []

@@ -60,7 +60,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     if manifest is None:  # a torchrun rank other than 0: rank 0 wrote the index and reports it
         return
     shards = f", {len(manifest['shards'])} shards" if manifest.get("layout") == "sharded" else ""
-    print(f"indexed {manifest['count']} documents into {args.output} ({manifest['mode']}, {args.index}{shards}) "
+    print(f"indexed {_documents(manifest['count'])} into {args.output} ({manifest['mode']}, {args.index}{shards}) "
           f"in {time.perf_counter() - start:.1f}s")
 
 
@@ -145,6 +145,11 @@ def cmd_index_merge(args: argparse.Namespace) -> None:
           f"{len(manifest['shards'])} shards ({manifest['mode']}, {manifest['index_type']})")
 
 
+def _documents(n: int) -> str:
+    """``n`` documents, in words ("1 document", "2 documents")."""
+    return f"{n} document" + ("" if n == 1 else "s")
+
+
 def _interrupted(work: Path) -> NoReturn:
     """Re-raise Ctrl-C, saying where the chunks encoded so far are kept for ``--resume`` (when there are some)."""
     if any(work.glob("chunk-*.npz")):
@@ -166,7 +171,7 @@ def cmd_index_add(args: argparse.Namespace) -> None:
     except KeyboardInterrupt:
         _interrupted(adding_dir(args.dir))
     replaced = f" ({change.replaced} replaced)" if change.replaced else ""
-    print(f"added {change.added + change.replaced} documents to {args.dir}{replaced}: {change.count} documents now, "
+    print(f"added {_documents(change.added + change.replaced)} to {args.dir}{replaced}: {_documents(change.count)} now, "
           f"in {time.perf_counter() - start:.1f}s")
 
 
@@ -200,7 +205,7 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
         change = remove_documents(args.dir, None if flt is not None else ids, filter=flt)
     except KeyError as e:  # an unknown id: nothing was removed
         raise ValueError(e.args[0]) from None
-    print(f"removed {change.removed} documents from {args.dir}: {change.count} documents left")
+    print(f"removed {_documents(change.removed)} from {args.dir}: {_documents(change.count)} left")
 
 
 def build_weights_arg(value: str) -> tuple[float, float] | str:
@@ -484,7 +489,8 @@ def register(subparsers) -> None:
     s.add_argument("-k", "--top-k", dest="k", type=positive_int, default=10,
                    help="hits per query (default %(default)s)")
     s.add_argument("--queries-file", type=Path, default=None,
-                   help="queries to answer: a BEIR queries.jsonl[.gz] or directory, or a .tsv of id<TAB>text")
+                   help="queries to answer: a BEIR queries.jsonl[.gz] or directory, a .tsv of id<TAB>text, or a .txt "
+                        "of one query a line (ids: 0-based line numbers)")
     s.add_argument("--run", type=Path, default=None, metavar="FILE",
                    help="write the hits as a TREC run file (qid Q0 docid rank score tag: trec_eval, ranx, pytrec_eval) "
                         "instead of printing them; e.g. -k 1000 --queries-file queries.jsonl --run lens.trec")

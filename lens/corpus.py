@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 
 PYDOC_TOPICS = "pydoc-topics"
 CORPUS_NAMES = ("corpus.jsonl", "corpus.jsonl.gz")
-QUERY_FILES = "a BEIR directory, a queries.jsonl[.gz], or a .tsv of id<TAB>text lines"  # what load_queries reads
+QUERY_FILES = ("a BEIR directory, a queries.jsonl[.gz], a .tsv of id<TAB>text lines, or a .txt of one query a line "
+               "(ids: 0-based line numbers, as lens encode gives them)")  # what load_queries reads
 
 
 @dataclass
@@ -116,6 +117,21 @@ def _open_text(path: Path):
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8", newline=None)
     return open(path, encoding="utf-8", newline=None)
+
+
+def read_text_lines(path: Path) -> list[str]:
+    """The lines of a .txt of one text a line, the one reader of that format (``lens encode --input``, ``lens
+    search --queries-file``): UTF-8 (a BOM dropped), lines ending at "\\n" alone with a "\\r" before it dropped.
+    ``str.splitlines`` would also split at form feeds, U+2028 and other separators inside a line, and every line
+    number after one, which is a text's id, would be off."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(decode_error_message(path, e)) from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _first_existing(directory: Path, names: tuple[str, ...], what: str) -> Path:
@@ -485,9 +501,10 @@ QUERY_TSV_HEADER = ({"query-id", "query_id", "qid", "id", "_id"}, {"text", "quer
 
 def load_queries(path: str | os.PathLike) -> dict[str, str]:
     """Queries ``{query id: text}`` from a BEIR queries.jsonl[.gz] (``_id``/``id`` and ``text``), a BEIR directory,
-    or a ``.tsv[.gz]`` of ``id<TAB>text`` lines (MS MARCO's and Pyserini's topic files; a header line such as
-    ``query-id<TAB>text`` is skipped). A query id given twice is an error naming both lines (a run would silently
-    lose one of them)."""
+    a ``.tsv[.gz]`` of ``id<TAB>text`` lines (MS MARCO's and Pyserini's topic files; a header line such as
+    ``query-id<TAB>text`` is skipped), or a ``.txt`` of one query a line, whose id is its 0-based line number (as
+    ``lens encode`` numbers a .txt's texts; blank lines skipped, still counted). A query id given twice is an error
+    naming both lines (a run would silently lose one of them); another file type is named with the ones read."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"queries {os.fspath(path)!r} not found: give {QUERY_FILES}")
@@ -502,6 +519,13 @@ def load_queries(path: str | os.PathLike) -> dict[str, str]:
                              "its own id")
         out[qid], lines[qid] = text, n
 
+    if p.suffix == ".txt":
+        for i, line in enumerate(read_text_lines(p)):
+            if line.strip():
+                keep(str(i), line, i + 1)
+        return out
+    if not p.name.endswith((".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz")):
+        raise ValueError(f"queries {p}: not a file type read as queries; give {QUERY_FILES}")
     if p.name.endswith((".tsv", ".tsv.gz")):
         with _open_text(p) as f:
             first = True

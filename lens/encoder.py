@@ -15,7 +15,7 @@ import os
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Mapping, Set as AbstractSet
+from collections.abc import Collection, Mapping, Set as AbstractSet
 from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 
 import numpy as np
@@ -735,15 +735,21 @@ class LensEncoder:
         return fp
 
     # ---------------------------------------------------------------- inspection
-    def cluster_tokens(self, cluster: int, limit: int | None = None) -> list[str]:
-        """Decoded member tokens of a cluster, in token-id order."""
-        ids = np.flatnonzero(self.assignment == cluster)[:limit]
-        return [self.tokenizer.decode([int(i)]) for i in ids]
+    def cluster_tokens(self, cluster: int, limit: int | None = None, first: Collection[int] = ()) -> list[str]:
+        """Decoded member tokens of a cluster, in token-id order; those whose ids are in ``first`` (a text's own
+        tokens, for ``explain``) come before the rest."""
+        ids = np.flatnonzero(self.assignment == cluster)
+        if first:
+            mine = np.isin(ids, np.fromiter(first, dtype=np.int64))
+            ids = np.concatenate([ids[mine], ids[~mine]])
+        return [self.tokenizer.decode([int(i)]) for i in ids[:limit]]
 
     def explain(
         self, text: str, top_k: int = 10, *, query: bool = False, instruction: str | None = None, tokens: int = 8
     ) -> list[ClusterWeight]:
-        """The ``top_k`` heaviest clusters of a text's lexicon vector (unnormalised weights) with their tokens."""
+        """The ``top_k`` heaviest clusters of a text's lexicon vector (unnormalised weights) with their tokens, the
+        text's own tokens first in each (a cluster that holds a word of the text reads as that word; the others are
+        what the model expanded the text to)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         top_k = _top_k(top_k)
@@ -751,7 +757,9 @@ class LensEncoder:
         kwargs = {"instruction": instruction} if query else {}
         vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]
         top = np.argsort(-vec, kind="stable")[:top_k]
-        return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens)) for c in top if vec[c] > 0]
+        own = set(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens, first=own))
+                for c in top if vec[c] > 0]
 
 
 def _one_vector(embeddings) -> bool:

@@ -127,7 +127,7 @@ class Searcher:
         pair = tuple(float(w) for w in self.index.weights)
         return (*pair, DEFAULT_BM25_WEIGHT) if getattr(self.index, "has_bm25", False) else pair
 
-    def search(self, queries: Sequence[str], k: int = 10, weights: Sequence[float] | str | None = None,
+    def search(self, queries: Sequence[str] | str, k: int = 10, weights: Sequence[float] | None = None,
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
                show_progress_bar: bool = False, encode: Callable | None = None,
                depth: int | None = None, idf: bool | None = None) -> list[SearchResult]:

@@ -176,6 +176,19 @@ def test_explain_lists_heaviest_clusters_with_tokens(tiny_encoder):
     vec = tiny_encoder.encode("cell protein gene", normalize=False)
     assert rows[0].cluster == int(np.argmax(vec)) and abs(rows[0].weight - vec.max()) < 1e-6
     assert rows[0].tokens == tiny_encoder.cluster_tokens(rows[0].cluster, 8) and rows[0].tokens
+    own = tiny_encoder.tokenizer("cell protein gene", add_special_tokens=False)["input_ids"]
+    words = {tiny_encoder.tokenizer.decode([i]) for i in own}
+    checked = 0
+    for r in tiny_encoder.explain("cell protein gene", top_k=16, tokens=3):  # the text's own tokens lead a cluster
+        members = np.flatnonzero(tiny_encoder.assignment == r.cluster)
+        if np.isin(members, own).any():
+            assert r.tokens[0] in words
+            checked += int(not np.isin(members[0], own))  # a cluster whose first member is not the text's
+    assert checked, "no cluster of the text lists another token first: the ordering is untested"
+    from lens import Searcher
+    from lens.search import Searcher as the_searcher
+
+    assert Searcher is the_searcher  # lens.Searcher: a saved index with its encoders
     for bad in (0, -1, 1.5, True):  # a negative slice would list all clusters but the lightest
         with pytest.raises(ValueError, match="top_k must be a positive integer"):
             tiny_encoder.explain("cell protein gene", top_k=bad)

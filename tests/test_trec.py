@@ -88,16 +88,22 @@ def test_cli_search_writes_the_hits_it_would_print(tiny_lens_dir, tmp_path, caps
     assert main(["search", str(ix), *queries.values(), "-k", "5", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     want = {q: {h["id"]: h["score"] for h in r["hits"]} for q, r in zip(queries, printed)}
-    for name in ("q.jsonl", "q.tsv"):
+    (tmp_path / "q.txt").write_text("".join(f"{t}\n" for t in queries.values()))  # ids: 0-based line numbers
+    for name in ("q.jsonl", "q.tsv", "q.txt"):
         run = tmp_path / f"{name}.trec"
         assert main(["search", str(ix), "--queries-file", str(tmp_path / name), "-k", "5", "--run", str(run),
                      "--batch-size", "2", "--run-tag", "mine"]) == 0
         assert "wrote the top 5 of 3 queries" in capsys.readouterr().out
         got = read_run(run)
-        assert list(got) == list(want)
-        for q in want:
-            assert list(got[q]) == list(want[q]) and got[q] == pytest.approx(want[q], abs=1e-6)
+        expected = dict(zip(("0", "1", "2"), want.values())) if name == "q.txt" else want
+        assert list(got) == list(expected)
+        for q in expected:
+            assert list(got[q]) == list(expected[q]) and got[q] == pytest.approx(expected[q], abs=1e-6)
         assert all(line.split()[5] == "mine" for line in run.read_text().splitlines())
+    (tmp_path / "q.csv").write_text("a1,cancer drug\n")
+    capsys.readouterr()
+    assert main(["search", str(ix), "--queries-file", str(tmp_path / "q.csv")]) == 2
+    assert "not a file type read as queries; give a BEIR directory" in capsys.readouterr().err
     assert main(["search", str(ix), "cell", "--queries-file", str(tmp_path / "q.tsv")]) == 2
     assert "not both" in capsys.readouterr().err
     assert main(["search", str(ix)]) == 2
