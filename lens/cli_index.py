@@ -171,7 +171,8 @@ def cmd_index_add(args: argparse.Namespace) -> None:
     except KeyboardInterrupt:
         _interrupted(adding_dir(args.dir))
     replaced = f" ({change.replaced} replaced)" if change.replaced else ""
-    print(f"added {_documents(change.added + change.replaced)} to {args.dir}{replaced}: {_documents(change.count)} now, "
+    print(f"added {_documents(change.added + change.replaced)} to {args.dir}{replaced}: "
+          f"{_documents(change.count)} now, "
           f"in {time.perf_counter() - start:.1f}s")
 
 
