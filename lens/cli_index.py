@@ -281,6 +281,9 @@ def _search_queries(args: argparse.Namespace) -> dict[str, str]:
         return queries
     if not args.query:
         raise ValueError("no query: give one or more as arguments, or a file of them with --queries-file")
+    if len(args.query) > 1 and all(len(q.split()) == 1 for q in args.query):  # `lens search IX heat transfer`
+        logger.warning("searching %d one-word queries (%s): each argument is a query; quote a query of several "
+                       "words (\"%s\")", len(args.query), ", ".join(args.query), " ".join(args.query))
     return {str(i): q for i, q in enumerate(args.query, 1)}
 
 

@@ -76,7 +76,7 @@ def test_a_gzipped_run_is_read_as_gzip(tmp_path):
         read_run(tmp_path / "cut.trec.gz")
 
 
-def test_cli_search_writes_the_hits_it_would_print(tiny_lens_dir, tmp_path, capsys):
+def test_cli_search_writes_the_hits_it_would_print(tiny_lens_dir, tmp_path, capsys, caplog):
     corpus = write_corpus(tmp_path / "c.jsonl", 23)
     ix = tmp_path / "ix"
     assert main(["-q", "index", "build", "--corpus", str(corpus), "--output", str(ix), "--model", str(tiny_lens_dir),
@@ -100,6 +100,16 @@ def test_cli_search_writes_the_hits_it_would_print(tiny_lens_dir, tmp_path, caps
         for q in expected:
             assert list(got[q]) == list(expected[q]) and got[q] == pytest.approx(expected[q], abs=1e-6)
         assert all(line.split()[5] == "mine" for line in run.read_text().splitlines())
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="lens"):  # unquoted words: each a query, and said so
+        assert main(["search", str(ix), "cancer", "drug", "-k", "2", "--json"]) == 0
+    assert [r["query"] for r in json.loads(capsys.readouterr().out)] == ["cancer", "drug"]
+    assert 'searching 2 one-word queries (cancer, drug): each argument is a query; quote' in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        assert main(["search", str(ix), "cancer drug", "gene", "-k", "2", "--json"]) == 0
+    assert "one-word queries" not in caplog.text
     (tmp_path / "q.csv").write_text("a1,cancer drug\n")
     capsys.readouterr()
     assert main(["search", str(ix), "--queries-file", str(tmp_path / "q.csv")]) == 2

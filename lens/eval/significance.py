@@ -87,7 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="comma-separated set folders of the run (of an ATEB run: TASK/FORMULATION, such as "
                              "piqa/answer-pool; default: every set the run holds)")
     parser.add_argument("--pairs", type=pair_list, default=pair_list(",".join(GOALS)),
-                        help="comma-separated A:B system pairs (default: issue 10's goals)")
+                        help=f"comma-separated A:B system pairs of the run (default {','.join(GOALS)}: each LENS "
+                             "system against the baseline it should beat; a run without one of those systems needs "
+                             "--pairs)")
     parser.add_argument("--measure", default="ndcg@10", help="a per-query measure of the run (default ndcg@10)")
     parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test (default 10000)")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed of the randomization test (default 0)")
