@@ -63,8 +63,7 @@ def run_suite(args) -> None:
             argv += ["--corpus-casing"]
         if args.dtype:
             argv += ["--dtype", args.dtype]
-        if args.overwrite:
-            argv += ["--overwrite"]
+        argv += ["--overwrite"]  # a tag's rerun replaces its own runs, as every benchmark script does
         parser = beir.add_arguments(argparse.ArgumentParser())
         run_args = parser.parse_args(argv)
         run_args.bench_command_line = script_command(args.argv, "benchmarks/ood.py")
@@ -126,8 +125,6 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"where runs and the table are written (default {RESULTS})")
     p.add_argument("--corpus-casing", action="store_true",
                    help="queries truecased to each corpus's own word forms (lens bench beir --corpus-casing)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a tag's earlier runs of these sets and variants (lens bench beir --overwrite)")
     p.add_argument("--table-only", action="store_true", help="only rebuild the table from saved runs")
     args = p.parse_args(argv)
     args.argv = argv

@@ -184,7 +184,9 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
         if not args.ids_file.is_file():
             raise FileNotFoundError(f"--ids-file {args.ids_file}: no such file (give ids as arguments, or a file of "
                                     "one id per line)")
-        ids += [line.strip() for line in args.ids_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        from lens.corpus import read_text_lines
+
+        ids += [line.strip() for line in read_text_lines(args.ids_file) if line.strip()]
     flt = _filter_of(args.filter)
     if flt is not None and ids:
         raise ValueError("give ids (or --ids-file) or --filter, not both")

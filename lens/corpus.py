@@ -521,6 +521,9 @@ def load_queries(path: str | os.PathLike) -> dict[str, str]:
 
     if p.suffix == ".txt":
         for i, line in enumerate(read_text_lines(p)):
+            if "\t" in line:  # Anserini's topics-*.txt are id<TAB>text: read as queries they would carry their ids
+                raise ValueError(f"{p}:{i + 1}: a tab in a .txt of one query a line; a file of id<TAB>text lines "
+                                 "(as Anserini's topics .txt) is read as such when named .tsv")
             if line.strip():
                 keep(str(i), line, i + 1)
         return out

@@ -5,6 +5,7 @@ import argparse
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -117,7 +118,12 @@ def test_a_users_index_module_is_named_instead_of_failing_later(tmp_path):
                          capture_output=True, text=True, timeout=120)
     import index
 
-    if run.returncode == 0:
-        assert run.stdout.strip() == index.__file__
-    else:
+    home = Path(index.__file__).resolve().parent.parent  # where the package lies: site-packages, or this checkout
+    probe = subprocess.run([sys.executable, "-c", "import sys, pathlib; print(any(pathlib.Path(p).resolve() == "
+                            f"pathlib.Path({str(home)!r}) for p in sys.path if p))"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    if probe.stdout.strip() == "True":  # on sys.path: the regular package wins over a folder without __init__.py
+        assert run.returncode == 0 and run.stdout.strip() == index.__file__, run.stderr
+    else:  # an editable install's finder comes after the folder: named, with what to do
+        assert run.returncode == 1
         assert f"the folder {tmp_path / 'index'} (named index" in run.stderr and "run from another folder" in run.stderr

@@ -188,8 +188,11 @@ def test_documented_commands_name_real_options():
 
 
 def test_documented_command_check_catches_a_bad_option(tmp_path: Path):
-    """The check above is not vacuous: an abbreviated, a misspelt and an unknown option are each reported."""
+    """The check above is not vacuous: an abbreviated, a misspelt and an unknown option are each reported (of a
+    lens subcommand and of a benchmark script), and options a command has are not."""
     doc = tmp_path / "x.md"
     doc.write_text("```\nlens index remove IDX --ids a.txt\n```\n`lens search IDX --wieghts 1,0`\n"
-                   "`lens encode --input a.txt --output b.npy --top-m 5`\n", encoding="utf-8")
-    assert documented_command_errors(doc) == ["lens index remove: --ids", "lens search: --wieghts"]
+                   "`lens encode --input a.txt --output b.npy --top-m 5 --bogus`\n"
+                   "`python benchmarks/beir.py adi --systems bm25 --no-such-flag`\n", encoding="utf-8")
+    assert documented_command_errors(doc) == ["lens index remove: --ids", "lens search: --wieghts",
+                                              "lens encode: --bogus", "benchmarks/beir.py: --no-such-flag"]

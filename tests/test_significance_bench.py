@@ -140,3 +140,20 @@ def test_an_ateb_run_is_read_per_formulation(tmp_path, capsys):
     assert main(["bench", "significance", "--run", str(first), "--pairs", pair, "--measure", "accuracy",
                  "--output", str(out), "--resamples", "50"]) == 2  # every formulation by default: one is not a mean
     assert "piqa/pair-classification" in capsys.readouterr().err
+
+
+def test_the_repository_script_replaces_its_own_result_where_lens_bench_asks(tmp_path, capsys):
+    """python benchmarks/significance.py (script_main) regenerates its committed result when rerun, as every
+    benchmark script here does; lens bench significance, the same code, wants --overwrite for that."""
+    from lens.eval import script_main
+
+    values = {f"q{i}": {"ndcg@10": i / 10} for i in range(5)}
+    run = _run(tmp_path, {"bm25": values, "minilm": values})
+    argv = ["--run", str(run), "--pairs", "bm25:minilm", "--output", str(tmp_path / "sig"), "--resamples", "20"]
+    assert script_main("lens.eval.significance", "test", argv) == 0
+    assert script_main("lens.eval.significance", "test", argv) == 0  # its own result, replaced
+    assert main(["bench", "significance", *argv]) == 2
+    assert "holds an earlier result: add --overwrite" in capsys.readouterr().err
+    (tmp_path / "mine.json").write_text('{"my": "notes"}')
+    assert script_main("lens.eval.significance", "test", argv[:-4] + ["--output", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine.json").read_text() == '{"my": "notes"}'

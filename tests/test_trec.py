@@ -110,6 +110,9 @@ def test_cli_search_writes_the_hits_it_would_print(tiny_lens_dir, tmp_path, caps
     with caplog.at_level(logging.WARNING, logger="lens"):
         assert main(["search", str(ix), "cancer drug", "gene", "-k", "2", "--json"]) == 0
     assert "one-word queries" not in caplog.text
+    (tmp_path / "topics.txt").write_text("a1\tcancer drug\n")  # Anserini's topics: id<TAB>text, named .txt
+    assert main(["search", str(ix), "--queries-file", str(tmp_path / "topics.txt")]) == 2
+    assert "topics.txt:1: a tab in a .txt of one query a line" in capsys.readouterr().err
     (tmp_path / "q.csv").write_text("a1,cancer drug\n")
     capsys.readouterr()
     assert main(["search", str(ix), "--queries-file", str(tmp_path / "q.csv")]) == 2

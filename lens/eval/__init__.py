@@ -9,7 +9,8 @@ from __future__ import annotations
 
 
 def script_main(module: str, description: str, argv: list[str] | None = None) -> int:
-    """``main`` of a benchmark script: the module's ``add_arguments`` + ``-v``, logging set up, then ``run``; bad
+    """``main`` of a benchmark script: the module's ``add_arguments`` + ``-v``, logging set up (an earlier result
+    of the script's own is replaced, as ``--overwrite`` does for ``lens bench``), then ``run``; bad
     input (a missing file, an output it would replace, a wrong value) is one line on stderr and status 2, as
     ``lens bench`` reports it (``-v``: the traceback)."""
     import argparse
@@ -20,6 +21,9 @@ def script_main(module: str, description: str, argv: list[str] | None = None) ->
     mod = importlib.import_module(module)
     parser = argparse.ArgumentParser(description=description, allow_abbrev=False)  # as `lens`: options in full
     mod.add_arguments(parser)
+    # the repository's scripts rewrite their own committed results when rerun, as every benchmark script here does
+    # (never a file they did not write); `lens bench` asks for --overwrite
+    parser.set_defaults(overwrite=True)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,

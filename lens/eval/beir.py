@@ -502,7 +502,8 @@ def _split_command(command: str, dataset_args: Sequence[str]) -> dict:
     words = shlex.split(command)
     datasets = set(dataset_args)
     prog_len = 3 if words[:3] == ["lens", "bench", "beir"] else 2 if words[:1] == ["python"] else 1
-    options = [w for w in words[prog_len:] if w not in datasets]
+    # --overwrite says how a run was written, not what it measured: runs differing only by it still merge
+    options = [w for w in words[prog_len:] if w not in datasets and w != "--overwrite"]
     return {"kind": "beir", "prog": shlex.join(words[:prog_len]), "options": options}
 
 
@@ -524,7 +525,6 @@ def check_run_folders(paths: Sequence[Path], split: str, subsample: bool, out_ro
     if data_root is not None and data_root.is_dir() and out_root.resolve().is_relative_to(data_root.resolve()):
         raise ValueError(f"--output-dir {out_root} lies in the data dir {data_root}: results go outside the data "
                          "(choose another --output-dir)")
-
     folders = [run_folder(p, split, subsample, suffix) for p in paths]
     for path in paths:
         _check_layout(path, split)

@@ -207,9 +207,7 @@ def check_run_target(directory: str | os.PathLike, flag: str = "--output-dir", o
         return d
     problem = None
     try:
-        results = json.loads((d / "results.json").read_text(encoding="utf-8"))
-        if not (isinstance(results, dict) and "command" in results and ("systems" in results
-                                                                        or "formulations" in results)):
+        if not _is_run(json.loads((d / "results.json").read_text(encoding="utf-8"))):
             problem = "its results.json is not a benchmark run's"
     except FileNotFoundError:
         problem = f"it holds {', '.join(present)} but no results.json"
@@ -224,10 +222,22 @@ def check_run_target(directory: str | os.PathLike, flag: str = "--output-dir", o
     return d
 
 
+def _is_run(results: Any) -> bool:
+    """Whether a parsed ``results.json`` is a run's: an object with ``command`` and ``systems`` (BEIR) or
+    ``formulations`` (ATEB)."""
+    return isinstance(results, dict) and "command" in results and ("systems" in results or "formulations" in results)
+
+
 def clear_run_files(directory: str | os.PathLike) -> None:
     """Remove an earlier run's own files from a run folder that ``check_run_target`` let be replaced (its results,
-    plot and TREC runs, by name), so that nothing of it stays beside the new run's; any other file is left."""
+    plot and TREC runs, by name), so that nothing of it stays beside the new run's; any other file is left, and a
+    folder without a run's ``results.json`` (new, or a user's plot alone) is not touched."""
     d = Path(directory)
+    try:
+        if not _is_run(json.loads((d / "results.json").read_text(encoding="utf-8"))):
+            return
+    except (OSError, ValueError):
+        return
     for name in (*RUN_FILES, *PLOT_FILES):
         if (d / name).is_file():
             (d / name).unlink()
