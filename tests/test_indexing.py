@@ -269,7 +269,7 @@ def test_cli_build_refuses_an_existing_index_unless_overwrite_or_resume(tiny_len
     (["search", "{ix}", "cell", "--weights", "a,b"], "two or three numbers LEX,DENSE[,BM25]"),
     (["search", "{tmp}/nothing", "cell"], "not found"),
     (["search", "{ix}", "--queries-file", "{tmp}/nosuch.tsv"], "--queries-file {tmp}/nosuch.tsv not found: give a "
-     "BEIR directory, a queries.jsonl[.gz], or a .tsv of id<TAB>text lines"),
+     "BEIR directory, a queries.jsonl[.gz], a .tsv of id<TAB>text lines, or a .txt of one query a line"),
 ])
 def test_cli_bad_search_input(tiny_lens_dir, corpus_file, tmp_path, capsys, argv, match):
     ix = tmp_path / "ix"
