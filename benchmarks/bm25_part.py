@@ -146,7 +146,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default=None, help="a BEIR directory (default: ../shared/data/beir/scifact)")
     p.add_argument("--copies", default="1,10,40", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--shards", type=int, default=4)

@@ -101,7 +101,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=200_000)
     p.add_argument("--chars", type=int, default=1000, help="characters of text per document")
     p.add_argument("--chunk", type=int, default=256, help="documents per slice of the text pass")

@@ -86,7 +86,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=200_000)
     p.add_argument("--nonzeros", type=int, default=762)
     p.add_argument("--clusters", type=int, default=8000)

@@ -92,7 +92,7 @@ def render(results: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--lengths", type=length_list, default=[256, 512], help="max_seq_length values (default 256,512)")
     p.add_argument("--quantize", default=None, help="int8: encode with int8 linear layers (faster, cached apart)")
     add_dev_study_arguments(p)

@@ -119,7 +119,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=500_000)
     p.add_argument("--snippet", type=int, default=300, help="characters of text per document's metadata")
     p.add_argument("--queries", type=int, default=2000, help="fetches of random hits timed per load")

@@ -101,7 +101,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--texts", type=int, default=20_000)
     p.add_argument("--clusters", type=int, default=8000)
     p.add_argument("--nonzero", type=int, default=700)

@@ -217,7 +217,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     add_suite_study_arguments(parser, OUT)
     args = parser.parse_args(argv)
     return run_suite_study(args, argv, "exact_space.py", study_set, render)

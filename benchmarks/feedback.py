@@ -152,7 +152,7 @@ def render(meta: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     floats = lambda s: [float(x) for x in s.split(",")]  # noqa: E731
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--fb-docs", default="3,5,10", type=lambda s: [int(x) for x in s.split(",")],
                    help="feedback documents n (the first pass's top n)")
     p.add_argument("--betas", default="0.25,0.5,1", type=floats, help="weights of the feedback centroid")

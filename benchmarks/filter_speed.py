@@ -177,7 +177,7 @@ def _rank(value) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=50_000)
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)

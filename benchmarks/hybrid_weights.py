@@ -125,7 +125,7 @@ def render(results: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     add_dev_study_arguments(p)
     p.add_argument("--squad-val", type=Path, default=ROOT / ".cache" / "lens-train" / "mixture-val" / "squad.jsonl.gz")
     p.add_argument("--squad-queries", type=int, default=None, help="keep the first N SQuAD val queries")

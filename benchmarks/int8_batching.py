@@ -90,7 +90,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--set", default="cranfield", help="a set name under the data directory or a BEIR directory")
     p.add_argument("--texts", type=int, default=16)
     p.add_argument("--queries", action="store_true", help="the set's queries instead of its documents")

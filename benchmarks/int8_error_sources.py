@@ -174,7 +174,8 @@ def main(argv=None) -> int:
     from lens.corpus import iter_corpus, read_jsonl
     from lens.encoder import LensEncoder
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default")
     ap.add_argument("--docs", type=int, default=48)
     ap.add_argument("--calibration", type=int, default=16, help="calibration texts")

@@ -59,7 +59,8 @@ def top10_overlap(d: np.ndarray, q: np.ndarray, ref_d: np.ndarray, ref_q: np.nda
 def main() -> None:
     from lens.cmdline import command_line
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default")
     ap.add_argument("--docs", type=int, default=96)
     ap.add_argument("--queries", type=int, default=64)

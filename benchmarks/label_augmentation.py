@@ -39,7 +39,8 @@ PRIMARY = {"dialfact": "classification", "esnli": "classification", "piqa": "mul
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--per-task", type=int, default=1000)
     p.add_argument("--threads", type=int, default=2)

@@ -95,7 +95,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--gammas", default="0,0.1,0.2,0.3,0.5", type=lambda s: [float(x) for x in s.split(",")])
     add_suite_study_arguments(p, OUT)
     args = p.parse_args(argv)

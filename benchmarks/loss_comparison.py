@@ -25,7 +25,7 @@ LOSSES = ("infonce", "bce", "bce-graded", "bce:siglip", "bce-graded:siglip")
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--sts", type=Path, default=data_dir() / "sts/stsbenchmark/stsbenchmark.tsv.gz")
     p.add_argument("--model", default=str(ROOT / ".cache" / "lens-train" / "smollm2-k4000"),
                    help="an untrained clustering (`lens cluster-vocab --clusters 4000 --out DIR`; what make train-default makes)")

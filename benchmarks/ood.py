@@ -108,7 +108,7 @@ def table(results: Path = RESULTS) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="adi,cranfield,medline", help="comma-separated set names or directories")
     p.add_argument("--variants",
                    default="original,upper-queries,upper-corpus,upper-all,lower-queries,lower-all,title-only,typos")

@@ -812,7 +812,7 @@ def markdown(rows: list[Row], seconds: float, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reliability.md")
     p.add_argument("--only", default=None, help="run the rows whose function name contains this")
     args = p.parse_args(argv)

@@ -72,7 +72,7 @@ def write_parts(corpus: Path, out: Path, parts: int) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     add_search_arguments(p, "remote")
     p.add_argument("--parts", type=int, default=2)
     args = start(p, argv, "remote_search", render, level=logging.WARNING, fmt=None)

@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     from lens.cmdline import command_line
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=int, default=1_000_000)
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--queries", type=int, default=200, help="queries searched and checked against exact search")

@@ -135,7 +135,7 @@ def built_index(corpus: str | Path, out: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     add_search_arguments(p, "serve")
     p.add_argument("--clients", type=int, default=4)
     args = start(p, argv, "serve_speed", render, level=logging.WARNING, fmt=None)

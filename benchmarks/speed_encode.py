@@ -175,7 +175,8 @@ def time_cluster_vocab(model: str, k: int) -> float:
 def main() -> None:
     from lens.cmdline import command_line
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default", help="LENS directory or 'default'")
     ap.add_argument("--backbone-ref", default="default", help="backbone for the cluster-vocab timing")
     ap.add_argument("--docs", type=int, default=32)

@@ -344,7 +344,8 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default", help="LENS directory or 'default'")
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (with --smoke: the script "
                                                      "itself, without a GPU)")

@@ -188,7 +188,7 @@ def machine() -> dict:
 def main(argv: list[str] | None = None) -> dict:
     from lens.cmdline import command_line
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=100_000, help="documents")
     ap.add_argument("--lexicon-dim", type=int, default=4000)
     ap.add_argument("--dense-dim", type=int, default=384)

@@ -44,7 +44,7 @@ def run_variant(name, data, args, lora_layers, bf16, cache_dir):
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--model", default="default")
     p.add_argument("--batch-size", type=int, default=16)

@@ -110,7 +110,7 @@ def restoration(sentences: list[str], rules: list[str], functions: dict | None =
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="scifact,adi,cranfield,medline", help="comma-separated set names or directories")
     p.add_argument("--variants", default=VARIANTS, help="lens data variant names ('original': the set as it is)")
     p.add_argument("--rules", default=None, help="comma-separated rules (default: every rule)")

@@ -184,7 +184,8 @@ def variant_of(row: str) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
     p.add_argument("--steps", type=int, default=150, help="optimiser steps per variant (the same for all)")
     p.add_argument("--per-task", type=int, default=2000, help="examples kept per task (seeded)")
