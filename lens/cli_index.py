@@ -94,6 +94,10 @@ def cmd_index_info(args: argparse.Namespace) -> None:
         size = sum(os.fstat(f.fileno()).st_size for f in gen.files.values() if f is not None)
         parts = _part_manifests(m, gen.files)
     bm25 = [p["bm25"] for p in parts if p.get("bm25") is not None]
+    with_df = [p for p in parts if p.get("df") is not None]
+    if args.json:
+        print(json.dumps(_info_record(args, m, size, parts, bm25, with_df), indent=2, ensure_ascii=False))
+        return
     print(f"{args.dir}: {m['count']} documents, {m.get('mode', 'hybrid')} ({m['index_type']}), "
           f"dims lexicon={m['lexicon_dim']} dense={m['dense_dim']}, weights={m['weights']}, "
           f"{size / 1e6:.1f} MB on disk")
@@ -110,7 +114,6 @@ def cmd_index_info(args: argparse.Namespace) -> None:
     if any(name.split("/")[-1] == CASING_FILE for name in m["files"]):
         print(f"  casing: the corpus's own casing table ({CASING_FILE}): queries in capitals come back to the "
               "corpus's forms of their words")
-    with_df = [p for p in parts if p.get("df") is not None]
     where = f" in all {len(parts)} shards" if m.get("layout") == "sharded" else ""
     if with_df and len(with_df) == len(parts):
         default = all(p.get("idf") for p in parts)
@@ -135,6 +138,29 @@ def cmd_index_info(args: argparse.Namespace) -> None:
         print(f"  {key}: {value}")
     for key, value in sorted((m.get("fingerprint") or {}).items()):
         print(f"  fingerprint.{key}: {value}")
+
+
+def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict], bm25: list[dict],
+                 with_df: list[dict]) -> dict:
+    """``lens index info --json``: what the text summary says, as one JSON object for scripts."""
+    from index.bm25_fusion import DEFAULT_BM25_WEIGHT
+    from index.store import CASING_FILE
+
+    sharded = m.get("layout") == "sharded"
+    return {
+        "dir": str(args.dir), "documents": m["count"], "mode": m.get("mode", "hybrid"), "index_type": m["index_type"],
+        "dims": {"lexicon": m["lexicon_dim"], "dense": m["dense_dim"]}, "weights": m["weights"], "bytes": size,
+        "verified": not args.no_verify,
+        "shards": [{"dir": s["dir"], "documents": s["count"]} for s in m["shards"]] if sharded else None,
+        "top_m": m.get("top_m"),
+        "casing": any(name.split("/")[-1] == CASING_FILE for name in m["files"]),
+        "idf": {"kept": bool(with_df) and len(with_df) == len(parts),
+                "default": bool(with_df) and len(with_df) == len(parts) and all(p.get("idf") for p in parts)},
+        "bm25": {"documents": sum(e.get("documents", 0) for e in bm25),
+                 "searchable": bool(bm25) and len(bm25) == len(m.get("shards") or [m]),
+                 "default_weight": DEFAULT_BM25_WEIGHT},
+        "info": m.get("info") or {}, "fingerprint": m.get("fingerprint") or {},
+    }
 
 
 def cmd_index_merge(args: argparse.Namespace) -> None:
@@ -456,6 +482,7 @@ def register(subparsers) -> None:
     i.add_argument("dir", type=Path)
     i.add_argument("--no-verify", action="store_true",
                    help="skip reading the data files to check their sizes and sha256 (faster on a large index)")
+    i.add_argument("--json", action="store_true", help="print the summary as one JSON object (for scripts)")
     i.set_defaults(func=cmd_index_info, command="index info")
     mg = ix.add_parser("merge", help="merge saved indexes (same encoders, type and --top-m; no shared ids) into a "
                                      "new sharded index, without re-encoding")
