@@ -231,3 +231,20 @@ def test_a_run_names_the_code_and_warns_of_what_its_qrels_cannot_reward(tmp_path
         load_dataset(data)
     assert "names 1 relevant documents the corpus lacks (e.g. gone)" in caplog.text
     assert "1 of 2 queries have no relevant document" in caplog.text
+
+
+def test_lens_options_without_a_lens_system_are_warned_of(tmp_path, caplog):
+    from bench_helpers import write_beir
+
+    from lens.cli import main
+
+    data = write_beir(tmp_path / "tiny")
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        assert main(["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(tmp_path / "o"), "--no-plot",
+                     "--instruction", "Find it", "--weights", "0.3,0.7"]) == 0
+    assert "--instruction, --weights set the LENS systems, and --systems bm25 runs none" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="lens"):
+        assert main(["bench", "beir", str(data), "--systems", "bm25", "--output-dir", str(tmp_path / "p"),
+                     "--no-plot"]) == 0
+    assert "runs none" not in caplog.text

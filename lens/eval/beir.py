@@ -570,6 +570,14 @@ def run(args: argparse.Namespace) -> int:
                           corpus_casing=getattr(args, "corpus_casing", False))
     split = _split_command(command, args.datasets)
     names = args.systems or default_systems()
+    if not any(n.startswith("lens") for n in names):
+        unused = [flag for flag, given in (("--model", args.model != "default"), ("--instruction", args.instruction),
+                                           ("--weights", args.weights != (0.5, 0.5)),
+                                           ("--max-length", args.max_length)) if given]
+        if unused:
+            logger.warning("%s set%s the LENS systems, and --systems %s runs none: %s nothing here",
+                           ", ".join(unused), "" if len(unused) > 1 else "s", ",".join(names),
+                           "they change" if len(unused) > 1 else "it changes")
     lines = []
     for arg, path, folder in zip(args.datasets, paths, folders):
         data = load_dataset(path, args.split, args.max_docs, args.max_queries)
