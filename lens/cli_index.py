@@ -93,60 +93,60 @@ def cmd_index_info(args: argparse.Namespace) -> None:
                 verify_stream(gen.files.get(name), args.dir / name, m["files"][name])
         size = sum(os.fstat(f.fileno()).st_size for f in gen.files.values() if f is not None)
         parts = _part_manifests(m, gen.files)
-    bm25 = [p["bm25"] for p in parts if p.get("bm25") is not None]
-    with_df = [p for p in parts if p.get("df") is not None]
+    record = _info_record(args, m, size, parts)
     if args.json:
-        print(json.dumps(_info_record(args, m, size, parts, bm25, with_df), indent=2, ensure_ascii=False))
+        print(json.dumps(record, indent=2, ensure_ascii=False))
         return
-    print(f"{args.dir}: {m['count']} documents, {m.get('mode', 'hybrid')} ({m['index_type']}), "
+    print(f"{args.dir}: {m['count']} documents, {record['mode']} ({m['index_type']}), "
           f"dims lexicon={m['lexicon_dim']} dense={m['dense_dim']}, weights={m['weights']}, "
           f"{size / 1e6:.1f} MB on disk")
     names = ", ".join(data_files(m)) if len(m["files"]) <= 3 else f"all {len(m['files'])} files"
     print(f"  checked: sizes and sha256 of {names} match the manifest" if not args.no_verify
           else "  NOT checked (--no-verify): sizes and sha256 of the data files")
-    if m.get("layout") == "sharded":
-        counts = ", ".join(f"{s['dir']}: {s['count']}" for s in m["shards"])
-        print(f"  shards: {len(m['shards'])} searched together ({counts})")
+    sharded = record["shards"] is not None
+    if sharded:
+        counts = ", ".join(f"{s['dir']}: {s['documents']}" for s in record["shards"])
+        print(f"  shards: {len(record['shards'])} searched together ({counts})")
     if any(name.split("/")[-1] == DATA_FILE for name in m["files"]):
         print(f"  inverted lists: {DATA_FILE}, memory-mapped when loaded (read-only)")
-    if m.get("top_m") is not None:
-        print(f"  top-m: each document keeps its {m['top_m']} heaviest lexicon weights (queries are not pruned)")
-    if any(name.split("/")[-1] == CASING_FILE for name in m["files"]):
+    if record["top_m"] is not None:
+        print(f"  top-m: each document keeps its {record['top_m']} heaviest lexicon weights (queries are not pruned)")
+    if record["casing"]:
         print(f"  casing: the corpus's own casing table ({CASING_FILE}): queries in capitals come back to the "
               "corpus's forms of their words")
-    where = f" in all {len(parts)} shards" if m.get("layout") == "sharded" else ""
-    if with_df and len(with_df) == len(parts):
-        default = all(p.get("idf") for p in parts)
+    idf, without_df = record["idf"], sum(p.get("df") is None for p in parts)
+    if idf["kept"]:
+        where = f" in all {len(parts)} shards" if sharded else ""
         print(f"  idf: the documents' cluster frequencies are kept{where}; searches weigh the query lexicon by them "
-              f"{'by default (--no-idf: not)' if default else 'when asked (lens search --idf)'}")
-    elif with_df:
-        print(f"  idf: none: {len(parts) - len(with_df)} of {len(parts)} shards keep no cluster frequencies (built "
+              f"{'by default (--no-idf: not)' if idf['default'] else 'when asked (lens search --idf)'}")
+    elif without_df < len(parts):
+        print(f"  idf: none: {without_df} of {len(parts)} shards keep no cluster frequencies (built "
               "with --no-idf or before indexes kept them), so searches weigh no query by idf; rebuild those inputs "
               "with `lens index build` and merge again")
-    if bm25:
-        from index.bm25_fusion import DEFAULT_BM25_WEIGHT
-
-        where = f" in {len(bm25)} of {len(m['shards'])} shards" if m.get("layout") == "sharded" else ""
-        usable = len(bm25) == len(m.get("shards") or [m])
-        print(f"  bm25: a BM25 part of {sum(e.get('documents', 0) for e in bm25)} documents{where}, "
-              + (f"searched at weight {DEFAULT_BM25_WEIGHT} unless --weights LEX,DENSE[,BM25] says otherwise"
-                 if usable else "not searchable: every shard needs one (rebuild the others with lens index build)"))
+    bm25, with_bm25 = record["bm25"], sum(p.get("bm25") is not None for p in parts)
+    if with_bm25:
+        where = f" in {with_bm25} of {len(m['shards'])} shards" if sharded else ""
+        print(f"  bm25: a BM25 part of {bm25['documents']} documents{where}, "
+              + (f"searched at weight {bm25['default_weight']} unless --weights LEX,DENSE[,BM25] says otherwise"
+                 if bm25["searchable"] else "not searchable: every shard needs one (rebuild the others with lens "
+                 "index build)"))
     else:
         print("  bm25: none (built with --no-bm25, as a sharded ivf-ondisk index without --bm25, or before indexes "
               "kept one): searches use the vectors alone; `lens index build` keeps one by default")
-    for key, value in sorted((m.get("info") or {}).items()):
+    for key, value in sorted(record["info"].items()):
         print(f"  {key}: {value}")
-    for key, value in sorted((m.get("fingerprint") or {}).items()):
+    for key, value in sorted(record["fingerprint"].items()):
         print(f"  fingerprint.{key}: {value}")
 
 
-def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict], bm25: list[dict],
-                 with_df: list[dict]) -> dict:
-    """``lens index info --json``: what the text summary says, as one JSON object for scripts."""
+def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict]) -> dict:
+    """What ``lens index info`` says, worked out once: printed as text, or as this object with ``--json``."""
     from index.bm25_fusion import DEFAULT_BM25_WEIGHT
     from index.store import CASING_FILE
 
     sharded = m.get("layout") == "sharded"
+    bm25 = [p["bm25"] for p in parts if p.get("bm25") is not None]
+    kept = bool(parts) and all(p.get("df") is not None for p in parts)
     return {
         "dir": str(args.dir), "documents": m["count"], "mode": m.get("mode", "hybrid"), "index_type": m["index_type"],
         "dims": {"lexicon": m["lexicon_dim"], "dense": m["dense_dim"]}, "weights": m["weights"], "bytes": size,
@@ -154,8 +154,7 @@ def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict]
         "shards": [{"dir": s["dir"], "documents": s["count"]} for s in m["shards"]] if sharded else None,
         "top_m": m.get("top_m"),
         "casing": any(name.split("/")[-1] == CASING_FILE for name in m["files"]),
-        "idf": {"kept": bool(with_df) and len(with_df) == len(parts),
-                "default": bool(with_df) and len(with_df) == len(parts) and all(p.get("idf") for p in parts)},
+        "idf": {"kept": kept, "default": kept and all(p.get("idf") for p in parts)},
         "bm25": {"documents": sum(e.get("documents", 0) for e in bm25),
                  "searchable": bool(bm25) and len(bm25) == len(m.get("shards") or [m]),
                  "default_weight": DEFAULT_BM25_WEIGHT},

@@ -37,9 +37,7 @@ def _cluster_list(value: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from lens.cmdline import positive_int
-    from lens.eval.beir import (DATA_DIR_HELP, DEFAULT_CACHE_DIR, DEFAULT_OUTPUT_DIR, add_data_argument,
-                                add_thread_arguments)
-    from lens.eval.systems import DEFAULT_DEPTH
+    from lens.eval.beir import DATA_DIR_HELP, add_data_argument, add_run_location_arguments, add_thread_arguments
 
     parser.add_argument("ablation", choices=ABLATIONS, help="which ablation to run")
     parser.add_argument("--dataset", default="scifact",
@@ -51,12 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--clusters", type=_cluster_list, default=list(CLUSTER_COUNTS),
                         help="cluster counts for the clusters ablation (default 2000,4000,8000,vocab)")
     parser.add_argument("--instruction", default=None, help="override the dataset's query instruction")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help=f"embedding and clustering cache (default: {DEFAULT_CACHE_DIR} in the working directory)")
-    parser.add_argument("--output-dir", type=Path, default=None,
-                        help=f"results root (default: {DEFAULT_OUTPUT_DIR} in the working directory)")
-    parser.add_argument("--depth", type=positive_int, default=DEFAULT_DEPTH,
-                        help=f"hits retrieved per query (default {DEFAULT_DEPTH})")
+    add_run_location_arguments(parser, "embedding and clustering cache", "hits retrieved per query")
     parser.add_argument("--lens-batch-size", type=positive_int, default=4,
                         help="LENS documents per forward pass (default 4)")
     parser.add_argument("--max-docs", type=positive_int, default=None,

@@ -593,7 +593,6 @@ def run(args: argparse.Namespace) -> int:
         if args.max_rows:
             logger.warning("%s: SUBSAMPLE (smoke test only): %d of %d rows", name, len(rows), len(all_rows))
         folder = folders[name]
-        check_run_target(out_root / folder, "--output", overwrite=args.overwrite)
         started = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         formulations, per_query = run_task(name, rows, len(all_rows), scorers, threads=args.threads)
         results = {"task": name, "file": TASKS[name].file, "command": command, "model": args.model,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import functools
 import logging
 import os
 import platform
@@ -83,7 +84,7 @@ class Dataset:
     subsample: dict | None = None
 
 
-def _check_layout(d: Path, split: str) -> None:
+def check_layout(d: Path, split: str) -> None:
     """Name the missing file (and the splits that exist) before the loader runs."""
     if not any((d / n).is_file() for n in ("corpus.jsonl", "corpus.jsonl.gz")):
         raise FileNotFoundError(f"{d / 'corpus.jsonl.gz'} not found (nor corpus.jsonl): {d} is not a BEIR directory")
@@ -117,7 +118,7 @@ def load_dataset(path: str | os.PathLike, split: str = "test", max_docs: int | N
     from lens.corpus import load_beir
 
     d = resolve_dataset(path, data)
-    _check_layout(d, split)
+    check_layout(d, split)
     docs, queries, qrels = load_beir(d, split)
     ids = {doc.id for doc in docs}
     missing = {doc for grades in qrels.values() for doc, g in grades.items() if g > 0 and doc not in ids}
@@ -233,9 +234,11 @@ def evaluate_system(system, data: Dataset, depth: int, drop_self: bool = False, 
     return {"summary": summary, "per_query": per_query, "run": run}
 
 
+@functools.lru_cache(maxsize=1)
 def source_commit() -> str | None:
     """The git commit of the checkout ``lens`` runs from (``+dirty`` with uncommitted changes to tracked files), so
-    a result names the code that measured it; None for an installed package or without git."""
+    a result names the code that measured it; None for an installed package or without git. Read once a process
+    (two git calls), not at every set's run."""
     import subprocess
 
     root = Path(__file__).resolve().parents[2]
@@ -387,9 +390,21 @@ def _systems(value: str) -> list[str]:
     return names
 
 
+def add_run_location_arguments(parser: argparse.ArgumentParser, cache: str, depth: str) -> None:
+    """``--cache-dir`` (what it caches: ``cache``), ``--output-dir`` and ``--depth`` (``depth`` says what it
+    counts) of the runners that write a set's run folder (``run_dataset``: this one and the ablations)."""
+    from lens.eval.systems import DEFAULT_DEPTH
+
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help=f"{cache} (default: {DEFAULT_CACHE_DIR} in the working directory)")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help=f"results root (default: {DEFAULT_OUTPUT_DIR} in the working directory)")
+    parser.add_argument("--depth", type=positive_int, default=DEFAULT_DEPTH, help=f"{depth} (default {DEFAULT_DEPTH})")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the runner's options to ``parser`` (e.g. the ``lens bench beir`` subparser)."""
-    from lens.eval.systems import ALL_SYSTEMS, DEFAULT_DEPTH, PEER_SYSTEMS
+    from lens.eval.systems import ALL_SYSTEMS, PEER_SYSTEMS
 
     parser.add_argument("datasets", nargs="+",
                         help="BEIR-layout directories, or set names (e.g. scifact cranfield medline): "
@@ -409,12 +424,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "build --weights balanced`")
     parser.add_argument("--instruction", default=None,
                         help="query instruction for the LENS systems, overriding the dataset's (Table 8 of the paper)")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help=f"embedding cache (default: {DEFAULT_CACHE_DIR} in the working directory)")
-    parser.add_argument("--output-dir", type=Path, default=None,
-                        help=f"results root (default: {DEFAULT_OUTPUT_DIR} in the working directory)")
-    parser.add_argument("--depth", type=positive_int, default=DEFAULT_DEPTH,
-                        help=f"hits retrieved per query and per fused component (default {DEFAULT_DEPTH})")
+    add_run_location_arguments(parser, "embedding cache", "hits retrieved per query and per fused component")
     parser.add_argument("--lens-batch-size", type=positive_int, default=None,
                         help="LENS documents per forward pass (default: 4 on a CPU, where per-document throughput "
                              "drops at 16; on a GPU as many as its free memory holds)")
@@ -517,7 +527,7 @@ def run_folder(path: Path, split: str, subsample: bool, suffix: str = "") -> str
 def check_run_folders(paths: Sequence[Path], split: str, subsample: bool, out_root: Path, overwrite: bool,
                       suffix: str = "", data_root: Path | None = None) -> list[str]:
     """Each set's results folder under ``out_root`` (``run_folder``), every check that can fail made before any
-    work: each set has the split (``_check_layout``), no two sets share a folder, no folder lies in a dataset or
+    work: each set has the split (``check_layout``), no two sets share a folder, no folder lies in a dataset or
     in ``data_root`` (the data dir names are looked up in), and each is free or (``overwrite``) an earlier run's
     (``report.check_run_target``)."""
     from lens.eval import report
@@ -527,7 +537,7 @@ def check_run_folders(paths: Sequence[Path], split: str, subsample: bool, out_ro
                          "(choose another --output-dir)")
     folders = [run_folder(p, split, subsample, suffix) for p in paths]
     for path in paths:
-        _check_layout(path, split)
+        check_layout(path, split)
     seen: dict[str, Path] = {}
     for path, folder in zip(paths, folders):
         if folder in seen:

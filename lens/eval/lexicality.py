@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from lens.eval.systems import LensResource, SpladeResource
     from lens.instructions import get_instruction
 
-    from lens.eval.beir import _check_layout, resolve_dataset
+    from lens.eval.beir import check_layout, resolve_dataset
 
     models = [m for m in args.model.split(",") if m]
     if not models:
@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     check_benchmark_target(args.output, overwrite=args.overwrite)  # a user's file, or an earlier result
     paths = [resolve_dataset(name, args.data_dir) for name in args.datasets]  # every set found before a model loads
     for path in paths:
-        _check_layout(path, "test")
+        check_layout(path, "test")
     device, dtype = lens_device(args), getattr(args, "dtype", None)
     resources = [LensResource(m, cache_root=args.cache_dir, show_progress_bar=True, device=device, dtype=dtype)
                  for m in models]
