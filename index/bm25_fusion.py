@@ -12,7 +12,7 @@ shards of one index pass the maximum over all of them (``bm25_max``), so their f
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -37,6 +37,8 @@ def split_weights(weights: Any, what: str = "weights") -> tuple[Any, float]:
     An array of one pair per query is passed through with ``w_bm25`` 0."""
     if weights is None:
         return None, 0.0
+    if isinstance(weights, (Mapping, set, frozenset)):  # no order to read LEX, DENSE, BM25 from
+        raise ValueError(_weights_error(what, weights))
     parts = weights.split(",") if isinstance(weights, str) else weights
     if isinstance(weights, str) and len(parts) == 2:  # text LEX,DENSE: the numbers, checked by weight_pair later
         try:

@@ -108,7 +108,7 @@ class BM25Part:
             got = "none" if texts is None else "one string" if isinstance(texts, str) else f"{len(texts)}"
             raise ValueError(f"the index keeps a BM25 part, which needs each document's text: give texts= with one "
                              f"text per document ({n}), got {got}")
-        return tokenize(list(texts)) if n else []
+        return tokenize(_strings(texts, "texts")) if n else []
 
     def add_terms(self, terms: Sequence[Sequence[str]], labels: Sequence[int]) -> None:
         """Add documents given as their BM25 terms (:meth:`terms_of`); labels must be new."""
@@ -163,7 +163,7 @@ class BM25Part:
     @staticmethod
     def query_terms(queries: Sequence[str]) -> list[list[str]]:
         """Each query's BM25 terms (``lens.bm25.tokenize``)."""
-        return tokenize(list(queries))
+        return tokenize(_strings(queries, "texts"))
 
     def stats(self, terms: Sequence[str]) -> BM25Stats:
         """This part's statistics for one query's terms: its documents, their total length, each term's
@@ -290,3 +290,13 @@ class _Postings:
         """(rows, counts) of one term."""
         a, b = self.indptr[term_id], self.indptr[term_id + 1]
         return self.rows[a:b], self.tf[a:b]
+
+
+def _strings(texts: Sequence[str], what: str) -> list[str]:
+    """``texts`` as a list, each checked to be a string (the BM25 tokenizer's input)."""
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"{what}[{i}] is not a string (got {type(text).__name__} {str(text)[:40]!r}): the BM25 "
+                             "part needs each text as a string")
+    return texts

@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 _BATCH = 500  # ids per IN (...) query; well under SQLite's bound-parameter limit
-_FIELDS_SAMPLE = 200  # documents whose metadata field names a filter on a missing field lists
+FIELDS_SAMPLE = 200  # documents whose metadata field names are listed (a filter on a missing field, index info)
 _FIELDS_SHOWN = 8  # of those names, the ones shown
 _MATCH_CACHE = 16  # filters whose matching ids a table remembers
 _SCAN_VALUES = 200  # a filter field's values per SQL query when scanned (SQLite's expression depth limit is 1000)
@@ -104,9 +104,12 @@ def check_filter(filter: Mapping[str, Any] | None) -> Filter | None:
         if "" in field.split("."):
             raise ValueError(f"filter field {field!r} has an empty name between its dots; write a nested field as "
                              "OUTER.INNER, e.g. metadata.author")
+        if isinstance(values, np.ndarray):
+            values = values.tolist()
         values = tuple(values) if isinstance(values, (list, tuple, set, frozenset)) else (values,)
         if not values:
             raise ValueError(f"filter field {field!r} has an empty list of values; give at least one")
+        values = tuple(v.item() if isinstance(v, np.generic) else v for v in values)  # numpy's scalars, as Python's
         for v in values:
             if not isinstance(v, (str, int, float)) or (isinstance(v, float) and v != v):
                 raise ValueError(f"filter field {field!r}: values must be strings, numbers or booleans, got {v!r}")
@@ -373,7 +376,7 @@ class DocTable:
                 self._held[field] = self._conn.execute(q, (field_path(field),)).fetchone() is not None
             return self._held[field]
 
-    def field_names(self, sample: int = _FIELDS_SAMPLE) -> set[str]:
+    def field_names(self, sample: int = FIELDS_SAMPLE) -> set[str]:
         """The dotted names of the metadata fields of the first ``sample`` documents with metadata (what a filter
         can name; a sample, so that saying them costs no scan)."""
         with self._lock:

@@ -76,7 +76,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import faiss
 import numpy as np
 
-from lens.atomic import atomic_dir, write_json
+from lens.atomic import atomic_dir, parse_json, write_json
 from lens.bm25 import BM25Stats
 from lens.casing import CasingTable, read_casing_table
 
@@ -93,6 +93,7 @@ from .manifest import (
     layout_of,
     normalize_fingerprint,
     open_index,
+    validate_manifest,
     verify_stream,
 )
 from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, sparse_lookup, split_weights
@@ -218,7 +219,36 @@ def check_save_target(directory: str | os.PathLike) -> Path:
             raise FileExistsError(
                 f"{directory} exists and is not a LENS index (it holds {shown}); saving would replace it: "
                 "choose a new or empty directory")
+        _check_index_names_are_lens(directory)
     return directory
+
+
+def _check_index_names_are_lens(directory: Path) -> None:
+    """Refuse a directory whose entries carry an index's file names but is not a saved LENS index: a plain FAISS
+    folder's ``index.faiss``, an app's ``manifest.json``, a ``shard-00000`` folder of a user's own (names alone do
+    not make an index; a save would replace what they hold)."""
+    names = [n for n in os.listdir(directory) if n != ".DS_Store"]
+    if not names:
+        return
+    path = directory / MANIFEST_FILE
+    try:
+        validate_manifest(parse_json(path.read_bytes(), path, "index manifest"), path)
+    except (OSError, ValueError) as e:
+        why = "it has no manifest.json" if not path.exists() else f"its manifest.json is not one ({e})"
+        raise FileExistsError(
+            f"{directory} holds {', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''} but is not a saved "
+            f"LENS index: {why}; saving would replace it: choose a new or empty directory (a damaged index of "
+            "your own: remove it first)") from None
+    for name in names:
+        shard = directory / name
+        if not is_shard_dir(name):
+            continue
+        other = sorted(n for n in os.listdir(shard) if n not in _INDEX_ENTRIES) if shard.is_dir() else [name]
+        if other:
+            raise FileExistsError(
+                f"{directory} is a LENS index but {shard} holds files LENS did not write ({', '.join(other[:3])}"
+                f"{', ...' if len(other) > 3 else ''}); saving replaces the whole directory, so they would be lost: "
+                "move them out of it, then run the command again")
 
 
 def existing_index(directory: str | os.PathLike) -> str | None:
@@ -614,6 +644,10 @@ class HybridIndex:
         rows = next(iter(parts.values())).shape[0]
         if rows != n:
             raise ValueError(f"got {n} ids but {rows} vectors; give one vector per id")
+        if isinstance(metadata, Mapping):
+            raise ValueError("metadata is one dict (or None) per id: give a list of them, e.g. [{'source': 'wiki'}]")
+        if metadata is not None and not isinstance(metadata, Sequence):  # a generator: one entry per id
+            metadata = list(metadata)
         if metadata is not None and len(metadata) != n:
             raise ValueError(f"got {n} ids but {len(metadata)} metadata entries; give one (or None) per id")
         metas = [encode_metadata(m, i) for m, i in zip(metadata, ids)] if metadata is not None else [None] * n
@@ -781,6 +815,8 @@ class HybridIndex:
         all of its shards' statistics), computed here from this index alone when None."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1):
+            raise ValueError(f"depth must be a positive integer (candidates from each part), got {depth!r}")
         if self._spilled:
             raise ValueError("this index spilled parts of its lists to disk to be built; save it and load the saved "
                              "index to search it")
@@ -794,7 +830,7 @@ class HybridIndex:
         nq = next(iter(parts.values())).shape[0]
         weights, w_bm25 = split_weights(weights)
         if w_bm25 > 0:
-            self._check_bm25_query(texts, nq, depth)
+            self._check_bm25_query(texts, nq)
             w = np.tile(np.array(weights, dtype=np.float64), (nq, 1))  # 0,0 is BM25 alone
         else:
             w = self._query_weights(weights, nq)
@@ -837,15 +873,13 @@ class HybridIndex:
             )
         return results
 
-    def _check_bm25_query(self, texts: Sequence[str] | None, nq: int, depth: int | None) -> None:
+    def _check_bm25_query(self, texts: Sequence[str] | None, nq: int) -> None:
         if self._bm25 is None:
             raise ValueError("this index has no BM25 part, so a BM25 weight > 0 cannot be used: rebuild it with "
                              "`lens index build --bm25` (Python: HybridIndex(..., bm25=True)), or give two weights "
                              "LEX,DENSE")
         if texts is None or isinstance(texts, str) or len(texts) != nq:
             raise ValueError(f"a BM25 weight needs each query's text: give texts= with one text per query ({nq})")
-        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1):
-            raise ValueError(f"depth must be a positive integer (candidates from each part), got {depth!r}")
 
     def bm25_scores(self, terms: Sequence[Sequence[str]], allowed: np.ndarray | None = None,
                     stats: Sequence[BM25Stats] | None = None) -> BM25Scores:

@@ -83,6 +83,7 @@ def cmd_index_info(args: argparse.Namespace) -> None:
     import os
 
     from index.manifest import data_files, open_index, verify_stream
+    from index.metadata import FIELDS_SAMPLE
     from index.ondisk import DATA_FILE
     from index.store import CASING_FILE
 
@@ -93,7 +94,12 @@ def cmd_index_info(args: argparse.Namespace) -> None:
                 verify_stream(gen.files.get(name), args.dir / name, m["files"][name])
         size = sum(os.fstat(f.fileno()).st_size for f in gen.files.values() if f is not None)
         parts = _part_manifests(m, gen.files)
-    record = _info_record(args, m, size, parts)
+        try:
+            fields = _metadata_fields(args.dir, m, gen.files)
+        except ValueError as e:  # a damaged table: an error when checked (above), a note with --no-verify
+            fields = None
+            logger.warning("metadata fields not read: %s", e)
+    record = _info_record(args, m, size, parts, fields)
     if args.json:
         print(json.dumps(record, indent=2, ensure_ascii=False))
         return
@@ -133,13 +139,38 @@ def cmd_index_info(args: argparse.Namespace) -> None:
     else:
         print("  bm25: none (built with --no-bm25, as a sharded ivf-ondisk index without --bm25, or before indexes "
               "kept one): searches use the vectors alone; `lens index build` keeps one by default")
+    fields = record["metadata_fields"]
+    if fields is not None:
+        print(f"  metadata fields (of the first {FIELDS_SAMPLE} documents with metadata{' per shard' if sharded else ''}"
+              f"; what --filter can name): {', '.join(fields)}" if fields else "  metadata fields: none")
     for key, value in sorted(record["info"].items()):
         print(f"  {key}: {value}")
     for key, value in sorted(record["fingerprint"].items()):
         print(f"  fingerprint.{key}: {value}")
 
 
-def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict]) -> dict:
+def _metadata_fields(directory: Path, m: dict, files: dict) -> list[str]:
+    """The dotted metadata field names a filter can name, from the first documents with metadata of the index or
+    of each shard (a sample, read from the open, verified document tables where they lie)."""
+    from index.metadata import FIELDS_SAMPLE, DocTable
+    from index.store import DOCS_FILE
+
+    names: set[str] = set()
+    dirs = [e["dir"] for e in m["shards"]] if m.get("layout") == "sharded" else [""]
+    for sub in dirs:
+        name = f"{sub}/{DOCS_FILE}" if sub else DOCS_FILE
+        f = files.get(name)
+        if f is None:
+            continue
+        table = DocTable.read(f, directory / name, in_place=True)
+        try:
+            names |= table.field_names(FIELDS_SAMPLE)
+        finally:
+            table.close()
+    return sorted(names)
+
+
+def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict], fields: list[str] | None) -> dict:
     """What ``lens index info`` says, worked out once: printed as text, or as this object with ``--json``."""
     from index.bm25_fusion import DEFAULT_BM25_WEIGHT
     from index.store import CASING_FILE
@@ -158,7 +189,7 @@ def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict]
         "bm25": {"documents": sum(e.get("documents", 0) for e in bm25),
                  "searchable": bool(bm25) and len(bm25) == len(m.get("shards") or [m]),
                  "default_weight": DEFAULT_BM25_WEIGHT},
-        "info": m.get("info") or {}, "fingerprint": m.get("fingerprint") or {},
+        "metadata_fields": fields, "info": m.get("info") or {}, "fingerprint": m.get("fingerprint") or {},
     }
 
 

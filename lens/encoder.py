@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from index.vectors import as_matrix, l2_normalize
+from index.vectors import as_matrix, check_finite, l2_normalize
 from lens.backbone import (BackboneRef, load_backbone, load_lm_head, matrix_sha256, quiet_loading, resolve_backbone,
                            special_token_ids)
 from lens.clustering import centroids_from_assignment
@@ -653,6 +653,9 @@ class LensEncoder:
         """Cosine similarity of every row of ``a`` with every row of ``b`` (numpy, torch or SciPy sparse; a 1-D
         vector is one row), as a (len(a), len(b)) float32 tensor, like sentence-transformers' ``similarity``."""
         a, b = (torch.nn.functional.normalize(_as_rows(x), dim=-1) for x in (a, b))
+        if a.shape[1] != b.shape[1]:
+            raise ValueError(f"similarity compares vectors of one kind: got {a.shape[1]} and {b.shape[1]} columns "
+                             "(lexicon vectors have one per cluster, dense ones the model's hidden size)")
         return a @ b.T
 
     def similarity_pairwise(self, a, b) -> torch.Tensor:
@@ -753,6 +756,8 @@ class LensEncoder:
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         top_k = _top_k(top_k)
+        if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
+            raise ValueError(f"tokens must be a positive integer (member tokens listed per cluster), got {tokens!r}")
         enc = self.encode_queries if query else self.encode_documents
         kwargs = {"instruction": instruction} if query else {}
         vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]
@@ -819,7 +824,9 @@ def _warn_prompt_and_name(prompt: str | None, prompt_name: str | None) -> None:
 def _as_rows(x) -> torch.Tensor:
     """Vectors in any form ``index.vectors.as_matrix`` takes (numpy, torch dense or sparse, SciPy sparse; 1-D: one
     row) as a dense 2-D float32 CPU tensor."""
-    return torch.from_numpy(np.ascontiguousarray(as_matrix(x, "embeddings"), dtype=np.float32))
+    rows = np.ascontiguousarray(as_matrix(x, "embeddings"), dtype=np.float32)
+    check_finite(rows, "the given")  # NaN in, NaN scores and weights out: say so instead
+    return torch.from_numpy(rows)
 
 
 def term_clusters_of(assignment: np.ndarray, tokenizer) -> np.ndarray:

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from index import HybridIndex, SearchResult, load_index
 from index.manifest import check_fingerprint
 from lens.hybrid import HybridEncoder
@@ -148,6 +150,8 @@ class Searcher:
         from index.bm25_fusion import split_weights
 
         queries = check_queries(queries)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer (queries encoded at a time), got {batch_size!r}")
         check_filter(filter)  # before the queries are encoded
         self.index.query_idf(idf)  # refused before the queries are encoded where the index cannot
         weights = self.default_weights if weights is None else weights

@@ -127,6 +127,23 @@ def test_bad_options(tiny_encoder, kwargs, match):
         tiny_encoder.encode(DOCS, **kwargs)
 
 
+def test_similarity_decode_and_explain_refuse_what_they_cannot_use(tiny_encoder):
+    """Vectors of two kinds, NaN vectors and a non-positive token count are named (a torch shape error, NaN
+    scores and weights, and a silent slice before)."""
+    both = tiny_encoder.encode(DOCS[:2], output="both")
+    with pytest.raises(ValueError, match="similarity compares vectors of one kind: got 16 and"):
+        tiny_encoder.similarity(both.lexicon, both.dense)
+    bad = both.lexicon.copy()
+    bad[1, 3] = np.nan
+    for call in (lambda: tiny_encoder.similarity(bad, both.lexicon), lambda: tiny_encoder.decode(bad)):
+        with pytest.raises(ValueError, match=r"the given vectors contain NaN or inf in row\(s\) 1"):
+            call()
+    for tokens in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="tokens must be a positive integer"):
+            tiny_encoder.explain(DOCS[0], tokens=tokens)
+    assert all(len(row.tokens) <= 2 for row in tiny_encoder.explain(DOCS[0], tokens=2))
+
+
 def test_blank_text_gives_zero_vector(tiny_encoder):
     out = tiny_encoder.encode(["", "cell gene", "   \n"], output="both")
     assert (out.lexicon[[0, 2]] == 0).all() and (out.dense[[0, 2]] == 0).all()

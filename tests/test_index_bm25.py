@@ -123,6 +123,30 @@ def test_bm25_weight_zero_is_todays_search():
             np.testing.assert_array_equal(got.scores, want.scores)
 
 
+def test_texts_that_are_not_strings_and_bad_arguments_are_named():
+    """The BM25 part tokenizes texts: a None or a number among them is named (it was an AttributeError deep in the
+    tokenizer); depth is checked on every search, weights without an order and metadata not one dict per id are
+    refused, a generator of metadata is taken."""
+    ids, texts, lex, dense = _corpus(10)
+    ix = _index(ids, texts, lex, dense)
+    for bad in (None, 5):
+        with pytest.raises(ValueError, match=r"texts\[1\] is not a string \(got \w+ '(None|5)'\)"):
+            ix.add(["new", "new2"], lex[:2], dense[:2], texts=["fine", bad])
+        with pytest.raises(ValueError, match=r"texts\[0\] is not a string"):
+            ix.search(lex[:1], dense[:1], weights=(0.5, 0.5, 1), texts=[bad])
+    assert len(ix) == 10 and "new" not in ix
+    for depth in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="depth must be a positive integer"):
+            ix.search(lex[:1], dense[:1], depth=depth)  # two weights: no BM25 part searched, still checked
+    for weights in ({"lex": 1, "dense": 1}, {0.5, 0.7}):
+        with pytest.raises(ValueError, match="weights must be two or three numbers LEX,DENSE\\[,BM25\\]"):
+            ix.search(lex[:1], dense[:1], weights=weights)
+    with pytest.raises(ValueError, match="metadata is one dict \\(or None\\) per id: give a list"):
+        ix.add(["new"], lex[:1], dense[:1], texts=["x"], metadata={"source": "wiki"})
+    ix.add(["a", "b"], lex[:2], dense[:2], texts=["x", "y"], metadata=({"n": i} for i in range(2)))
+    assert ix.metadata("b") == {"n": 1}
+
+
 def test_bm25_alone_ranks_like_lens_bm25():
     ids, texts, lex, dense = _corpus(50)
     ix = _index(ids, texts, lex, dense)
@@ -249,6 +273,11 @@ def test_searcher_default_weights_add_bm25_on_an_index_with_the_part(built):
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.scores, w.scores)
     assert [r.ids for r in plain.search(QUERIES, k=5)] == [r.ids for r in plain.search(QUERIES, k=5, weights=(0.5, 0.5))]
+    for batch_size in (0, -1, 1.5, True):  # -1 returned no results at all, 0 a bare range() error
+        with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+            plain.search(QUERIES, batch_size=batch_size)
+    assert [r.ids for r in plain.search(QUERIES, k=5, batch_size=np.int64(2))] == [
+        r.ids for r in plain.search(QUERIES, k=5)]
 
 
 def test_searcher_three_parts_equal_the_reference(built, tiny_encoder):

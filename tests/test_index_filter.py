@@ -116,6 +116,15 @@ def test_bad_filters_are_refused(flt, match):
         ix.search(lex[0], dense[0], filter=flt)
 
 
+def test_numpy_values_filter_as_python_ones():
+    """A value from a numpy array (np.int64, np.bool_, an array of values) filters as the Python number it is
+    (np.int64 was refused as not a number, while np.float64 passed)."""
+    assert check_filter({"year": np.int64(2020)}) == check_filter({"year": 2020})
+    assert check_filter({"ok": np.bool_(True)}) == check_filter({"ok": True})
+    assert check_filter({"year": np.array([2020, 2021])}) == check_filter({"year": [2020, 2021]})
+    assert all(type(v) is int for v in check_filter({"year": np.array([2020, 2021])})[0][1])
+
+
 def test_values_match_by_json_type():
     table = DocTable()
     metas = [{"v": 1}, {"v": "1"}, {"v": True}, {"v": 1.0}, {"v": [1, "a"]}, {"v": {"w": 1}}, None, {"u": 1}]

@@ -379,12 +379,14 @@ def test_cli_build_info_and_search(built, tiny_lens_dir, tmp_path, capsys):
         assert main(["-q", "index", "merge", str(tmp_path / name), str(ix), str(tmp_path / second)]) == 0
         capsys.readouterr()
         assert main(["index", "info", str(tmp_path / name)]) == 0
-        assert said in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert said in out and "what --filter can name): snippet, title\n" in out
         assert main(["index", "info", str(tmp_path / name), "--json"]) == 0  # the same, for scripts
         record = json.loads(capsys.readouterr().out)
         assert record["idf"] == {"kept": name == "all-idf", "default": name == "all-idf"}
         assert [s["documents"] for s in record["shards"]] == [12, 6] and record["documents"] == 18
         assert record["bm25"]["searchable"] and record["bm25"]["documents"] == 18 and record["verified"]
+        assert record["metadata_fields"] == ["snippet", "title"]  # what --filter can name, over both shards
     assert main(["index", "info", str(ix), "--json", "--no-verify"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["shards"] is None and record["documents"] == 12 and not record["verified"]

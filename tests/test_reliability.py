@@ -459,7 +459,7 @@ def test_search_help_documents_the_equals_form(capsys):
     assert "--weights=VALUE" in " ".join(capsys.readouterr().out.split())
 
 
-def test_index_info_verifies_and_fails_on_damage(small_index, capsys):
+def test_index_info_verifies_and_fails_on_damage(small_index, capsys, caplog):
     capsys.readouterr()
     assert main(["index", "info", str(small_index)]) == 0
     assert "checked: sizes and sha256" in capsys.readouterr().out
@@ -471,7 +471,9 @@ def test_index_info_verifies_and_fails_on_damage(small_index, capsys):
     captured = capsys.readouterr()
     assert f"index file {path} is damaged: sha256" in captured.err and captured.out == ""
     assert main(["index", "info", str(small_index), "--no-verify"]) == 0
-    assert "NOT checked (--no-verify)" in capsys.readouterr().out
+    captured = capsys.readouterr()  # the summary still comes, without what the damaged table would have said
+    assert "NOT checked (--no-verify)" in captured.out and "metadata fields" not in captured.out
+    assert "metadata fields not read: document table" in caplog.text
 
 
 def test_saving_over_a_folder_that_is_not_an_index_is_refused(tmp_path, capsys):
@@ -483,6 +485,36 @@ def test_saving_over_a_folder_that_is_not_an_index_is_refused(tmp_path, capsys):
     assert (folder / "thesis.tex").read_text() == "precious" and sorted(os.listdir(tmp_path)) == ["Documents"]
     assert main(["index", "build", "--corpus", "pydoc-topics", "--output", str(folder), "--model", "nowhere"]) == 2
     assert "is not a LENS index" in capsys.readouterr().err
+
+
+def test_files_named_as_an_index_holds_them_do_not_make_an_index(tmp_path, capsys):
+    """A plain FAISS folder's index.faiss, an app's manifest.json, a shard-00000 folder of one's own: the names an
+    index uses, but a save would replace what they hold; refused, and nothing is lost."""
+    import faiss
+
+    ix = make_index("a", 5, 0)
+    faiss_dir, app_dir = tmp_path / "faiss", tmp_path / "app"
+    faiss_dir.mkdir(), app_dir.mkdir()
+    faiss.write_index(faiss.IndexFlatL2(4), str(faiss_dir / "index.faiss"))
+    (app_dir / "manifest.json").write_text('{"name": "app"}')
+    for folder, why in ((faiss_dir, "it has no manifest.json"), (app_dir, "its manifest.json is not one")):
+        before = {p.name: p.read_bytes() for p in folder.iterdir()}
+        with pytest.raises(FileExistsError, match=f"is not a saved LENS index: {why}"):
+            ix.save(folder)
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+        assert main(["index", "build", "--corpus", "pydoc-topics", "--output", str(folder), "--model",
+                     "nowhere"]) == 2
+        assert "is not a saved LENS index" in capsys.readouterr().err
+    saved = tmp_path / "saved"
+    ix.save(saved)  # a LENS index with a folder of the user's named as a shard beside its files
+    (saved / "shard-00000").mkdir()
+    (saved / "shard-00000" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="shard-00000 holds files LENS did not write \\(notes.txt\\)"):
+        ix.save(saved)
+    assert (saved / "shard-00000" / "notes.txt").read_text() == "mine"
+    (saved / "shard-00000" / "notes.txt").unlink()
+    (saved / "shard-00000").rmdir()
+    ix.save(saved)  # the index itself is replaced as before
 
 
 def test_saving_a_model_over_a_foreign_folder_is_refused(tiny_encoder, tmp_path):

@@ -77,8 +77,11 @@ def test_the_default_sets_are_the_runs_and_a_missing_system_names_all_it_has(tmp
                  "--resamples", "50"]) == 0
     assert list(json.loads(out.with_suffix(".json").read_text())["sets"]) == ["adi"]
     assert main(["bench", "significance", "--run", str(run), "--sets", "adi", "--output", str(out)]) == 2
+    assert "holds an earlier result: add --overwrite" in capsys.readouterr().err  # before any work
+    other = tmp_path / "sig2"
+    assert main(["bench", "significance", "--run", str(run), "--sets", "adi", "--output", str(other)]) == 2
     assert "'lens-lexicon' not in this run (it has bm25, bm25+minilm, minilm)" in capsys.readouterr().err
-    assert main(["bench", "significance", "--run", str(tmp_path / "empty"), "--output", str(out)]) == 2
+    assert main(["bench", "significance", "--run", str(tmp_path / "empty"), "--output", str(other)]) == 2
     assert "holds no set" in capsys.readouterr().err
 
 
@@ -97,7 +100,7 @@ def test_a_side_can_come_from_another_run(tmp_path, capsys):
     ref = paired_test([float(a[int(q[1:])]) for q in order], [float(b[int(q[1:])]) for q in order], resamples=300)
     assert row == {"a": "lens-lexicon", "b": f"lens-lexicon@{second}", **ref.__dict__}
     assert main(["bench", "significance", "--run", str(first), "--sets", "tiny", "--pairs",
-                 f"lens-lexicon:bm25@{second}", "--output", str(out)]) == 2
+                 f"lens-lexicon:bm25@{second}", "--output", str(tmp_path / "sig2")]) == 2
     assert f"'bm25' not in {second} (it has lens-lexicon)" in capsys.readouterr().err
 
 
@@ -132,13 +135,13 @@ def test_an_ateb_run_is_read_per_formulation(tmp_path, capsys):
         row = json.loads(out.with_suffix(".json").read_text())["sets"][f"piqa/{formulation}"][0]
         assert row["mean_a"] == pytest.approx(mean_a) and row["mean_b"] == pytest.approx(mean_b)
     assert main(["bench", "significance", "--run", str(first), "--sets", "piqa/pair-classification", "--pairs", pair,
-                 "--output", str(out)]) == 2
+                 "--output", str(tmp_path / "sig2")]) == 2
     assert "average precision is not a mean over queries" in capsys.readouterr().err
     assert main(["bench", "significance", "--run", str(first), "--sets", "piqa/classification", "--pairs", pair,
-                 "--output", str(out)]) == 2
+                 "--output", str(tmp_path / "sig2")]) == 2
     assert "no formulation 'classification'" in capsys.readouterr().err
     assert main(["bench", "significance", "--run", str(first), "--pairs", pair, "--measure", "accuracy",
-                 "--output", str(out), "--resamples", "50"]) == 2  # every formulation by default: one is not a mean
+                 "--output", str(tmp_path / "sig2"), "--resamples", "50"]) == 2  # every formulation by default: one is not a mean
     assert "piqa/pair-classification" in capsys.readouterr().err
 
 

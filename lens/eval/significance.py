@@ -152,6 +152,7 @@ def _sides(run: Path, name: str, sides: tuple[str, str]) -> dict:
 def run(args: argparse.Namespace) -> int:
     if markdown_only(args, args.output, render):
         return 0
+    check_benchmark_target(args.output, overwrite=args.overwrite)  # a user's file, or an earlier result: before work
     present = run_sets(args.run)
     names = [s for s in args.sets.split(",") if s] if args.sets is not None else present
     if not names:
@@ -167,7 +168,6 @@ def run(args: argparse.Namespace) -> int:
                 from None
         except ValueError as e:
             raise ValueError(f"{args.run / name}: {e}") from None
-    check_benchmark_target(args.output, overwrite=args.overwrite)  # a user's file, or an earlier result
     command = getattr(args, "bench_command_line", None) or command_line()
     results = {"_meta": {"command": command, "run": str(args.run), "measure": args.measure,
                          "resamples": args.resamples, "seed": args.seed, "notes": list(args.note)}, "sets": sets}
