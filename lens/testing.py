@@ -46,9 +46,10 @@ def make_tokenizer(words: Sequence[str] = WORDS):
     return tok
 
 
-def make_causal_lm(family: str, vocab_size: int, attn_implementation: str = "sdpa", seed: int = 0):
+def make_causal_lm(family: str, vocab_size: int, attn_implementation: str = "sdpa", seed: int = 0, **config):
     """A random 2-layer decoder of ``family`` (one of ``FAMILIES``; hidden 32, 4 heads, 2 KV heads), in eval mode,
-    its weights drawn after ``torch.manual_seed(seed)``."""
+    its weights drawn after ``torch.manual_seed(seed)``; ``config``: more settings of its config (a sliding
+    window)."""
     import torch
     from transformers import (
         LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
@@ -68,7 +69,7 @@ def make_causal_lm(family: str, vocab_size: int, attn_implementation: str = "sdp
         attn_implementation=attn_implementation,
     )
     torch.manual_seed(seed)
-    return model_cls(config_cls(**common, **extra)).eval()
+    return model_cls(config_cls(**{**common, **extra, **config})).eval()
 
 
 def save_tiny_backbone(directory: str | Path, seed: int = 0, words: Sequence[str] = WORDS,

@@ -65,6 +65,38 @@ def test_vector_same_alone_and_in_padded_batch(tokenizer, family, side, attentio
         assert_close(together.dense[i], alone.dense[0], atol=1e-5)
 
 
+WINDOWED = {"mistral": {"sliding_window": 2}, "qwen2": {"sliding_window": 2, "use_sliding_window": True,
+                                                         "max_window_layers": 0}}
+
+
+@pytest.mark.parametrize("family", sorted(WINDOWED))
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attention", ["bidirectional", "causal"])
+def test_a_sliding_window_is_cleared_so_encoding_and_training_attend_alike(tokenizer, family, attn, attention):
+    """A backbone with a sliding window shorter than the text: the encoder's forward (transformers' masks) and the
+    training path over a cached prefix (lens.layers' own mask) give the same states, every position attending
+    over the whole text as the paper's reference does (the window made the first differ from the second)."""
+    from lens.layers import lower, upper
+
+    decoder = decoder_of(make_causal_lm(family, len(tokenizer), attn_implementation=attn, **WINDOWED[family]))
+    torch.manual_seed(1)
+    model = LensModel(decoder, torch.randn(8, decoder.config.hidden_size), attention=attention)
+    texts = ["cell protein gene cancer patients results data model", "the review of the study"]
+    batch = pad_batch(encode_texts(tokenizer, texts, max_length=64), tokenizer.pad_token_id, side="right")
+    with torch.no_grad():
+        forward = model.hidden_states(batch["input_ids"], batch["attention_mask"])
+        cached = upper(decoder, lower(decoder, batch["input_ids"], batch["attention_mask"], 1),
+                       batch["attention_mask"], 1)
+    real = batch["attention_mask"].bool()
+    assert_close(forward[real], cached[real], atol=1e-5)
+    last = int(real[0].sum()) - 1  # the last token sees the first, 9 positions back, across a window of 2
+    changed = ["brain" + texts[0][4:], texts[1]]
+    batch2 = pad_batch(encode_texts(tokenizer, changed, max_length=64), tokenizer.pad_token_id, side="right")
+    with torch.no_grad():
+        moved = model.hidden_states(batch2["input_ids"], batch2["attention_mask"])
+    assert (moved[0, last] - forward[0, last]).abs().max() > 1e-4
+
+
 def test_modes_and_flags(tokenizer):
     model = make_causal_lm("llama", len(tokenizer))
     set_attention_mode(model, "bidirectional")
