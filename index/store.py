@@ -76,7 +76,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import faiss
 import numpy as np
 
-from lens.atomic import atomic_dir, parse_json, write_json
+from lens.atomic import atomic_dir, existing_parent, parse_json, write_json
 from lens.bm25 import BM25Stats
 from lens.casing import CasingTable, read_casing_table
 
@@ -208,6 +208,7 @@ def check_save_target(directory: str | os.PathLike) -> Path:
         raise FileExistsError(f"{directory} is a broken symbolic link; remove it or choose another directory")
     if directory.exists() and not directory.is_dir():
         raise FileExistsError(f"{directory} exists and is a file, not an index directory; choose another path")
+    existing_parent(directory, "index")
     if directory.is_dir():
         other = sorted(n for n in os.listdir(directory) if n not in _INDEX_ENTRIES and not is_shard_dir(n))
         if other:

@@ -517,6 +517,19 @@ def test_files_named_as_an_index_holds_them_do_not_make_an_index(tmp_path, capsy
     ix.save(saved)  # the index itself is replaced as before
 
 
+def test_a_path_under_a_file_is_named(tiny_encoder, tmp_path, capsys):
+    """An index or model path whose parent is a file: the file is named (the OS said only 'File exists')."""
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(NotADirectoryError, match=r"index .*notes/ix/new: .*notes is a file, not a directory"):
+        make_index("a", 5, 0).save(tmp_path / "notes" / "ix" / "new")
+    with pytest.raises(NotADirectoryError, match=r"LENS model directory .*notes/model: .*notes is a file"):
+        tiny_encoder.save_pretrained(tmp_path / "notes" / "model")
+    assert main(["index", "build", "--corpus", "pydoc-topics", "--output", str(tmp_path / "notes" / "ix"),
+                 "--model", "nowhere"]) == 2
+    assert "notes is a file, not a directory; choose another path" in capsys.readouterr().err
+    assert (tmp_path / "notes").read_text() == "mine"
+
+
 def test_saving_a_model_over_a_foreign_folder_is_refused(tiny_encoder, tmp_path):
     folder = tmp_path / "stuff"
     folder.mkdir()

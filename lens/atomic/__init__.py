@@ -20,11 +20,12 @@ from lens.atomic.lock import DirectoryLock
 from lens.atomic.reads import Generation, open_generation, parse_json, read_json
 from lens.atomic.recovery import ensure_present, recover
 from lens.atomic.writes import (atomic_dir, atomic_file, atomic_write_bytes, check_output_file, check_replace_target,
-                               publish_file, write_json)
+                               existing_parent, publish_file, write_json)
 
 __all__ = [
     "DirectoryLock", "Generation", "LockedError", "STORAGE_ERRNOS", "StorageError", "atomic_dir", "atomic_file",
-    "atomic_write_bytes", "check_output_file", "check_replace_target", "ensure_present", "open_generation",
+    "atomic_write_bytes", "check_output_file", "check_replace_target", "ensure_present", "existing_parent",
+    "open_generation",
     "parse_json", "publish_file", "read_json",
     "recover", "storage_error", "storage_errors", "write_json",
 ]

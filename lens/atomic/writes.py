@@ -131,6 +131,7 @@ def check_replace_target(path: str | os.PathLike, marker: str, kind: str, *, whe
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"{path} exists and is a file, not a {kind}; choose another {where}")
+    existing_parent(path, kind)
     if path.is_dir() and not (path / marker).is_file() and any(path.iterdir()):
         raise FileExistsError(f"{path} exists, is not empty and is not a {kind} (no {marker}); {note}: choose a new "
                               f"or empty {where}")
@@ -218,17 +219,24 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_bytes(path, data)
 
 
+def existing_parent(path: str | os.PathLike, what: str = "output") -> Path:
+    """The nearest existing folder above ``path``, where writing it starts; refused (``NotADirectoryError``) when
+    that is a file, as the folders in between could not be made (the OS says only 'File exists')."""
+    parent = Path(path).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(f"{what} {path}: {parent} is a file, not a directory; choose another path")
+    return parent
+
+
 def check_output_file(path: str | os.PathLike, what: str = "output") -> Path:
     """Refuse, before any work starts, an output file path that cannot be written: a directory, or a place
     without write permission (the nearest existing parent is checked)."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{what} {path} is a directory; give a file name, e.g. {path / 'vectors.npy'}")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise NotADirectoryError(f"{what} {path}: {parent} is a file, not a directory")
+    parent = existing_parent(path, what)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise storage_error(path, PermissionError(errno.EACCES, "permission denied"), "nothing was done")
     return path
