@@ -122,6 +122,13 @@ def field_path(field: str) -> str:
     return "$" + "".join(f'."{name}"' for name in field.split("."))
 
 
+def field_names(tables: Sequence["DocTable"]) -> list[str]:
+    """The dotted metadata field names a filter can name, over ``tables`` (an index's, or each of its shards'),
+    sorted: from each table's first ``FIELDS_SAMPLE`` documents with metadata (a sample, so that saying them costs
+    no scan of a large table)."""
+    return sorted({name for t in tables for name in t.field_names()})
+
+
 def missing_fields(tables: Sequence["DocTable"], filter: Filter) -> str | None:
     """Why ``filter`` (from :func:`check_filter`) can match nothing, when one of its fields is held by no document
     of ``tables`` (an index's, or each of its shards'): the field, and a few that the documents do have; None
@@ -129,7 +136,7 @@ def missing_fields(tables: Sequence["DocTable"], filter: Filter) -> str | None:
     missing = [field for field, _ in filter if not any(t.has_field(field) for t in tables)]
     if not missing:
         return None
-    held = sorted({name for t in tables for name in t.field_names()})
+    held = field_names(tables)
     shown = ", ".join(held[:_FIELDS_SHOWN]) + (", ..." if len(held) > _FIELDS_SHOWN else "")
     fields = ", ".join(repr(f) for f in missing)
     return (f"no document has the metadata field{'s' if len(missing) > 1 else ''} {fields}; "

@@ -41,7 +41,7 @@ from .manifest import (
     validate_manifest,
     verify_stream,
 )
-from .metadata import DocTable, check_filter, check_ids, missing_fields
+from .metadata import DocTable, check_filter, check_ids, field_names, missing_fields
 from .store import HybridIndex, SearchResult, check_save_target, existing_index, idf_weights
 from .bm25_fusion import split_weights
 from .bm25_part import BM25Part, BM25Scores
@@ -161,6 +161,10 @@ class ShardedIndex:
     def ids_matching(self, filter: Mapping[str, Any]) -> list[str]:
         """``HybridIndex.ids_matching`` over every shard, shard by shard."""
         return [doc_id for shard in self._shards for doc_id in shard.ids_matching(filter)]
+
+    def metadata_fields(self) -> list[str]:
+        """``HybridIndex.metadata_fields`` over every shard."""
+        return field_names([s.doc_table for s in self._shards])
 
     def missing_filter_fields(self, filter: Mapping[str, Any]) -> str | None:
         """``HybridIndex.missing_filter_fields`` over every shard: a field no shard's documents hold."""

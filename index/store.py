@@ -99,7 +99,7 @@ from .manifest import (
 from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, sparse_lookup, split_weights
 from .bm25_part import BM25_FILE, BM25Part, BM25Scores
 from .df_part import DF_FILE, DocFrequencyPart
-from .metadata import DocTable, check_filter, check_ids, encode_metadata, missing_fields
+from .metadata import DocTable, check_filter, check_ids, encode_metadata, field_names, missing_fields
 from . import ondisk
 from .ondisk import DATA_FILE
 from .rescore import stored_scores
@@ -493,6 +493,11 @@ class HybridIndex:
         if checked is None:
             raise ValueError("ids_matching needs a filter, e.g. {'source': 'wiki'}")
         return self._docs.doc_ids(self._docs.matching(checked))
+
+    def metadata_fields(self) -> list[str]:
+        """The metadata fields a filter can name (dotted: nested), from the first documents with metadata
+        (``index.metadata.field_names``)."""
+        return field_names([self._docs])
 
     def missing_filter_fields(self, filter: Mapping[str, Any]) -> str | None:
         """Why ``filter`` can match nothing when one of its fields is held by no document (``author`` where a BEIR

@@ -152,22 +152,17 @@ def cmd_index_info(args: argparse.Namespace) -> None:
 def _metadata_fields(directory: Path, m: dict, files: dict) -> list[str]:
     """The dotted metadata field names a filter can name, from the first documents with metadata of the index or
     of each shard (a sample, read from the open, verified document tables where they lie)."""
-    from index.metadata import FIELDS_SAMPLE, DocTable
+    from index.metadata import DocTable, field_names
     from index.store import DOCS_FILE
 
-    names: set[str] = set()
     dirs = [e["dir"] for e in m["shards"]] if m.get("layout") == "sharded" else [""]
-    for sub in dirs:
-        name = f"{sub}/{DOCS_FILE}" if sub else DOCS_FILE
-        f = files.get(name)
-        if f is None:
-            continue
-        table = DocTable.read(f, directory / name, in_place=True)
-        try:
-            names |= table.field_names(FIELDS_SAMPLE)
-        finally:
+    names = [f"{sub}/{DOCS_FILE}" if sub else DOCS_FILE for sub in dirs]
+    tables = [DocTable.read(files[name], directory / name, in_place=True) for name in names if files.get(name)]
+    try:
+        return field_names(tables)
+    finally:
+        for table in tables:
             table.close()
-    return sorted(names)
 
 
 def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict], fields: list[str] | None) -> dict:

@@ -261,6 +261,8 @@ class SearchService:
                 # the mode in use ("auto" resolved to int8 or None), not the one asked for
                 "quantize": getattr(getattr(searcher.encoder, "lens", None), "quantize", self.quantize),
                 "text_normalization": record.text_normalization,
+                # what a filter can name (a sample of the documents; a front end over backends: each backend's /info)
+                "metadata_fields": index.metadata_fields() if hasattr(index, "metadata_fields") else None,
                 "max_queries": self.max_queries, "max_k": self.max_k}
 
     def search(self, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -387,6 +387,7 @@ def test_cli_build_info_and_search(built, tiny_lens_dir, tmp_path, capsys):
         assert [s["documents"] for s in record["shards"]] == [12, 6] and record["documents"] == 18
         assert record["bm25"]["searchable"] and record["bm25"]["documents"] == 18 and record["verified"]
         assert record["metadata_fields"] == ["snippet", "title"]  # what --filter can name, over both shards
+        assert load_index(tmp_path / name).metadata_fields() == record["metadata_fields"]  # as the server says
     assert main(["index", "info", str(ix), "--json", "--no-verify"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["shards"] is None and record["documents"] == 12 and not record["verified"]

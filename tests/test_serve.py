@@ -320,6 +320,26 @@ def test_info_reports_the_quantize_mode_in_use(index_dir):
     assert SearchService(index_dir, quantize="auto").info()["quantize"] == resolve_quantize("auto", "cpu")
 
 
+def test_info_lists_the_metadata_fields_a_filter_can_name(index_dir, tmp_path):
+    """/info lists the fields as `lens index info --json` does (one reading of the document tables), for one
+    index and for a sharded one."""
+    import contextlib
+    import io
+    import json
+
+    from index import load_index
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["index", "info", str(index_dir), "--json"]) == 0
+    fields = json.loads(out.getvalue())["metadata_fields"]
+    assert fields == ["snippet", "title"] == SearchService(index_dir).info()["metadata_fields"]
+    index = load_index(index_dir)
+    index.add(["extra"], np.ones((1, index.lexicon_dim)), np.ones((1, index.dense_dim)),
+              metadata=[{"source": {"site": "wiki"}}], texts=["extra text"])
+    assert index.metadata_fields() == ["snippet", "source.site", "title"]
+
+
 def _raw(port, data: bytes, head: bool = False) -> tuple[int, dict, bytes]:
     """Send ``data`` as it is and read one answer: (status, headers, body); ``head``: the answer has no body."""
     import socket
