@@ -198,6 +198,36 @@ def cmd_variant(args: argparse.Namespace) -> None:
           f"{rec['queries_changed']} of {rec['queries']} queries changed")
 
 
+def cmd_passages(args: argparse.Namespace) -> None:
+    from lens.atomic import atomic_file
+    from lens.corpus import (PYDOC_TOPICS, Document, _id_hash, corpus_file, iter_corpus, split_passages,
+                             write_json_lines)
+
+    split_passages(Document("check", ""), args.words, args.overlap)  # the options, before any work
+    inputs = [] if str(args.corpus) == PYDOC_TOPICS else [corpus_file(args.corpus), args.corpus]
+    check_outputs(args, *inputs)
+    counts = {"documents": 0, "passages": 0, "split": 0}
+    seen: set[int] = set()
+
+    def records():
+        for doc in iter_corpus(args.corpus):
+            key = _id_hash(doc.id)
+            if key in seen:
+                raise ValueError(f"corpus {args.corpus}: document id {doc.id!r} appears twice")
+            seen.add(key)
+            passages = split_passages(doc, args.words, args.overlap)
+            counts["documents"] += 1
+            counts["passages"] += len(passages)
+            counts["split"] += len(passages) > 1
+            for p in passages:
+                yield {"_id": p.id, "title": p.title, "text": p.text, **p.extra}
+
+    with atomic_file(args.out) as tmp:
+        write_json_lines(tmp, records(), gz=str(args.out).endswith(".gz"))
+    print(f"wrote {args.out}: {counts['passages']} passages of at most {args.words} words from {counts['documents']} "
+          f"documents ({counts['split']} split, {args.overlap} words shared by neighbours)")
+
+
 def cmd_casing(args: argparse.Namespace) -> None:
     from itertools import chain
 
@@ -353,6 +383,18 @@ def register(subparsers) -> argparse.ArgumentParser:
     va.add_argument("--overwrite", action="store_true",
                     help="replace --out if it is an earlier variant (has variant.json) or empty")
     va.set_defaults(func=cmd_variant, command="data variant")
+
+    pa = sub.add_parser("passages", help="a corpus with each long document cut into passages of a few words (ids "
+                                         "ID#N; each keeps its title and metadata, with its document's id and place)")
+    pa.add_argument("--corpus", required=True,
+                    help="what lens index build reads: a BEIR directory, a .jsonl / .tsv (plain or gzipped), pydoc-topics")
+    pa.add_argument("--out", type=Path, required=True, help="the passages' corpus to write (.jsonl or .jsonl.gz)")
+    pa.add_argument("--words", type=positive_int, default=128,
+                    help="words per passage at most (default 128: within the shipped default's 256 tokens, about "
+                         "155-200 words of prose, with room for the title)")
+    pa.add_argument("--overlap", type=int, default=32, help="words a passage shares with the next (default 32)")
+    add_overwrite_argument(pa, "a file")
+    pa.set_defaults(func=cmd_passages, command="data passages")
 
     ca = sub.add_parser("casing", help="the casing table of the truecase-shouted text rule (lens.casing): each "
                                        "word's usual written form, counted over training sets' texts")

@@ -357,11 +357,19 @@ def cmd_search(args: argparse.Namespace) -> None:
     _quantize_mismatch(searcher.index, searcher.encoder.lens.quantize)  # as loaded: "auto" resolved
     results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=instruction,
                               filter=_filter_of(args.filter), batch_size=args.batch_size, depth=args.depth,
-                              idf=args.idf, show_progress_bar=len(queries) > args.batch_size)
+                              idf=args.idf, collapse=args.collapse, show_progress_bar=len(queries) > args.batch_size)
     if args.run is not None:
+        from lens.search import group_key
         from lens.trec import write_run
 
-        write_run(args.run, {qid: list(zip(h.ids, h.scores)) for qid, h in zip(queries, results)}, tag=args.run_tag)
+        def run_ids(h):  # collapsed: each hit's group (a passage's document), what qrels judge
+            if args.collapse is None:
+                return h.ids
+            return [i if isinstance(g, tuple) else str(g) for i, g in
+                    ((i, group_key(i, m, args.collapse)) for i, m in zip(h.ids, h.metadata))]
+
+        write_run(args.run, {qid: list(zip(run_ids(h), h.scores)) for qid, h in zip(queries, results)},
+                  tag=args.run_tag)
         as_json = args.json or args.jsonl
         print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})",
               file=sys.stderr if as_json else sys.stdout)  # with --json / --jsonl, stdout holds the JSON alone
@@ -577,6 +585,10 @@ def register(subparsers) -> None:
                         "a dotted FIELD such as metadata.author reaches into nested objects); VALUE is read as JSON "
                         "when it parses (2020, true, [\"a\",\"b\"]: any of them), else as "
                         "text; repeat for more fields (all must match; the same field twice: either value)")
+    s.add_argument("--collapse", default=None, metavar="FIELD",
+                   help="the best hit of each value of the metadata FIELD, k of them: in an index of `lens data "
+                        "passages`, --collapse document ranks documents by their best passage (MaxP), and --run "
+                        "writes the documents' ids")
     add_quantize_argument(s, "; a warning if the index was built otherwise")
     s.set_defaults(func=cmd_search, more_positionals="query")
 

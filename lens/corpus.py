@@ -596,6 +596,39 @@ def load_beir(directory: str | os.PathLike, split: str = "test"):
     return load_corpus(d), {q: queries[q] for q in qrels}, qrels
 
 
+PASSAGE_FIELDS = ("document", "passage")  # what a passage adds to its document's metadata: the id, its 0-based place
+_WORD = re.compile(r"\S+")
+
+
+def split_passages(doc: Document, words: int, overlap: int = 0) -> list[Document]:
+    """``doc`` as passages of at most ``words`` whitespace-separated words, each starting ``words - overlap`` words
+    after the one before, so that neighbours share ``overlap`` words and every word lies in one; a passage's text is
+    the document's between its first and last word, as written.
+
+    Each passage keeps the document's title (``document_text`` gives every passage its title, as a long
+    document's context) and metadata, with ``document`` (the document's id) and ``passage`` (its 0-based place)
+    added (``PASSAGE_FIELDS``), under the id ``{id}#{place}``: an index of passages removes a document's with the
+    filter ``document=ID`` and ranks documents by their best passage with ``collapse="document"``. A document of at
+    most ``words`` words is one passage, its text unchanged."""
+    if isinstance(words, bool) or not isinstance(words, int) or words < 1:
+        raise ValueError(f"words must be a positive integer (words per passage), got {words!r}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < words:
+        raise ValueError(f"overlap must be an integer from 0 to words - 1 ({words - 1}), got {overlap!r}")
+    taken = [name for name in PASSAGE_FIELDS if name in doc.extra]
+    if taken:
+        raise ValueError(f"document {doc.id!r} has its own metadata field {taken[0]!r}, which a passage uses for its "
+                         "document: rename that field in the corpus")
+    spans = [m.span() for m in _WORD.finditer(doc.text)]
+    if len(spans) <= words:
+        texts = [doc.text]
+    else:
+        step = words - overlap
+        starts = range(0, len(spans) - overlap, step)
+        texts = [doc.text[spans[a][0]:spans[min(a + words, len(spans)) - 1][1]] for a in starts]
+    return [Document(f"{doc.id}#{n}", text, doc.title, {**doc.extra, "document": doc.id, "passage": n})
+            for n, text in enumerate(texts)]
+
+
 def pydoc_passages(max_chars: int = 1000) -> list[Document]:
     """The Python documentation topics in the standard library (``pydoc_data.topics``), split into passages.
 

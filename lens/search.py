@@ -6,6 +6,7 @@ so a query vector is always made the way the index's documents were.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -39,6 +40,41 @@ def hit_records(result: SearchResult) -> list[dict[str, Any]]:
     cannot hide the hit's own)."""
     return [{"rank": rank, "id": doc_id, "score": float(score), "metadata": meta}
             for rank, (doc_id, score, meta) in enumerate(zip(result.ids, result.scores, result.metadata), 1)]
+
+
+COLLAPSE_FETCH = 4  # hits first fetched per group wanted when collapsing; multiplied by 4 until k groups are found
+
+
+def group_key(doc_id: str, meta: Mapping[str, Any] | None, field: str) -> Any:
+    """The group of a hit when collapsing on ``field`` (dotted: nested): the field's value (lists and objects by
+    their JSON); a hit without the field is a group of its own."""
+    value: Any = meta
+    for name in field.split("."):
+        value = value.get(name) if isinstance(value, Mapping) else None
+    if value is None:
+        return ("id", doc_id)
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+
+
+def collapse_result(result: SearchResult, field: str, k: int) -> SearchResult:
+    """The first (best) hit of each group of ``result`` (``group_key``), at most ``k`` groups, best first: a
+    passage index's hits as documents ranked by their best passage (MaxP), or one hit per source."""
+    seen, keep = set(), []
+    for i, (doc_id, meta) in enumerate(zip(result.ids, result.metadata)):
+        key = group_key(doc_id, meta, field)
+        if key not in seen:
+            seen.add(key)
+            keep.append(i)
+            if len(keep) == k:
+                break
+    return SearchResult([result.ids[i] for i in keep], result.scores[keep], [result.metadata[i] for i in keep])
+
+
+def check_collapse(field: Any) -> str | None:
+    """A ``collapse`` argument checked: None, or a metadata field name (dotted: nested)."""
+    if field is not None and (not isinstance(field, str) or not field or "" in field.split(".")):
+        raise ValueError(f"collapse must be a metadata field name such as 'document' (dotted: nested), got {field!r}")
+    return field
 
 
 def use_corpus_casing(encoder: HybridEncoder, index: Any) -> None:
@@ -132,7 +168,7 @@ class Searcher:
     def search(self, queries: Sequence[str] | str, k: int = 10, weights: Sequence[float] | None = None,
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
                show_progress_bar: bool = False, encode: Callable | None = None,
-               depth: int | None = None, idf: bool | None = None) -> list[SearchResult]:
+               depth: int | None = None, idf: bool | None = None, collapse: str | None = None) -> list[SearchResult]:
         """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's, and on an index with a BM25
         part to the index's pair and ``index.bm25_fusion.DEFAULT_BM25_WEIGHT``; three weights (lexicon, dense, BM25)
         add the index's BM25 part (kept by ``lens index build`` unless ``--no-bm25``; ``depth``: candidates taken
@@ -142,7 +178,9 @@ class Searcher:
         Queries are encoded and searched
         ``batch_size`` at a time, so a file of many queries needs one batch's vectors in memory. ``encode(texts,
         instruction)`` makes a batch's (lexicon, dense) vectors (default: this searcher's encoder; ``lens serve``
-        passes one that batches concurrent requests together)."""
+        passes one that batches concurrent requests together). ``collapse`` (a metadata field, e.g. ``"document"``
+        in an index of ``lens data passages``): the best hit of each value of the field, ``k`` of them (exact: more
+        hits are fetched until ``k`` values are found or the index is exhausted)."""
         from tqdm.auto import tqdm
 
         from index.metadata import check_filter
@@ -153,6 +191,7 @@ class Searcher:
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer (queries encoded at a time), got {batch_size!r}")
         check_filter(filter)  # before the queries are encoded
+        collapse = check_collapse(collapse)
         self.index.query_idf(idf)  # refused before the queries are encoded where the index cannot
         weights = self.default_weights if weights is None else weights
         if split_weights(weights)[1] > 0 and not getattr(self.index, "has_bm25", False):
@@ -164,7 +203,31 @@ class Searcher:
                 batch = queries[start : start + batch_size]
                 lexicon, dense = (encode(batch, instruction) if encode is not None
                                   else self.encoder.encode_queries(batch, instruction=instruction))
-                results += self.index.search(lexicon, dense, k=k, weights=weights, filter=filter, texts=batch,
-                                             depth=depth, idf=idf)
+                if collapse is None:
+                    results += self.index.search(lexicon, dense, k=k, weights=weights, filter=filter, texts=batch,
+                                                 depth=depth, idf=idf)
+                else:
+                    results += self._collapsed(lexicon, dense, batch, k, collapse, weights=weights, filter=filter,
+                                               depth=depth, idf=idf)
                 bar.update(len(batch))
         return results
+
+    def _collapsed(self, lexicon, dense, texts: list[str], k: int, field: str, **search) -> list[SearchResult]:
+        """``k`` groups of hits per query (``collapse_result``): each query's hits fetched again, four times as many,
+        until it has ``k`` groups or no more hits."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        total = max(len(self.index), 1)
+        out: list[SearchResult | None] = [None] * len(texts)
+        todo, fetch = list(range(len(texts))), min(k * COLLAPSE_FETCH, total)
+        while todo:
+            rows = np.asarray(todo)
+            found = self.index.search(None if lexicon is None else lexicon[rows], None if dense is None else dense[rows],
+                                      k=fetch, texts=[texts[i] for i in todo], **search)
+            again = []
+            for i, result in zip(todo, found):
+                out[i] = collapse_result(result, field, k)
+                if len(out[i].ids) < k and len(result.ids) == fetch and fetch < total:
+                    again.append(i)  # fewer groups than asked, and more hits to look at
+            todo, fetch = again, min(fetch * 4, total)
+        return out

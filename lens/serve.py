@@ -270,10 +270,10 @@ class SearchService:
         start = time.perf_counter()
         if not isinstance(body, Mapping):
             raise RequestError(f"the request body must be a JSON object, got {type(body).__name__}")
-        unknown = set(body) - {"query", "queries", "k", "filter", "weights", "instruction", "idf"}
+        unknown = set(body) - {"query", "queries", "k", "filter", "weights", "instruction", "idf", "collapse"}
         if unknown:
             raise RequestError(f"unknown field(s) {sorted(unknown)}; a search takes query or queries, k, filter, "
-                               "weights, idf and instruction")
+                               "weights, idf, collapse and instruction")
         if ("query" in body) == ("queries" in body):
             raise RequestError('give "query" (one text) or "queries" (a list of texts), not both or neither')
         queries = [body["query"]] if "query" in body else body["queries"]
@@ -300,7 +300,7 @@ class SearchService:
             raise RequestError(f'"idf" must be true, false or null (the index\'s default), got {idf!r}')
         searcher = self.searcher
         results = searcher.search(queries, k=k, weights=weights, instruction=instruction, filter=body.get("filter"),
-                                  batch_size=len(queries), idf=idf,
+                                  batch_size=len(queries), idf=idf, collapse=body.get("collapse"),
                                   encode=lambda texts, instr: self._batcher.encode(searcher.encoder, texts, instr))
         answer = {"results": [{"query": q, "hits": hit_records(h)} for q, h in zip(queries, results)],
                   "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}
