@@ -213,6 +213,51 @@ def test_learning_rate_schedule():
     assert learning_rate_factor(9, 10, 0) == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize("schedule", ["run", "stage"])
+def test_a_later_stage_starts_its_own_schedule_when_asked(tiny_lens_dir, data_file, tmp_path, schedule):
+    """Two stages of 3 steps, warm-up 2, the second at its own lr: "run" decays over the whole plan (the second stage
+    starts three quarters of the way up its lr), "stage" warms up and decays again within the second."""
+    stages = [StageConfig("weak", [str(data_file)], steps=3), StageConfig("labelled", [str(data_file)], steps=3,
+                                                                           lr=2e-3)]
+    t = Trainer(_config(tiny_lens_dir, data_file, stages=stages, lr=5e-3, warmup_steps=2, lr_schedule=schedule),
+                tmp_path / schedule, show_progress_bar=False)
+    got = [t._set_lr(step) for step in range(6)]
+    if schedule == "run":
+        want = [5e-3 * f for f in (0.5, 1, 1)] + [2e-3 * f for f in (0.75, 0.5, 0.25)]
+    else:
+        want = [5e-3 * f for f in (0.5, 1, 1)] + [2e-3 * f for f in (0.5, 1, 1)]
+    assert got == pytest.approx(want)
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        _config(tiny_lens_dir, data_file, lr_schedule="cosine")
+
+
+def test_a_task_of_one_example_is_named(tiny_lens_dir, tmp_path, caplog):
+    """A batch holds one task and needs two examples: a task with one example is never trained on, and says so."""
+    import logging
+
+    examples = [TrainExample(q, p, task="toy") for q, p in zip(Q[:4], P[:4])] + [TrainExample(Q[4], P[4], task="lone")]
+    path = tmp_path / "mixed.jsonl"
+    write_examples(path, examples)
+    with caplog.at_level(logging.WARNING):
+        t = Trainer(_config(tiny_lens_dir, path), tmp_path / "o", show_progress_bar=False)
+    assert "1 task(s) with a single example are never trained on" in caplog.text and "lone" in caplog.text
+    assert all(t.data[0][i].task == "toy" for step in t.plan for i in step.batch)
+
+
+@pytest.mark.parametrize("loss,warned", [("infonce", True), ("infonce+0.5*bce-graded", False), ("bce", False)])
+def test_low_graded_positives_under_a_contrastive_loss_are_named(tiny_lens_dir, tmp_path, caplog, loss, warned):
+    import logging
+
+    examples = [TrainExample(q, p, score=float(i % 6), max_score=5.0, task="sts") for i, (q, p) in enumerate(zip(Q, P))]
+    path = tmp_path / "sts.jsonl"
+    write_examples(path, examples)
+    with caplog.at_level(logging.WARNING):
+        Trainer(_config(tiny_lens_dir, path, stages=[StageConfig("s", [str(path)], loss=loss, steps=1)]),
+                tmp_path / "o", show_progress_bar=False)
+    said = "5 of 8 examples are graded under half their max_score" in caplog.text  # 0, 1, 2, 0, 1 of 5
+    assert said == warned
+
+
 def test_config_errors(tiny_lens_dir, data_file):
     with pytest.raises(ValueError, match="unknown loss"):
         TrainConfig(stages=[StageConfig("s", [str(data_file)], loss="cosine")])
@@ -486,6 +531,29 @@ def test_a_step_is_the_plain_forward_and_backward_bit_for_bit(tiny_lens_dir, dat
     assert loss == want_loss
     for a, p in zip(got, params):
         assert torch.equal(a, p.grad)
+
+
+def test_an_example_instruction_reads_as_encode_queries_reads_it(tiny_lens_dir, tmp_path):
+    """An example's "" is no instruction and one in the template's form is not wrapped again, as
+    LensEncoder.encode_queries reads them: a query trains on the items it is encoded with (the trainer read "" as
+    the default instruction and wrapped every instruction in the template)."""
+    from lens.inputs import encode_model_texts
+
+    template_form = "<instruct>Find a passage\n<query>"
+    examples = [TrainExample(Q[0], P[0], task="toy", instruction=""),
+                TrainExample(Q[1], P[1], task="toy", instruction=template_form),
+                TrainExample(Q[2], P[2], task="toy", instruction="Find a passage"),
+                TrainExample(Q[3], P[3], task="toy")]
+    path = tmp_path / "instr.jsonl"
+    write_examples(path, examples)
+    t = Trainer(_config(tiny_lens_dir, path), tmp_path / "o", show_progress_bar=False)
+    config = t.encoder.config
+    prompts = [None, template_form, template_form, config.query_template.format(instruction=config.default_instruction)]
+    for ex, prompt in zip(examples, prompts):
+        assert t._query_prompt(t._instruction(ex)) == prompt
+        want = encode_model_texts(t.tokenizer, config, [ex.query], 32, prompt)[0]
+        assert t._items[(prompt, ex.query)] == want
+    assert t.encoder.config.query_template.format(instruction="Find a passage") == template_form
 
 
 def test_shipped_configs_load():

@@ -15,6 +15,7 @@ from lens.atomic import read_json, write_json
 
 TRAIN_FORMAT_VERSION = 1
 BIAS_INITS = ("fitted", "siglip")  # TrainConfig.bias_init
+LR_SCHEDULES = ("run", "stage")  # TrainConfig.lr_schedule
 # TrainConfig fields a resumed run may change: they do not change what a step computes (where it runs and how
 # fast; GradCache's chunk gives the same gradients; bf16 follows the device by default) or are for people only
 RESUMABLE_CHANGES = {"device", "threads", "bf16", "gradient_checkpointing", "cache_chunk", "checkpoint_every",
@@ -68,6 +69,10 @@ class TrainConfig:
     bias_init: str = "fitted"
     weight_decay: float = 0.0
     warmup_steps: int = 0
+    # "run": one warm-up, then a linear decay to 0 over the whole run, every stage on it (a later stage starts part
+    # way down); "stage": each stage warms up and decays over its own steps (GTE's stages, trained one after the
+    # other); the optimizer's state carries over either way
+    lr_schedule: str = "run"
     max_grad_norm: float = 1.0
     batch_size: int = 16  # the global batch: under torchrun each rank encodes a slice of it
     grad_accum: int = 1  # micro-batches per step; each has its own in-batch negatives
@@ -151,6 +156,8 @@ class TrainConfig:
         for name in ("lr", "head_lr", "term_lr"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0 (or null where it may be), got {getattr(self, name)}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if self.bias_init not in BIAS_INITS:
             raise ValueError(f"bias_init must be one of {BIAS_INITS}, got {self.bias_init!r}")
 

@@ -17,6 +17,7 @@ import hashlib
 import math
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -370,8 +371,9 @@ def sts_pairs(tsv_gz_path: str | os.PathLike, split: str = "train",
               min_score: float | None = None, task: str | None = None) -> list[TrainExample]:
     """Scored sentence pairs of one split of an STS TSV (read by ``lens.corpus.read_sts``).
 
-    The raw score is kept with ``max_score`` 5 (STS-B is 0-5, SICK-R 1-5), so a SICK pair rated 1 ("unrelated")
-    still gets the non-zero target 1/5; ``min_score`` drops pairs below it, and a pair with a blank sentence is
+    The raw score is kept with ``max_score`` 5 (STS-B is 0-5, SICK-R 1-5): a graded loss turns it into a target
+    (``bce-graded``: ``graded_floor + (1 - graded_floor) * score / 5``), while a contrastive one takes every pair as a
+    positive (the trainer warns of pairs under half the scale); ``min_score`` drops pairs below it, and a pair with a blank sentence is
     dropped (both counted in a warning). ``task`` (default ``sts``, the name a config's ``instructions`` and
     ``paper-mistral-7b.json`` use) names the examples; give STS-B and SICK-R their own to batch them apart.
     """
@@ -675,6 +677,10 @@ def plan_steps(config, data: list[list[TrainExample]]) -> list[Step]:
         if bs > len(examples):
             logger.warning("stage %r: batch size %d is larger than its %d examples; its batches hold %d at most",
                            stage.name, bs, len(examples), len(examples))
+        alone = sorted(t for t, n in Counter(e.task for e in examples).items() if n == 1)
+        if alone:  # a batch holds one task, and a batch of one has no in-batch negative: never trained on
+            logger.warning("stage %r: %d task(s) with a single example are never trained on (a batch holds one task "
+                           "and needs 2 examples): %s", stage.name, len(alone), ", ".join(alone[:5]))
         per_epoch = len(task_batches(examples, bs, config.seed))
         total = stage.steps if stage.steps is not None else max(1, math.ceil(stage.epochs * per_epoch))
         batches: list[list[int]] = []

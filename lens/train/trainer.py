@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from index.vectors import l2_normalize
 from lens.atomic import read_json
-from lens.inputs import Encoded, encode_model_texts, pad_batch, text_ids
+from lens.inputs import Encoded, encode_model_texts, pad_batch, query_prompt, text_ids
 from lens.layers import embed, num_layers
 from lens.train import losses as L
 from lens.train.checkpoint import checkpoint_config, discard_checkpoint, load_checkpoint, save_checkpoint
@@ -105,6 +105,19 @@ def learning_rate_factor(step: int, total: int, warmup: int) -> float:
     if warmup and step < warmup:
         return (step + 1) / warmup
     return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def _warn_low_graded_positives(stage, examples: list[TrainExample]) -> None:
+    """A contrastive loss takes every example's positive as relevant, whatever its grade: say so when a stage's
+    examples are graded under half their scale (STS pairs rated unrelated) and no loss of the stage reads grades."""
+    weights = stage.loss_weights()
+    if "bce-graded" in weights or not {"infonce", "gte", "hybrid"} & set(weights):
+        return
+    low = sum(e.score is not None and bool(e.max_score) and e.score < e.max_score / 2 for e in examples)
+    if low:
+        logger.warning("stage %r: %d of %d examples are graded under half their max_score, yet %s takes each "
+                       "positive as relevant: drop them (`lens data sts --min-score`) or add a graded loss "
+                       "(e.g. infonce+0.5*bce-graded)", stage.name, low, len(examples), stage.loss)
 
 
 class Trainer:
@@ -229,10 +242,17 @@ class Trainer:
         return scorer
 
     def _instruction(self, ex: TrainExample) -> str:
-        return ex.instruction or self.config.instructions.get(ex.task) or self.encoder.config.default_instruction
+        """An example's instruction: its own, else its task's in the config, else the model's default; ``""`` is no
+        instruction, as ``LensEncoder.encode_queries(instruction="")`` reads it."""
+        if ex.instruction is not None:
+            return ex.instruction
+        task = self.config.instructions.get(ex.task)
+        return task if task is not None else self.encoder.config.default_instruction
 
-    def _query_prompt(self, instruction: str) -> str:
-        return self.encoder.config.query_template.format(instruction=instruction)
+    def _query_prompt(self, instruction: str) -> str | None:
+        """The prompt of a query under ``instruction``, by the encoder's one rule (``lens.inputs.query_prompt``: an
+        instruction in the template's form is not wrapped twice; ``""``: none)."""
+        return query_prompt(self.encoder.config.query_template, instruction)
 
     def _load_data(self) -> None:
         cfg = self.config
@@ -240,6 +260,7 @@ class Trainer:
         for si, stage in enumerate(cfg.stages):
             examples = [e for path in stage.data for e in read_examples(path)]
             self.data.append(sample_examples(examples, cfg.seed + si, stage.max_per_task, stage.max_examples))
+            _warn_low_graded_positives(stage, self.data[-1])
         self.val = [e for path in cfg.val_data for e in read_examples(path)][: cfg.val_examples]
         self.plan = plan_steps(cfg, self.data)
         self.inputs_sha256 = inputs_sha256(self.encoder.fingerprint(), self.data, self.val)
@@ -415,8 +436,14 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------------ training
     def _set_lr(self, step: int) -> float:
-        stage = self.config.stages[self.plan[step].stage]
-        factor = learning_rate_factor(step, len(self.plan), self.config.warmup_steps)
+        index = self.plan[step].stage
+        stage = self.config.stages[index]
+        if self.config.lr_schedule == "stage":  # the stage's own warm-up and decay (its steps are consecutive)
+            first = next(i for i, s in enumerate(self.plan) if s.stage == index)
+            count = sum(s.stage == index for s in self.plan)
+            factor = learning_rate_factor(step - first, count, self.config.warmup_steps)
+        else:
+            factor = learning_rate_factor(step, len(self.plan), self.config.warmup_steps)
         scale = (stage.lr / self.config.lr) if stage.lr else 1.0
         for g in self.optimizer.param_groups:
             g["lr"] = g["base_lr"] * factor * (scale if g["name"] != "bias" else 1.0)
