@@ -225,6 +225,11 @@ class LensEncoder:
         self.config = config
         self.assignment = np.asarray(assignment, dtype=np.int64)
         self.max_seq_length = config.max_length
+        positions = getattr(getattr(model.decoder, "config", None), "max_position_embeddings", None)
+        if config.echo and isinstance(positions, int) and 2 * config.max_length - 2 > positions:
+            logger.warning("echo writes a text twice, so with max_length %d a text can take %d positions, more than "
+                           "the backbone's %d: lower max_length (config.json of %s) to %d", config.max_length,
+                           2 * config.max_length - 2, positions, source_dir or "the model", positions // 2 + 1)
         self.causal_lm = causal_lm  # the loaded *ForCausalLM (its decoder is model.decoder), for merged saves
         self.source_dir = source_dir  # the directory loaded from (None when built in memory)
         # (head and term versions, clusters hash of the files' values): set when loaded in half precision

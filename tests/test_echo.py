@@ -57,6 +57,21 @@ def echo_dir(tiny_lens_dir, tmp_path):
     return lens_dir_copy(tiny_lens_dir, tmp_path / "echo", echo=True, attention="causal")
 
 
+def test_an_echo_longer_than_the_backbone_positions_is_warned_of(tiny_lens_dir, tmp_path, caplog):
+    """The tiny backbone has 512 positions: echo at max_length 512 can write 1022 tokens, at 257 exactly 512."""
+    import logging
+
+    from lens.encoder import LensEncoder
+
+    for max_length, warned in ((512, True), (257, False)):
+        d = lens_dir_copy(tiny_lens_dir, tmp_path / f"echo-{max_length}", echo=True, max_length=max_length)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            LensEncoder.from_pretrained(d)
+        said = f"can take {2 * max_length - 2} positions, more than the backbone's 512" in caplog.text
+        assert said == warned and (not warned or "to 257" in caplog.text)
+
+
 def test_encoder_pools_the_second_copy_of_an_echoed_forward(echo_dir):
     """The encoder's vector is the max over the logits that predict the second copy's tokens and the EOS, taken
     from one plain causal forward of the doubled sequence computed here by hand."""
