@@ -93,7 +93,6 @@ from .manifest import (
     layout_of,
     normalize_fingerprint,
     open_index,
-    validate_manifest,
     verify_stream,
 )
 from .bm25_fusion import DEFAULT_DEPTH, bm25_top, candidate_union, fuse, sparse_lookup, split_weights
@@ -233,13 +232,17 @@ def _check_index_names_are_lens(directory: Path) -> None:
         return
     path = directory / MANIFEST_FILE
     try:
-        validate_manifest(parse_json(path.read_bytes(), path, "index manifest"), path)
-    except (OSError, ValueError) as e:
-        why = "it has no manifest.json" if not path.exists() else f"its manifest.json is not one ({e})"
+        data = parse_json(path.read_bytes(), path, "index manifest")
+    except (OSError, ValueError):
+        data = None
+    # a LENS index manifest of any format version (an older or newer LENS's index is replaced as before)
+    if not (isinstance(data, dict) and "format_version" in data and isinstance(data.get("files"), dict)):
+        why = ("it has no manifest.json" if not path.exists() else
+               "its manifest.json is not a LENS index's (not JSON, or without format_version and files)")
         raise FileExistsError(
             f"{directory} holds {', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''} but is not a saved "
-            f"LENS index: {why}; saving would replace it: choose a new or empty directory (a damaged index of "
-            "your own: remove it first)") from None
+            f"LENS index: {why}; saving would replace it: choose a new or empty directory, or remove this one "
+            "yourself if it is an index you no longer need") from None
     for name in names:
         shard = directory / name
         if not is_shard_dir(name):

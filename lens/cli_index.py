@@ -357,19 +357,16 @@ def cmd_search(args: argparse.Namespace) -> None:
     _quantize_mismatch(searcher.index, searcher.encoder.lens.quantize)  # as loaded: "auto" resolved
     results = searcher.search(list(queries.values()), k=args.k, weights=args.weights, instruction=instruction,
                               filter=_filter_of(args.filter), batch_size=args.batch_size, depth=args.depth,
-                              idf=args.idf, collapse=args.collapse, show_progress_bar=len(queries) > args.batch_size)
+                              idf=args.idf, collapse=args.collapse, collapse_depth=args.collapse_depth,
+                              show_progress_bar=len(queries) > args.batch_size)
     if args.run is not None:
-        from lens.search import group_key
+        from lens.search import collapsed_run
         from lens.trec import write_run
 
-        def run_ids(h):  # collapsed: each hit's group (a passage's document), what qrels judge
-            if args.collapse is None:
-                return h.ids
-            return [i if isinstance(g, tuple) else str(g) for i, g in
-                    ((i, group_key(i, m, args.collapse)) for i, m in zip(h.ids, h.metadata))]
+        def rows(h):  # collapsed: each hit's group (a passage's document), what qrels judge
+            return list(zip(h.ids, h.scores)) if args.collapse is None else collapsed_run(h, args.collapse)
 
-        write_run(args.run, {qid: list(zip(run_ids(h), h.scores)) for qid, h in zip(queries, results)},
-                  tag=args.run_tag)
+        write_run(args.run, {qid: rows(h) for qid, h in zip(queries, results)}, tag=args.run_tag)
         as_json = args.json or args.jsonl
         print(f"wrote the top {args.k} of {len(queries)} queries to {args.run} (TREC run, tag {args.run_tag})",
               file=sys.stderr if as_json else sys.stdout)  # with --json / --jsonl, stdout holds the JSON alone
@@ -589,6 +586,9 @@ def register(subparsers) -> None:
                    help="the best hit of each value of the metadata FIELD, k of them: in an index of `lens data "
                         "passages`, --collapse document ranks documents by their best passage (MaxP), and --run "
                         "writes the documents' ids")
+    s.add_argument("--collapse-depth", type=positive_int, default=None, metavar="N",
+                   help="with --collapse: the most hits looked at per query for its k groups (default: 10000, or "
+                        "4 x k if more); a query with fewer groups there gets those, with a warning")
     add_quantize_argument(s, "; a warning if the index was built otherwise")
     s.set_defaults(func=cmd_search, more_positionals="query")
 

@@ -7,6 +7,7 @@ so a query vector is always made the way the index's documents were.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -17,6 +18,8 @@ from index import HybridIndex, SearchResult, load_index
 from index.manifest import check_fingerprint
 from lens.hybrid import HybridEncoder
 from lens.index_record import EncoderRecord, model_reference
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Searcher", "check_queries", "hit_records", "model_reference", "use_corpus_casing"]
 
@@ -43,17 +46,31 @@ def hit_records(result: SearchResult) -> list[dict[str, Any]]:
 
 
 COLLAPSE_FETCH = 4  # hits first fetched per group wanted when collapsing; multiplied by 4 until k groups are found
+COLLAPSE_DEPTH = 10_000  # the most hits a collapsed search looks at per query, by default (or 4 x k if more)
 
 
-def group_key(doc_id: str, meta: Mapping[str, Any] | None, field: str) -> Any:
-    """The group of a hit when collapsing on ``field`` (dotted: nested): the field's value (lists and objects by
-    their JSON); a hit without the field is a group of its own."""
+def field_value(meta: Mapping[str, Any] | None, field: str) -> Any:
+    """The value of ``field`` (dotted: nested) in a hit's metadata; None when it has none."""
     value: Any = meta
     for name in field.split("."):
         value = value.get(name) if isinstance(value, Mapping) else None
+    return value
+
+
+def group_key(doc_id: str, meta: Mapping[str, Any] | None, field: str) -> tuple:
+    """The group of a hit when collapsing on ``field`` (dotted: nested): its value compared as the metadata filter
+    compares values, by JSON type (``true`` is not ``1``, ``1`` is ``1.0``, ``7`` is not ``"7"``; lists and objects
+    by their JSON); a hit without the field is a group of its own."""
+    value = field_value(meta, field)
     if value is None:
         return ("id", doc_id)
-    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("number", float(value))
+    if isinstance(value, str):
+        return ("text", value)
+    return ("json", json.dumps(value, sort_keys=True))
 
 
 def collapse_result(result: SearchResult, field: str, k: int) -> SearchResult:
@@ -68,6 +85,24 @@ def collapse_result(result: SearchResult, field: str, k: int) -> SearchResult:
             if len(keep) == k:
                 break
     return SearchResult([result.ids[i] for i in keep], result.scores[keep], [result.metadata[i] for i in keep])
+
+
+def collapsed_run(result: SearchResult, field: str) -> list[tuple[str, float]]:
+    """A collapsed query's hits as TREC run rows: each hit's ``field`` value as the document id (a passage's
+    document), its own id where it has none; an id met again keeps its first, best score (the number 7 and the text
+    "7" are one id in a run). A value that cannot be a run's document id is named."""
+    rows, seen = [], set()
+    for doc_id, score, meta in zip(result.ids, result.scores, result.metadata):
+        value = field_value(meta, field)
+        run_id = doc_id if value is None else value if isinstance(value, str) else json.dumps(value)
+        if not run_id or any(c.isspace() for c in run_id):
+            raise ValueError(f"--run writes each hit's {field!r} value as its document id, and {run_id!r} (hit "
+                             f"{doc_id!r}) is not one (empty or holding whitespace): collapse on an id field such as "
+                             "document, or search without --run")
+        if run_id not in seen:
+            seen.add(run_id)
+            rows.append((run_id, float(score)))
+    return rows
 
 
 def check_collapse(field: Any) -> str | None:
@@ -168,7 +203,8 @@ class Searcher:
     def search(self, queries: Sequence[str] | str, k: int = 10, weights: Sequence[float] | None = None,
                instruction: str | None = None, filter: Mapping[str, Any] | None = None, batch_size: int = 64,
                show_progress_bar: bool = False, encode: Callable | None = None,
-               depth: int | None = None, idf: bool | None = None, collapse: str | None = None) -> list[SearchResult]:
+               depth: int | None = None, idf: bool | None = None, collapse: str | None = None,
+               collapse_depth: int | None = None) -> list[SearchResult]:
         """Top-``k`` hits per query; ``weights`` (lexicon, dense) default to the index's, and on an index with a BM25
         part to the index's pair and ``index.bm25_fusion.DEFAULT_BM25_WEIGHT``; three weights (lexicon, dense, BM25)
         add the index's BM25 part (kept by ``lens index build`` unless ``--no-bm25``; ``depth``: candidates taken
@@ -179,8 +215,9 @@ class Searcher:
         ``batch_size`` at a time, so a file of many queries needs one batch's vectors in memory. ``encode(texts,
         instruction)`` makes a batch's (lexicon, dense) vectors (default: this searcher's encoder; ``lens serve``
         passes one that batches concurrent requests together). ``collapse`` (a metadata field, e.g. ``"document"``
-        in an index of ``lens data passages``): the best hit of each value of the field, ``k`` of them (exact: more
-        hits are fetched until ``k`` values are found or the index is exhausted)."""
+        in an index of ``lens data passages``): the best hit of each value of the field, ``k`` of them, best first;
+        more hits are fetched until ``k`` values are found, the index has no more, or ``collapse_depth`` hits were
+        looked at (default ``max(COLLAPSE_DEPTH, 4 k)``; then fewer groups, the best ones, and a warning)."""
         from tqdm.auto import tqdm
 
         from index.metadata import check_filter
@@ -192,6 +229,10 @@ class Searcher:
             raise ValueError(f"batch_size must be a positive integer (queries encoded at a time), got {batch_size!r}")
         check_filter(filter)  # before the queries are encoded
         collapse = check_collapse(collapse)
+        if collapse_depth is not None and (isinstance(collapse_depth, bool) or not isinstance(
+                collapse_depth, (int, np.integer)) or collapse_depth < 1):
+            raise ValueError(f"collapse_depth must be a positive integer (hits looked at per query), got "
+                             f"{collapse_depth!r}")
         self.index.query_idf(idf)  # refused before the queries are encoded where the index cannot
         weights = self.default_weights if weights is None else weights
         if split_weights(weights)[1] > 0 and not getattr(self.index, "has_bm25", False):
@@ -207,27 +248,36 @@ class Searcher:
                     results += self.index.search(lexicon, dense, k=k, weights=weights, filter=filter, texts=batch,
                                                  depth=depth, idf=idf)
                 else:
-                    results += self._collapsed(lexicon, dense, batch, k, collapse, weights=weights, filter=filter,
-                                               depth=depth, idf=idf)
+                    results += self._collapsed(lexicon, dense, batch, k, collapse, collapse_depth, weights=weights,
+                                               filter=filter, depth=depth, idf=idf)
                 bar.update(len(batch))
         return results
 
-    def _collapsed(self, lexicon, dense, texts: list[str], k: int, field: str, **search) -> list[SearchResult]:
+    def _collapsed(self, lexicon, dense, texts: list[str], k: int, field: str, most: int | None,
+                   **search) -> list[SearchResult]:
         """``k`` groups of hits per query (``collapse_result``): each query's hits fetched again, four times as many,
-        until it has ``k`` groups or no more hits."""
+        until it has ``k`` groups, no more hits, or ``most`` hits were looked at."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
-        total = max(len(self.index), 1)
+        most = max(COLLAPSE_DEPTH, COLLAPSE_FETCH * k) if most is None else most
+        total = max(min(len(self.index), most), 1)
         out: list[SearchResult | None] = [None] * len(texts)
         todo, fetch = list(range(len(texts))), min(k * COLLAPSE_FETCH, total)
         while todo:
             rows = np.asarray(todo)
             found = self.index.search(None if lexicon is None else lexicon[rows], None if dense is None else dense[rows],
                                       k=fetch, texts=[texts[i] for i in todo], **search)
-            again = []
+            again, short = [], 0
             for i, result in zip(todo, found):
                 out[i] = collapse_result(result, field, k)
-                if len(out[i].ids) < k and len(result.ids) == fetch and fetch < total:
-                    again.append(i)  # fewer groups than asked, and more hits to look at
+                if len(out[i].ids) < k and len(result.ids) == fetch:  # fewer groups than asked, more hits to see
+                    if fetch < total:
+                        again.append(i)
+                    elif total < len(self.index):
+                        short += 1
+            if short:
+                logger.warning("collapse on %r: %d of %d queries have fewer than %d groups in their top %d hits, the "
+                               "most a collapsed search looks at (collapse_depth); they get the best groups found",
+                               field, short, len(texts), k, total)
             todo, fetch = again, min(fetch * 4, total)
         return out

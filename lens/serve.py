@@ -301,6 +301,8 @@ class SearchService:
         searcher = self.searcher
         results = searcher.search(queries, k=k, weights=weights, instruction=instruction, filter=body.get("filter"),
                                   batch_size=len(queries), idf=idf, collapse=body.get("collapse"),
+                                  # a collapsed search looks at most at max_k hits (4 k if more) per query
+                                  collapse_depth=max(self.max_k, 4 * k),
                                   encode=lambda texts, instr: self._batcher.encode(searcher.encoder, texts, instr))
         answer = {"results": [{"query": q, "hits": hit_records(h)} for q, h in zip(queries, results)],
                   "documents": len(searcher.index), "took_ms": round((time.perf_counter() - start) * 1000, 3)}

@@ -113,13 +113,43 @@ def test_collapsed_hits_are_every_hit_grouped_by_hand(passage_index, k):
             searcher.search(QUERIES[:1], collapse=bad)
 
 
-def test_a_hit_without_the_field_is_its_own_group():
+def test_a_hit_without_the_field_is_its_own_group_and_values_compare_by_json_type():
     from index import SearchResult
 
-    result = SearchResult(["a", "b", "c", "d"], np.array([4, 3, 2, 1], dtype=np.float32),
-                          [{"g": 1}, None, {"g": 1}, {"g": [1]}])
-    got = collapse_result(result, "g", 10)
-    assert got.ids == ["a", "b", "d"] and got.scores.tolist() == [4, 3, 1]
+    metas = [{"g": 1}, None, {"g": 1.0}, {"g": [1]}, {"g": True}, {"g": "1"}, {"g": {"a": 1}}, {"h": 1}, {"g": 1}]
+    result = SearchResult([f"h{i}" for i in range(9)], np.arange(9, 0, -1).astype(np.float32), metas)
+    got = collapse_result(result, "g", 10)  # 1 and 1.0 are one JSON number; true, "1", [1] are others
+    assert got.ids == ["h0", "h1", "h3", "h4", "h5", "h6", "h7"]
+    assert collapse_result(result, "g", 3).ids == ["h0", "h1", "h3"]
+
+
+def test_a_collapsed_run_keeps_each_document_once_and_names_an_id_it_cannot_write():
+    from index import SearchResult
+    from lens.search import collapsed_run
+
+    result = SearchResult(["p1", "p2", "p3", "p4"], np.array([4, 3, 2, 1], dtype=np.float32),
+                          [{"document": "7"}, {"document": 7}, None, {"document": "p3"}])
+    assert collapsed_run(result, "document") == [("7", 4.0), ("p3", 2.0)]  # 7 and "7" are one id in a run
+    spaced = SearchResult(["p1"], np.ones(1, dtype=np.float32), [{"source": "New York Times"}])
+    with pytest.raises(ValueError, match="'New York Times' \\(hit 'p1'\\) is not one .*collapse on an id field"):
+        collapsed_run(spaced, "source")
+
+
+def test_a_collapse_looks_at_most_at_its_depth_and_says_so(passage_index, caplog):
+    """Eight documents: asking for 8 groups within the top 4 hits gets the best groups there, with a warning; the
+    groups found are the first of the full collapsed ranking."""
+    import logging
+
+    tmp, _, _ = passage_index
+    searcher = Searcher.open(tmp / "ix")
+    full = searcher.search(QUERIES, k=8, collapse="document")
+    with caplog.at_level(logging.WARNING):
+        capped = searcher.search(QUERIES, k=8, collapse="document", collapse_depth=4)
+    assert "have fewer than 8 groups in their top 4 hits" in caplog.text
+    for a, b in zip(capped, full):
+        assert 1 <= len(a.ids) < 8 and a.ids == b.ids[:len(a.ids)]
+    with pytest.raises(ValueError, match="collapse_depth must be a positive integer"):
+        searcher.search(QUERIES[:1], collapse="document", collapse_depth=0)
 
 
 def test_cli_run_writes_documents_and_the_server_collapses(passage_index, capsys):

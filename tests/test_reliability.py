@@ -4,6 +4,7 @@ Faults that need a real second process (a writer holding the lock, a kill betwee
 limit) run small Python subprocesses; the rest run in process on the tiny random model of conftest.
 """
 
+import json
 import logging
 import os
 import signal
@@ -497,7 +498,7 @@ def test_files_named_as_an_index_holds_them_do_not_make_an_index(tmp_path, capsy
     faiss_dir.mkdir(), app_dir.mkdir()
     faiss.write_index(faiss.IndexFlatL2(4), str(faiss_dir / "index.faiss"))
     (app_dir / "manifest.json").write_text('{"name": "app"}')
-    for folder, why in ((faiss_dir, "it has no manifest.json"), (app_dir, "its manifest.json is not one")):
+    for folder, why in ((faiss_dir, "it has no manifest.json"), (app_dir, "its manifest.json is not a LENS index.s")):
         before = {p.name: p.read_bytes() for p in folder.iterdir()}
         with pytest.raises(FileExistsError, match=f"is not a saved LENS index: {why}"):
             ix.save(folder)
@@ -515,6 +516,9 @@ def test_files_named_as_an_index_holds_them_do_not_make_an_index(tmp_path, capsy
     (saved / "shard-00000" / "notes.txt").unlink()
     (saved / "shard-00000").rmdir()
     ix.save(saved)  # the index itself is replaced as before
+    manifest = json.loads((saved / "manifest.json").read_text())
+    (saved / "manifest.json").write_text(json.dumps({**manifest, "format_version": 0}))
+    ix.save(saved)  # and so is an index of another LENS's format version
 
 
 def test_a_path_under_a_file_is_named(tiny_encoder, tmp_path, capsys):

@@ -321,8 +321,8 @@ def test_info_reports_the_quantize_mode_in_use(index_dir):
 
 
 def test_info_lists_the_metadata_fields_a_filter_can_name(index_dir, tmp_path):
-    """/info lists the fields as `lens index info --json` does (one reading of the document tables), for one
-    index and for a sharded one."""
+    """/info lists the fields as `lens index info --json` does (one reading of the document tables); a field added
+    with a document is listed (a sharded index's: tests/test_index_idf.py)."""
     import contextlib
     import io
     import json

@@ -435,12 +435,21 @@ class Trainer:
         return total, parts
 
     # ------------------------------------------------------------------------------------------------ training
+    def _stage_span(self, index: int) -> tuple[int, int]:
+        """The first step of stage ``index`` in the plan and its number of steps (worked out once)."""
+        spans = getattr(self, "_spans", None)
+        if spans is None:
+            spans = self._spans = {}
+            for i, step in enumerate(self.plan):
+                first, count = spans.get(step.stage, (i, 0))
+                spans[step.stage] = (first, count + 1)
+        return spans[index]
+
     def _set_lr(self, step: int) -> float:
         index = self.plan[step].stage
         stage = self.config.stages[index]
         if self.config.lr_schedule == "stage":  # the stage's own warm-up and decay (its steps are consecutive)
-            first = next(i for i, s in enumerate(self.plan) if s.stage == index)
-            count = sum(s.stage == index for s in self.plan)
+            first, count = self._stage_span(index)
             factor = learning_rate_factor(step - first, count, self.config.warmup_steps)
         else:
             factor = learning_rate_factor(step, len(self.plan), self.config.warmup_steps)
