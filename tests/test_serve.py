@@ -450,16 +450,23 @@ def test_a_client_dripping_bytes_is_cut_off_and_connections_are_capped(index_dir
             assert closed and time.monotonic() - started < 3.0
         assert srv.call("/health")[0] == 200
 
+        def slots_free(n):  # wait (under a loaded CPU too) until the server holds 3 - n connections
+            deadline = time.monotonic() + 20
+            while srv.server._slots._value != n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert srv.server._slots._value == n
+
         monkeypatch.setattr(serve, "READ_TIMEOUT_S", 30)  # the idle connections below stay open while counted
+        slots_free(3)  # the connections above are all closed
         idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(3)]
         try:
-            time.sleep(0.2)  # the server has taken all three
+            slots_free(0)  # the server has taken all three
             status, headers, body = _raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert status == 503 and "3 connections already" in json.loads(body)["error"]
         finally:
             for sock in idle:
                 sock.close()
-        time.sleep(0.3)
+        slots_free(3)
         assert srv.call("/health")[0] == 200  # their slots are free again
 
 
