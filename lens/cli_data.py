@@ -200,21 +200,19 @@ def cmd_variant(args: argparse.Namespace) -> None:
 
 def cmd_passages(args: argparse.Namespace) -> None:
     from lens.atomic import atomic_file
-    from lens.corpus import (PYDOC_TOPICS, Document, _id_hash, corpus_file, iter_corpus, split_passages,
-                             write_json_lines)
+    from lens.corpus import PYDOC_TOPICS, Document, corpus_file, iter_corpus, split_passages, write_json_lines
 
     split_passages(Document("check", ""), args.words, args.overlap)  # the options, before any work
     inputs = [] if str(args.corpus) == PYDOC_TOPICS else [corpus_file(args.corpus), args.corpus]
     check_outputs(args, *inputs)
     counts = {"documents": 0, "passages": 0, "split": 0}
-    seen: set[int] = set()
+    seen: set[str] = set()
 
     def records():
         for doc in iter_corpus(args.corpus):
-            key = _id_hash(doc.id)
-            if key in seen:
+            if doc.id in seen:
                 raise ValueError(f"corpus {args.corpus}: document id {doc.id!r} appears twice")
-            seen.add(key)
+            seen.add(doc.id)
             passages = split_passages(doc, args.words, args.overlap)
             counts["documents"] += 1
             counts["passages"] += len(passages)

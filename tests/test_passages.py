@@ -89,6 +89,10 @@ def test_the_passages_file_is_what_split_passages_gives_and_indexes(passage_inde
     assert main(["data", "passages", "--corpus", str(corpus), "--out", str(tmp / "p.jsonl"), "--words", "6",
                  "--overlap", "6"]) == 2
     assert "overlap must be an integer from 0 to words - 1 (5), got 6" in capsys.readouterr().err
+    twice = tmp / "twice.jsonl"
+    twice.write_text(corpus.read_text() + corpus.read_text().splitlines()[0] + "\n")
+    assert main(["data", "passages", "--corpus", str(twice), "--out", str(tmp / "t.jsonl")]) == 2
+    assert "document id 'd0' appears twice" in capsys.readouterr().err and not (tmp / "t.jsonl").exists()
 
 
 @pytest.mark.parametrize("k", [1, 3, 8, 20])
