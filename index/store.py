@@ -103,7 +103,8 @@ from . import ondisk
 from .ondisk import DATA_FILE
 from .rescore import stored_scores
 from .vectors import (
-    as_matrix, check_dim, check_finite, cluster_idf, document_vectors, prune_top_m, query_vectors, weight_pair,
+    as_matrix, check_dim, check_finite, check_positive_int, cluster_idf, document_vectors, prune_top_m, query_vectors,
+    weight_pair,
 )
 
 __all__ = ["HybridIndex", "SearchResult", "check_save_target", "idf_weights"]
@@ -822,10 +823,9 @@ class HybridIndex:
         the query lexicon is multiplied by (:meth:`query_idf`; a sharded index gives all of its shards' ones).
         ``bm25``: each query's BM25 scores and maximum (:meth:`bm25_scores`; a sharded index gives them scored with
         all of its shards' statistics), computed here from this index alone when None."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
-        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1):
-            raise ValueError(f"depth must be a positive integer (candidates from each part), got {depth!r}")
+        check_positive_int(k, "k")
+        if depth is not None:
+            check_positive_int(depth, "depth", "candidates from each part")
         if self._spilled:
             raise ValueError("this index spilled parts of its lists to disk to be built; save it and load the saved "
                              "index to search it")

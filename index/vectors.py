@@ -20,6 +20,7 @@ __all__ = [
     "cosine_spread",
     "check_dim",
     "check_finite",
+    "check_positive_int",
     "cluster_idf",
     "document_vectors",
     "l2_normalize",
@@ -72,6 +73,13 @@ def check_dim(x: np.ndarray, expected: int, what: str) -> None:
         raise ValueError(
             f"{what} vectors have {x.shape[1]} columns but this index was built with {expected}"
         )
+
+
+def check_positive_int(value: Any, name: str, meaning: str | None = None) -> None:
+    """Raise ValueError unless ``value`` is an integer >= 1 (a numpy one too; not a bool), naming ``name`` and, in
+    brackets, what it counts (``meaning``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer{f' ({meaning})' if meaning else ''}, got {value!r}")
 
 
 def check_finite(x: np.ndarray, what: str, row_offset: int = 0) -> None:

@@ -200,9 +200,9 @@ def cmd_variant(args: argparse.Namespace) -> None:
 
 def cmd_passages(args: argparse.Namespace) -> None:
     from lens.atomic import atomic_file
-    from lens.corpus import PYDOC_TOPICS, Document, corpus_file, iter_corpus, split_passages, write_json_lines
+    from lens.corpus import PYDOC_TOPICS, check_passage_sizes, corpus_file, iter_corpus, split_passages, write_json_lines
 
-    split_passages(Document("check", ""), args.words, args.overlap)  # the options, before any work
+    check_passage_sizes(args.words, args.overlap)  # before any work
     inputs = [] if str(args.corpus) == PYDOC_TOPICS else [corpus_file(args.corpus), args.corpus]
     check_outputs(args, *inputs)
     counts = {"documents": 0, "passages": 0, "split": 0}

@@ -57,7 +57,7 @@ def read_numbered_texts(path: Path) -> list[tuple[str, str]]:
         if isinstance(obj, str):
             text = obj
         elif isinstance(obj, dict) and isinstance(obj.get("text"), str):
-            if "_id" in obj or "id" in obj:
+            if _has_id(obj):
                 raise ValueError(f"{path}:{n}: this record has an id but the first record has none, so the texts "
                                  "are numbered by line and its id would be lost: give every record an '_id' (or "
                                  "none)")
@@ -133,8 +133,13 @@ def _first_has_id(path: Path) -> bool:
     from lens.corpus import iter_json_lines
 
     for _, obj in iter_json_lines(path):
-        return isinstance(obj, dict) and ("_id" in obj or "id" in obj)
+        return isinstance(obj, dict) and _has_id(obj)
     return False
+
+
+def _has_id(record: dict) -> bool:
+    """Whether a JSONL record names its id (``_id``, or ``id``), as a corpus record does."""
+    return "_id" in record or "id" in record
 
 
 def _check_encode_output(input_path: Path, output: Path, overwrite: bool) -> None:

@@ -527,9 +527,9 @@ def load_queries(path: str | os.PathLike) -> dict[str, str]:
             if line.strip():
                 keep(str(i), line, i + 1)
         return out
-    if not p.name.endswith((".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz")):
+    if not (is_tsv(p) or p.name.endswith((".jsonl", ".jsonl.gz"))):
         raise ValueError(f"queries {p}: not a file type read as queries; give {QUERY_FILES}")
-    if p.name.endswith((".tsv", ".tsv.gz")):
+    if is_tsv(p):
         with _open_text(p) as f:
             first = True
             for n, line in enumerate(f, 1):
@@ -600,6 +600,14 @@ PASSAGE_FIELDS = ("document", "passage")  # what a passage adds to its document'
 _WORD = re.compile(r"\S+")
 
 
+def check_passage_sizes(words: int, overlap: int) -> None:
+    """``split_passages``' sizes checked: ``words`` a positive integer, ``overlap`` from 0 to ``words - 1``."""
+    if isinstance(words, bool) or not isinstance(words, int) or words < 1:
+        raise ValueError(f"words must be a positive integer (words per passage), got {words!r}")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < words:
+        raise ValueError(f"overlap must be an integer from 0 to words - 1 ({words - 1}), got {overlap!r}")
+
+
 def split_passages(doc: Document, words: int, overlap: int = 0) -> list[Document]:
     """``doc`` as passages of at most ``words`` whitespace-separated words, each starting ``words - overlap`` words
     after the one before, so that neighbours share ``overlap`` words and every word lies in one; a passage's text is
@@ -610,10 +618,7 @@ def split_passages(doc: Document, words: int, overlap: int = 0) -> list[Document
     added (``PASSAGE_FIELDS``), under the id ``{id}#{place}``: an index of passages removes a document's with the
     filter ``document=ID`` and ranks documents by their best passage with ``collapse="document"``. A document of at
     most ``words`` words is one passage, its text unchanged."""
-    if isinstance(words, bool) or not isinstance(words, int) or words < 1:
-        raise ValueError(f"words must be a positive integer (words per passage), got {words!r}")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < words:
-        raise ValueError(f"overlap must be an integer from 0 to words - 1 ({words - 1}), got {overlap!r}")
+    check_passage_sizes(words, overlap)
     taken = [name for name in PASSAGE_FIELDS if name in doc.extra]
     if taken:
         raise ValueError(f"document {doc.id!r} has its own metadata field {taken[0]!r}, which a passage uses for its "

@@ -121,7 +121,7 @@ def encode_to_file(encoder, docs: Sequence[Document | TextRecord], output: str |
         shutil.rmtree(work)
     dim = progress["dim"] if progress["dim"] is not None else len(labels or ())  # no rows: the labels' count
     return EncodeSummary(len(docs), dim, progress["entries"] if fmt.sparse else None,
-                         progress["empty"] if fmt.sparse else None, progress.get("blank", 0))
+                         progress["empty"] if fmt.sparse else None, progress["blank"])
 
 
 def _write_chunks(docs, step: int, encode, writer: ExportWriter, progress: dict, queries: bool, save_progress,
@@ -138,7 +138,7 @@ def _write_chunks(docs, step: int, encode, writer: ExportWriter, progress: dict,
             chunk = list(docs[start:start + step])
             texts = [d.full_text for d in chunk]
             vectors = encode(texts)
-            progress["blank"] = progress.get("blank", 0) + sum(not t.strip() for t in texts)
+            progress["blank"] += sum(not t.strip() for t in texts)
             written = [" ".join(t.split()) for t in texts] if queries else texts
             entries = writer.write(vectors, [d.id for d in chunk], written)
             if entries is not None:
@@ -175,7 +175,7 @@ def _start(work: Path, part: Path, state: dict, resume: bool) -> dict[str, Any]:
         if resume and same and old.get("progress") and (part.is_file() or not old["progress"]["done"]):
             logger.info("resuming the encode in %s: %d of %d texts done", work, old["progress"]["done"],
                         state["rows"])
-            return dict(old["progress"])
+            return {**fresh, **old["progress"]}  # a progress saved before it counted blanks: 0 of them
         if resume and not same:
             raise ValueError(f"the unfinished encode in {work} was of another input, model or options (or an older "
                              "LENS): run without --resume to start over")

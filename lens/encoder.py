@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from index.vectors import as_matrix, check_finite, l2_normalize
+from index.vectors import as_matrix, check_finite, check_positive_int, l2_normalize
 from lens.backbone import (BackboneRef, load_backbone, load_lm_head, matrix_sha256, quiet_loading, resolve_backbone,
                            special_token_ids)
 from lens.clustering import centroids_from_assignment
@@ -761,8 +761,7 @@ class LensEncoder:
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         top_k = _top_k(top_k)
-        if isinstance(tokens, bool) or not isinstance(tokens, (int, np.integer)) or tokens < 1:
-            raise ValueError(f"tokens must be a positive integer (member tokens listed per cluster), got {tokens!r}")
+        check_positive_int(tokens, "tokens", "member tokens listed per cluster")
         enc = self.encode_queries if query else self.encode_documents
         kwargs = {"instruction": instruction} if query else {}
         vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]

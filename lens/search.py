@@ -16,6 +16,7 @@ import numpy as np
 
 from index import HybridIndex, SearchResult, load_index
 from index.manifest import check_fingerprint
+from index.vectors import check_positive_int
 from lens.hybrid import HybridEncoder
 from lens.index_record import EncoderRecord, model_reference
 
@@ -225,14 +226,11 @@ class Searcher:
         from index.bm25_fusion import split_weights
 
         queries = check_queries(queries)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer (queries encoded at a time), got {batch_size!r}")
+        check_positive_int(batch_size, "batch_size", "queries encoded at a time")
         check_filter(filter)  # before the queries are encoded
         collapse = check_collapse(collapse)
-        if collapse_depth is not None and (isinstance(collapse_depth, bool) or not isinstance(
-                collapse_depth, (int, np.integer)) or collapse_depth < 1):
-            raise ValueError(f"collapse_depth must be a positive integer (hits looked at per query), got "
-                             f"{collapse_depth!r}")
+        if collapse_depth is not None:
+            check_positive_int(collapse_depth, "collapse_depth", "hits looked at per query")
         self.index.query_idf(idf)  # refused before the queries are encoded where the index cannot
         weights = self.default_weights if weights is None else weights
         if split_weights(weights)[1] > 0 and not getattr(self.index, "has_bm25", False):
@@ -257,8 +255,7 @@ class Searcher:
                    **search) -> list[SearchResult]:
         """``k`` groups of hits per query (``collapse_result``): each query's hits fetched again, four times as many,
         until it has ``k`` groups, no more hits, or ``most`` hits were looked at."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+        check_positive_int(k, "k")
         most = max(COLLAPSE_DEPTH, COLLAPSE_FETCH * k) if most is None else most
         total = max(min(len(self.index), most), 1)
         out: list[SearchResult | None] = [None] * len(texts)

@@ -8,6 +8,7 @@ hyphens, ``-1``, ``-2`` for repeats). Reads text only: no model, no network.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 250
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
-CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
+CODE_SPAN = re.compile(r"(`+)((?:(?!\1).)+?)\1", re.S)  # group 2: the span's text
 LINK = re.compile(r"(?<!!)\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.M)
 
@@ -109,7 +110,6 @@ def test_checker_finds_broken_links_and_anchors(tmp_path: Path):
 
 # ------------------------------------------------------------------ the commands the documentation shows
 CODE_FENCE = re.compile(r"^(```|~~~)[^\n]*\n(.*?)^\1", re.M | re.S)
-CODE_SPAN_TEXT = re.compile(r"(`+)((?:(?!\1).)+?)\1", re.S)
 LENS_CALL = re.compile(r"(?:^|[\s(;&|])(?:\S*/)?lens((?:[ \t]+[^\s|;&>]+)+)")
 SCRIPT_CALL = re.compile(r"python3?\s+benchmarks/(\w+)\.py((?:[ \t]+[^\s|;&>]+)+)")
 SCRIPT_MAIN = re.compile(r'script_main\(\s*"(lens\.eval\.\w+)"')
@@ -119,7 +119,7 @@ def code_lines(text: str) -> list[str]:
     """The lines of ``text``'s fenced blocks and inline code spans, continuation backslashes joined, shell
     comments cut."""
     chunks = [m.group(2) for m in CODE_FENCE.finditer(text)]
-    chunks += [m.group(2) for m in CODE_SPAN_TEXT.finditer(FENCE.sub("", text))]
+    chunks += [m.group(2) for m in CODE_SPAN.finditer(FENCE.sub("", text))]
     lines = [line for chunk in chunks for line in chunk.replace("\\\n", " ").splitlines()]
     return [re.split(r"\s#", line, maxsplit=1)[0] for line in lines]
 
@@ -144,16 +144,37 @@ def lens_subparser(parser, words: list[str]):
     return parser, depth
 
 
+@functools.cache
+def lens_parser():
+    """The ``lens`` command's parser, built once for every file checked."""
+    from lens.cli import build_parser
+
+    return build_parser()
+
+
+@functools.cache
+def script_parser(name: str):
+    """The parser of ``benchmarks/NAME.py`` when it is a ``script_main`` wrapper of a ``lens.eval`` module, else
+    None (a script with its own parser is not checked here); built once per script."""
+    import argparse
+    import importlib
+
+    script = ROOT / "benchmarks" / f"{name}.py"
+    found = SCRIPT_MAIN.search(script.read_text(encoding="utf-8")) if script.exists() else None
+    if found is None:
+        return None
+    parser = argparse.ArgumentParser()
+    importlib.import_module(found.group(1)).add_arguments(parser)
+    parser.add_argument("-v", "--verbose")
+    return parser
+
+
 def documented_command_errors(path: Path) -> list[str]:
     """Each ``lens ...`` or ``python benchmarks/X.py ...`` command in ``path``'s code that names an option its
     (sub)command does not have."""
-    import argparse
-    import importlib
     import shlex
 
-    from lens.cli import build_parser
-
-    lens = build_parser()
+    lens = lens_parser()
     bad = []
     for line in code_lines(path.read_text(encoding="utf-8")):
         for m in LENS_CALL.finditer(line):
@@ -165,14 +186,9 @@ def documented_command_errors(path: Path) -> list[str]:
             if depth:
                 bad += [f"lens {' '.join(tokens[:depth])}: {o}" for o in unknown_options(parser, tokens)]
         for m in SCRIPT_CALL.finditer(line):
-            script = ROOT / "benchmarks" / f"{m.group(1)}.py"
-            found = SCRIPT_MAIN.search(script.read_text(encoding="utf-8")) if script.exists() else None
-            if found is None:  # a script with its own parser: not checked here
-                continue
-            parser = argparse.ArgumentParser()
-            importlib.import_module(found.group(1)).add_arguments(parser)
-            parser.add_argument("-v", "--verbose")
-            bad += [f"benchmarks/{script.name}: {o}" for o in unknown_options(parser, m.group(2).split())]
+            parser = script_parser(m.group(1))
+            if parser is not None:
+                bad += [f"benchmarks/{m.group(1)}.py: {o}" for o in unknown_options(parser, m.group(2).split())]
     return bad
 
 

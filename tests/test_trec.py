@@ -46,18 +46,15 @@ def test_bad_runs_are_refused_before_writing(tmp_path, run, match):
     assert not (tmp_path / "r.trec").exists()
 
 
-def test_malformed_lines_name_the_line(tmp_path):
-    (tmp_path / "r.trec").write_text("q1 Q0 a 1 0.5 t\nq1 Q0 b 2 zero t\n")
-    with pytest.raises(ValueError, match="r.trec:2: score 'zero'"):
-        read_run(tmp_path / "r.trec")
-    (tmp_path / "r.trec").write_text("q1 a 1 0.5\n")
-    with pytest.raises(ValueError, match=":1: a TREC run line has 6 columns"):
-        read_run(tmp_path / "r.trec")
-    (tmp_path / "r.trec").write_text("q1 Q0 a 1 0.5 t\nq2 Q0 a 1 0.5 t\nq1 Q0 a 2 0.4 t\n")
-    with pytest.raises(ValueError, match="r.trec:3: document 'a' is listed twice for query 'q1'"):
-        read_run(tmp_path / "r.trec")
-    (tmp_path / "r.trec").write_text("q1 Q0 a 1 nan t\n")
-    with pytest.raises(ValueError, match="r.trec:1: score 'nan'; a run needs finite scores"):
+@pytest.mark.parametrize("text,match", [
+    ("q1 Q0 a 1 0.5 t\nq1 Q0 b 2 zero t\n", "r.trec:2: score 'zero'"),
+    ("q1 a 1 0.5\n", ":1: a TREC run line has 6 columns"),
+    ("q1 Q0 a 1 0.5 t\nq2 Q0 a 1 0.5 t\nq1 Q0 a 2 0.4 t\n", "r.trec:3: document 'a' is listed twice for query 'q1'"),
+    ("q1 Q0 a 1 nan t\n", "r.trec:1: score 'nan'; a run needs finite scores"),
+])
+def test_malformed_lines_name_the_line(tmp_path, text, match):
+    (tmp_path / "r.trec").write_text(text)
+    with pytest.raises(ValueError, match=match):
         read_run(tmp_path / "r.trec")
 
 

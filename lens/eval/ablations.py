@@ -38,6 +38,7 @@ def _cluster_list(value: str) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from lens.cmdline import positive_int
     from lens.eval.beir import DATA_DIR_HELP, add_data_argument, add_run_location_arguments, add_thread_arguments
+    from lens.eval.report import add_result_overwrite_argument
 
     parser.add_argument("ablation", choices=ABLATIONS, help="which ablation to run")
     parser.add_argument("--dataset", default="scifact",
@@ -57,8 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep the first N queries")
     parser.add_argument("--no-plot", action="store_true", help="skip ndcg.png")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the ablation's earlier run in the results root (refused without it)")
+    add_result_overwrite_argument(
+        parser, "replace the ablation's earlier run in the results root (refused without it)")
     add_thread_arguments(parser)
     return parser
 

@@ -521,6 +521,8 @@ def _systems(value: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ATEB runner's options to ``parser`` (the ``lens bench ateb`` subparser)."""
+    from lens.eval.report import add_result_overwrite_argument
+
     from lens.ateb import TASKS
 
     parser.add_argument("--tasks", type=_tasks, default=list(TASKS),
@@ -547,8 +549,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch threads for encoding (default: torch's default, one per core)")
     parser.add_argument("--no-plot", action="store_true", help="skip scores.png")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace a task's earlier run in the results root (refused without it, before any work)")
+    add_result_overwrite_argument(
+        parser, "replace a task's earlier run in the results root (refused without it, before any work)")
     return parser
 
 

@@ -404,6 +404,8 @@ def add_run_location_arguments(parser: argparse.ArgumentParser, cache: str, dept
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the runner's options to ``parser`` (e.g. the ``lens bench beir`` subparser)."""
+    from lens.eval.report import add_result_overwrite_argument
+
     from lens.eval.systems import ALL_SYSTEMS, PEER_SYSTEMS
 
     parser.add_argument("datasets", nargs="+",
@@ -438,9 +440,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-queries", "--queries", dest="max_queries", type=positive_int, default=None,
                         help="SMOKE TESTS ONLY: keep the first N queries")
     parser.add_argument("--no-plot", action="store_true", help="skip ndcg.png")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace a set's earlier run in the results root (refused without it, before any work; "
-                             "never a folder of other files)")
+    add_result_overwrite_argument(
+        parser, "replace a set's earlier run in the results root (refused without it, before any work; never a "
+        "folder of other files)")
     parser.add_argument("--self-hits", choices=("auto", "drop", "keep"), default="auto",
                         help="a query's hit whose document id is the query's own: auto (default) drops it on "
                              f"{' and '.join(sorted(SELF_HIT_SETS))}, whose queries are corpus documents (BEIR's "
@@ -544,10 +546,11 @@ def check_run_folders(paths: Sequence[Path], split: str, subsample: bool, out_ro
             raise ValueError(f"{seen[folder]} and {path} would both write their results to {out_root / folder}: "
                              "run them with different --output-dir")
         seen[folder] = path
+    datasets = [(path, path.resolve()) for path in paths]
     for folder in folders:
         target = (out_root / folder).resolve()
-        for path in paths:
-            if target == path.resolve() or target.is_relative_to(path.resolve()):
+        for path, resolved in datasets:
+            if target.is_relative_to(resolved):  # the dataset itself, or inside it
                 raise ValueError(f"--output-dir {out_root} would write a run's results into the dataset {path}: "
                                  "choose a results root outside the data")
         report.check_run_target(out_root / folder, overwrite=overwrite)

@@ -26,7 +26,7 @@ import numpy as np
 
 from index.vectors import mass_share, support_mask
 from lens.cmdline import command_line, positive_int
-from lens.eval.report import add_markdown_only_arguments, add_overwrite_argument, markdown_only, write_benchmark
+from lens.eval.report import add_markdown_only_arguments, add_result_overwrite_argument, markdown_only, write_benchmark
 
 logger = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_data_argument(parser)
     add_lens_device_arguments(parser)
     add_markdown_only_arguments(parser, output="benchmarks/results/lexicality")
-    add_overwrite_argument(parser)
+    add_result_overwrite_argument(parser)
     return parser
 
 

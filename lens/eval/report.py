@@ -24,7 +24,7 @@ from lens.atomic import atomic_write_bytes, read_json, write_json
 logger = logging.getLogger(__name__)
 
 __all__ = ["GENERATED_MARKER", "REQUIRED_SYSTEM_KEYS", "RESULT_KEYS", "check_readme_target", "check_results",
-           "check_run_target", "clear_run_files", "add_overwrite_argument",
+           "check_run_target", "clear_run_files", "add_result_overwrite_argument",
            "readme_text", "results_markdown", "write_dataset_results", "write_readme"]
 
 PER_QUERY_FILE = "per_query.json.gz"  # each system's value for each query, for paired tests (lens.eval.significance)
@@ -479,12 +479,12 @@ def add_markdown_only_arguments(parser, output: str | os.PathLike | None = None)
                              "added to the saved ones")
 
 
-def add_overwrite_argument(parser) -> None:
-    """``--overwrite`` of a benchmark writing ``OUTPUT.json`` / ``OUTPUT.md``: an earlier result is replaced only
-    with it (``check_benchmark_target``)."""
+def add_result_overwrite_argument(parser, help: str | None = None) -> None:
+    """``--overwrite`` of a benchmark: an earlier result is replaced only with it (``check_benchmark_target``,
+    ``check_run_target``); ``help`` says what it replaces (default: ``OUTPUT.json`` / ``OUTPUT.md``)."""
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier OUTPUT.json / OUTPUT.md (refused without it, before any work; never "
-                             "a file the benchmark did not write)")
+                        help=help or "replace an earlier OUTPUT.json / OUTPUT.md (refused without it, before any work; "
+                                     "never a file the benchmark did not write)")
 
 
 def markdown_only(args, out: str | os.PathLike, render: Callable[[dict], Sequence[str]]) -> bool:

@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 
 from lens.cmdline import command_line, positive_int, seed_int
-from lens.eval.report import (PER_QUERY_FILE, add_markdown_only_arguments, add_overwrite_argument,
+from lens.eval.report import (PER_QUERY_FILE, add_markdown_only_arguments, add_result_overwrite_argument,
                                check_benchmark_target, markdown_only, per_query_path, read_per_query, write_benchmark)
 from lens.metrics import paired_test
 
@@ -94,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--resamples", type=positive_int, default=10_000, help="sign flips of the randomization test (default 10000)")
     parser.add_argument("--seed", type=seed_int, default=0, help="seed of the randomization test (default 0)")
     add_markdown_only_arguments(parser, output="benchmarks/results/significance")
-    add_overwrite_argument(parser)
+    add_result_overwrite_argument(parser)
     return parser
 
 

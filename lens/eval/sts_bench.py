@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from lens.cmdline import command_line, positive_int
-from lens.eval.report import (add_markdown_only_arguments, add_overwrite_argument, check_benchmark_target,
+from lens.eval.report import (add_markdown_only_arguments, add_result_overwrite_argument, check_benchmark_target,
                               markdown_only, write_benchmark)
 from lens.eval.sts import PAIRINGS, STS_FILES, STS_INSTRUCTION
 
@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--output", "--out", type=Path, default=OUTPUT,
                         help=f"writes OUTPUT.json and OUTPUT.md (default {OUTPUT})")
     add_markdown_only_arguments(parser)
-    add_overwrite_argument(parser)
+    add_result_overwrite_argument(parser)
     return parser
 
 

@@ -263,6 +263,10 @@ class Trainer:
             _warn_low_graded_positives(stage, self.data[-1])
         self.val = [e for path in cfg.val_data for e in read_examples(path)][: cfg.val_examples]
         self.plan = plan_steps(cfg, self.data)
+        self._stage_spans: dict[int, tuple[int, int]] = {}  # stage -> (its first step, its steps): consecutive
+        for i, step in enumerate(self.plan):
+            first, count = self._stage_spans.get(step.stage, (i, 0))
+            self._stage_spans[step.stage] = (first, count + 1)
         self.inputs_sha256 = inputs_sha256(self.encoder.fingerprint(), self.data, self.val)
         # only the texts the planned steps and the validation use: a short run over a big mixture caches little
         every = [self.data[step.stage][i] for step in self.plan for i in step.batch] + self.val
@@ -435,21 +439,11 @@ class Trainer:
         return total, parts
 
     # ------------------------------------------------------------------------------------------------ training
-    def _stage_span(self, index: int) -> tuple[int, int]:
-        """The first step of stage ``index`` in the plan and its number of steps (worked out once)."""
-        spans = getattr(self, "_spans", None)
-        if spans is None:
-            spans = self._spans = {}
-            for i, step in enumerate(self.plan):
-                first, count = spans.get(step.stage, (i, 0))
-                spans[step.stage] = (first, count + 1)
-        return spans[index]
-
     def _set_lr(self, step: int) -> float:
         index = self.plan[step].stage
         stage = self.config.stages[index]
         if self.config.lr_schedule == "stage":  # the stage's own warm-up and decay (its steps are consecutive)
-            first, count = self._stage_span(index)
+            first, count = self._stage_spans[index]
             factor = learning_rate_factor(step - first, count, self.config.warmup_steps)
         else:
             factor = learning_rate_factor(step, len(self.plan), self.config.warmup_steps)
