@@ -138,7 +138,7 @@ def render(results: dict) -> list[str]:
              "with a build's metadata (title, 300-character snippet) and `bucket` = i % 100; a filter keeps the "
              "first 1, 10 or 50 buckets. ivf: nlist from the data, nprobe 16. hnsw: m 32, ef_search 64; a filter "
              "that leaves fewer matches than the widened walk computes distances for is scored exactly "
-             "(`index.store.hnsw_filter_is_exact`).", "",
+             "(`index.faiss_ops.hnsw_filter_is_exact`).", "",
              "| index | filter keeps | matching docs | QPS | QPS / unfiltered | recall@10 vs exact over the matches "
              "| their mean rank unfiltered |", "|---|---|---:|---:|---:|---:|---:|"]
     for kind in KINDS:

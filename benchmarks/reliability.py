@@ -334,12 +334,12 @@ def kill_model_swap(env: Env, row: Row) -> None:
 
 KILL_BODY = MAKE_INDEX + """
 import os, signal, sys
-import index.store
+import index.faiss_ops
 make("a", 300, 0).save(sys.argv[1])
 def half(index, path):
     open(path, "wb").write(b"\\0" * 1000)
     os.kill(os.getpid(), signal.SIGKILL)
-index.store._write_faiss = half
+index.faiss_ops.write_faiss = half
 make("b", 200, 1).save(sys.argv[1])
 """
 

@@ -39,6 +39,7 @@ from lens.atomic import Generation, open_generation, parse_json
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CASING_FILE",
     "DOCS_FILE",
     "FORMAT_VERSION",
     "INDEX_FILE",
@@ -63,6 +64,7 @@ FORMAT_VERSION = 1
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.faiss"
 DOCS_FILE = "docs.sqlite"
+CASING_FILE = "casing.json.gz"  # the corpus's own casing table (lens.casing), when the index keeps one
 LAYOUTS = ("single", "sharded")  # one FAISS index; or shard directories searched together (index.shards)
 _SHARD_DIR = re.compile(r"shard-\d{5,}")  # a sharded index's shard directories (index.shards)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)?")  # a file, or a file in a shard directory

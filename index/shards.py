@@ -42,7 +42,8 @@ from .manifest import (
     verify_stream,
 )
 from .metadata import DocTable, check_filter, check_ids, field_names, missing_fields
-from .store import HybridIndex, SearchResult, check_save_target, existing_index, idf_weights
+from .store import HybridIndex, SearchResult, idf_weights
+from .targets import check_save_target, existing_index
 from .bm25_fusion import split_weights
 from .bm25_part import BM25Part, BM25Scores
 from .vectors import mean_weights, weight_pair

@@ -66,7 +66,6 @@ system make ``save`` raise ``lens.atomic.StorageError`` (one line: path, cause, 
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import time
@@ -76,12 +75,15 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import faiss
 import numpy as np
 
-from lens.atomic import atomic_dir, existing_parent, parse_json, write_json
+from lens.atomic import atomic_dir, write_json
 from lens.bm25 import BM25Stats
 from lens.casing import CasingTable, read_casing_table
 
 from .factory import INDEX_TYPES, IndexType, TrainingPlan, exact_index, get_index_type
+from . import faiss_ops
+from .faiss_ops import faiss_search
 from .manifest import (
+    CASING_FILE,
     DOCS_FILE,
     FORMAT_VERSION,
     INDEX_FILE,
@@ -89,7 +91,6 @@ from .manifest import (
     data_files,
     check_fingerprint,
     file_record,
-    is_shard_dir,
     layout_of,
     normalize_fingerprint,
     open_index,
@@ -102,12 +103,13 @@ from .metadata import DocTable, check_filter, check_ids, encode_metadata, field_
 from . import ondisk
 from .ondisk import DATA_FILE
 from .rescore import stored_scores
+from .targets import check_save_target
 from .vectors import (
     as_matrix, check_dim, check_finite, check_positive_int, cluster_idf, document_vectors, prune_top_m, query_vectors,
     weight_pair,
 )
 
-__all__ = ["HybridIndex", "SearchResult", "check_save_target", "idf_weights"]
+__all__ = ["HybridIndex", "SearchResult", "idf_weights"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,170 +135,6 @@ def _dim(value: Any, name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"{name} must be a positive integer, or None/0 when that part is absent; got {value!r}")
     return int(value)
-
-
-def filtered_breadth(breadth: int, total: int, allowed: int, cap: int) -> int:
-    """How far an approximate search looks under a filter that keeps ``allowed`` of ``total`` documents: its
-    unfiltered ``breadth`` (IVF lists probed, HNSW candidates kept) scaled by ``total / allowed``, at most ``cap``."""
-    return int(min(cap, max(breadth, -(-breadth * total // max(allowed, 1)))))
-
-
-def hnsw_filter_is_exact(ef_search: int, m: int, total: int, allowed: int) -> bool:
-    """Whether a filtered HNSW search should score the ``allowed`` matching documents exactly instead of walking
-    the graph. A walk with ``ef`` candidates computes about ``ef * m`` distances (``m``: the graph's links per
-    node; measured with ``faiss.cvar.hnsw_stats``: 0.4-0.6 x ``ef * 2m`` on level 0), and under a filter ``ef`` is
-    widened by :func:`filtered_breadth`; scoring the matches costs one distance each. So a filter that leaves no
-    more documents than the widened walk would compute distances for is searched exactly: faster and without
-    loss (``benchmarks/filter_speed.py``)."""
-    return allowed <= filtered_breadth(ef_search, total, allowed, total) * m
-
-
-def faiss_search(index: faiss.Index, queries: np.ndarray, k: int,
-                 allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``index.search``, but for an ``IndexIDMap`` the inner index is searched and labels are mapped
-    here through a zero-copy view of the id map. Same results; it skips the IDMap's own OpenMP region,
-    which costs a scheduler time slice per call on a busy machine (visible in single-query latency).
-
-    ``allowed``: the only labels (int ids) that may be returned, given to FAISS as an ``IDSelector`` so that the
-    search itself skips the others. Exact types stay exact. The approximate ones look further in proportion to
-    what the filter leaves out (:func:`filtered_breadth`): IVF probes ``nprobe * ntotal / len(allowed)`` lists and
-    HNSW keeps ``efSearch * ntotal / len(allowed)`` candidates (each capped), so that they meet about as many
-    matching documents as an unfiltered search meets documents. HNSW scores the matches exactly instead, from the
-    graph's own flat storage, when they are fewer than that walk's distance computations
-    (:func:`hnsw_filter_is_exact`): a narrow filter makes the walk visit most of the graph."""
-    if not isinstance(index, faiss.IndexIDMap):
-        if allowed is None:
-            return index.search(queries, k)
-        selector = faiss.IDSelectorBatch(allowed)
-        ivf = faiss.extract_index_ivf(index)
-        nprobe = filtered_breadth(ivf.nprobe, ivf.ntotal, len(allowed), ivf.nlist)
-        return index.search(queries, k, params=faiss.SearchParametersIVF(sel=selector, nprobe=nprobe))
-    inner = faiss.downcast_index(index.index)
-    id_map = faiss.rev_swig_ptr(index.id_map.data(), index.ntotal)
-    if allowed is None:
-        scores, pos = inner.search(queries, k)
-    else:  # the inner index numbers its vectors 0..n-1: select those positions, as a bitmap
-        bitmap = np.packbits(np.isin(id_map, allowed), bitorder="little")
-        selector = faiss.IDSelectorBitmap(index.ntotal, faiss.swig_ptr(bitmap))
-        if isinstance(inner, faiss.IndexHNSW):
-            hnsw = inner.hnsw
-            ef = filtered_breadth(hnsw.efSearch, index.ntotal, len(allowed), index.ntotal)
-            if hnsw_filter_is_exact(hnsw.efSearch, hnsw.nb_neighbors(1), index.ntotal, len(allowed)):
-                inner = faiss.downcast_index(inner.storage)  # the graph's vectors, at the same positions
-                params = faiss.SearchParameters(sel=selector)
-            else:
-                params = faiss.SearchParametersHNSW(sel=selector, efSearch=max(ef, k))
-        else:
-            params = faiss.SearchParameters(sel=selector)
-        scores, pos = inner.search(queries, k, params=params)
-    labels = np.where(pos >= 0, id_map[np.maximum(pos, 0)], -1)
-    return scores, labels
-
-
-CASING_FILE = "casing.json.gz"  # the corpus's own casing table (lens.casing), when the index keeps one
-_INDEX_ENTRIES = frozenset((INDEX_FILE, DOCS_FILE, MANIFEST_FILE, DATA_FILE, BM25_FILE, CASING_FILE, DF_FILE,
-                            ".DS_Store"))  # .DS_Store: macOS junk
-
-
-def check_save_target(directory: str | os.PathLike) -> Path:
-    """Refuse to save an index over something that is not one: a file, or a directory holding other files.
-
-    Saving replaces the whole directory, so ``--output ~/Documents`` must never be taken for an index.
-    """
-    directory = Path(directory)
-    if directory.is_symlink() and not directory.exists():
-        raise FileExistsError(f"{directory} is a broken symbolic link; remove it or choose another directory")
-    if directory.exists() and not directory.is_dir():
-        raise FileExistsError(f"{directory} exists and is a file, not an index directory; choose another path")
-    existing_parent(directory, "index")
-    if directory.is_dir():
-        other = sorted(n for n in os.listdir(directory) if n not in _INDEX_ENTRIES and not is_shard_dir(n))
-        if other:
-            shown = ", ".join(other[:3]) + (", ..." if len(other) > 3 else "")
-            if (directory / MANIFEST_FILE).is_file():  # an index with a user's files beside it
-                raise FileExistsError(
-                    f"{directory} is a LENS index but also holds files LENS did not write ({shown}); saving replaces "
-                    "the whole directory, so they would be lost: move them out of it, then run the command again")
-            raise FileExistsError(
-                f"{directory} exists and is not a LENS index (it holds {shown}); saving would replace it: "
-                "choose a new or empty directory")
-        _check_index_names_are_lens(directory)
-    return directory
-
-
-def _check_index_names_are_lens(directory: Path) -> None:
-    """Refuse a directory whose entries carry an index's file names but is not a saved LENS index: a plain FAISS
-    folder's ``index.faiss``, an app's ``manifest.json``, a ``shard-00000`` folder of a user's own (names alone do
-    not make an index; a save would replace what they hold)."""
-    names = [n for n in os.listdir(directory) if n != ".DS_Store"]
-    if not names:
-        return
-    path = directory / MANIFEST_FILE
-    try:
-        data = parse_json(path.read_bytes(), path, "index manifest")
-    except (OSError, ValueError):
-        data = None
-    # a LENS index manifest of any format version (an older or newer LENS's index is replaced as before)
-    if not (isinstance(data, dict) and "format_version" in data and isinstance(data.get("files"), dict)):
-        why = ("it has no manifest.json" if not path.exists() else
-               "its manifest.json is not a LENS index's (not JSON, or without format_version and files)")
-        raise FileExistsError(
-            f"{directory} holds {', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''} but is not a saved "
-            f"LENS index: {why}; saving would replace it: choose a new or empty directory, or remove this one "
-            "yourself if it is an index you no longer need") from None
-    for name in names:
-        shard = directory / name
-        if not is_shard_dir(name):
-            continue
-        other = sorted(n for n in os.listdir(shard) if n not in _INDEX_ENTRIES) if shard.is_dir() else [name]
-        if other:
-            raise FileExistsError(
-                f"{directory} is a LENS index but {shard} holds files LENS did not write ({', '.join(other[:3])}"
-                f"{', ...' if len(other) > 3 else ''}); saving replaces the whole directory, so they would be lost: "
-                "move them out of it, then run the command again")
-
-
-def existing_index(directory: str | os.PathLike) -> str | None:
-    """``"DIR already holds a LENS index (N documents)"`` when ``directory`` is a directory with anything in it
-    (``check_save_target`` refuses what is not an index), else None: what a command that would replace an index says
-    before it refuses to, unless asked."""
-    from index.manifest import read_manifest
-
-    directory = Path(directory)
-    if not directory.is_dir() or not [n for n in directory.iterdir() if n.name != ".DS_Store"]:
-        return None
-    try:
-        count = f" ({read_manifest(directory)['count']} documents)"
-    except (OSError, ValueError, KeyError):
-        count = ""
-    return f"{directory} already holds a LENS index{count}"
-
-
-_FAISS_ERRNO = {os.strerror(code): code for code in
-                (errno.ENOSPC, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO,
-                 getattr(errno, "EDQUOT", errno.ENOSPC))}
-
-
-def _write_faiss(index: faiss.Index, path: Path, write=None) -> None:
-    """``faiss.write_index`` (or ``write()``), its write errors turned into an ``OSError`` with the errno whose
-    text they quote."""
-    try:
-        write() if write is not None else faiss.write_index(index, str(path))
-    except RuntimeError as e:
-        text = str(e)
-        if not any(s in text for s in ("write error", "could not open", "could not mmap", "ftruncate", "resize")):
-            raise
-        code = next((c for message, c in _FAISS_ERRNO.items() if message in text), errno.EIO)
-        raise OSError(code, f"FAISS could not write the index ({text.splitlines()[-1]})", str(path)) from e
-
-
-def _read_faiss(f, path: Path, io_flags: int = 0) -> faiss.Index:
-    """Parse an index file already open as ``f`` (checksummed by the caller)."""
-    f.seek(0)
-    try:
-        return faiss.read_index(faiss.PyCallbackIOReader(f.read), io_flags)
-    except RuntimeError as e:
-        raise ValueError(f"index file {path} could not be read by FAISS ({e}); rebuild the index") from e
 
 
 def _fsync(path: Path) -> None:
@@ -1051,12 +889,12 @@ class HybridIndex:
         files = {}
         if self._type.on_disk and self._main is not None:
             data_path = directory / DATA_FILE
-            _write_faiss(self._main, data_path,
+            faiss_ops.write_faiss(self._main, data_path,
                          lambda: ondisk.write_ondisk(self._main, self._spilled, index_path, data_path, directory))
             _fsync(data_path)
             files[DATA_FILE] = file_record(data_path)
         else:
-            _write_faiss(self.faiss_index, index_path)
+            faiss_ops.write_faiss(self.faiss_index, index_path)
         _fsync(index_path)
         self._docs.save(docs_path)
         _fsync(docs_path)
@@ -1173,7 +1011,7 @@ class HybridIndex:
                 obj._casing = read_casing_table(f.read(), directory / CASING_FILE)
             except ValueError as e:
                 raise ValueError(f"saved index {directory}: {e}; rebuild the index") from None
-        raw = _read_faiss(files[INDEX_FILE], index_path, faiss.IO_FLAG_SKIP_IVF_DATA if on_disk else 0)
+        raw = faiss_ops.read_faiss(files[INDEX_FILE], index_path, faiss.IO_FLAG_SKIP_IVF_DATA if on_disk else 0)
         docs = DocTable.read(files[DOCS_FILE], docs_path, in_place=read_only or on_disk)  # never changed then
         problems = []
         if raw.d != obj.dim:

@@ -24,7 +24,7 @@ def cmd_index_build(args: argparse.Namespace) -> None:
     from lens.indexing import DEFAULT_IDF, build_saved, check_build_options, check_build_output, partial_dir
     from lens.sharding import EncoderSpec, torchrun_rank, worker_devices
 
-    from index.store import check_save_target
+    from index.targets import check_save_target
     from lens.atomic import DirectoryLock
 
     start = time.perf_counter()
@@ -85,7 +85,7 @@ def cmd_index_info(args: argparse.Namespace) -> None:
     from index.manifest import data_files, open_index, verify_stream
     from index.metadata import FIELDS_SAMPLE
     from index.ondisk import DATA_FILE
-    from index.store import CASING_FILE
+    from index.manifest import CASING_FILE
 
     m, gen = open_index(args.dir)
     with gen:
@@ -153,7 +153,7 @@ def _metadata_fields(directory: Path, m: dict, files: dict) -> list[str]:
     """The dotted metadata field names a filter can name, from the first documents with metadata of the index or
     of each shard (a sample, read from the open, verified document tables where they lie)."""
     from index.metadata import DocTable, field_names
-    from index.store import DOCS_FILE
+    from index.manifest import DOCS_FILE
 
     dirs = [e["dir"] for e in m["shards"]] if m.get("layout") == "sharded" else [""]
     names = [f"{sub}/{DOCS_FILE}" if sub else DOCS_FILE for sub in dirs]
@@ -168,7 +168,7 @@ def _metadata_fields(directory: Path, m: dict, files: dict) -> list[str]:
 def _info_record(args: argparse.Namespace, m: dict, size: int, parts: list[dict], fields: list[str] | None) -> dict:
     """What ``lens index info`` says, worked out once: printed as text, or as this object with ``--json``."""
     from index.bm25_fusion import DEFAULT_BM25_WEIGHT
-    from index.store import CASING_FILE
+    from index.manifest import CASING_FILE
 
     sharded = m.get("layout") == "sharded"
     bm25 = [p["bm25"] for p in parts if p.get("bm25") is not None]
@@ -251,14 +251,20 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
         found = index.ids_matching(flt) if flt is not None else [i for i in dict.fromkeys(ids) if i in index]
         shown = ", ".join(found[:10]) + (f", ... ({len(found) - 10} more)" if len(found) > 10 else "")
         print(f"would remove {len(found)} of {len(index)} documents from {args.dir}" + (f": {shown}" if found else ""))
+        if found and len(found) == len(index) and not args.allow_empty:
+            print("that is every document: the removal itself is refused without --allow-empty")
         note = None if found or flt is None else index.missing_filter_fields(flt)
         if note is not None:
             logger.warning("the filter %s cannot match: %s", flt, note)
         return
     try:
-        change = remove_documents(args.dir, None if flt is not None else ids, filter=flt)
+        change = remove_documents(args.dir, None if flt is not None else ids, filter=flt,
+                                  allow_empty=args.allow_empty)
     except KeyError as e:  # an unknown id: nothing was removed
         raise ValueError(e.args[0]) from None
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(f"{args.dir} holds the index as it was, or without those documents if the save had "
+                                f"finished (a save is atomic): lens index info {args.dir} counts them") from None
     print(f"removed {_documents(change.removed)} from {args.dir}: {_documents(change.count)} left")
 
 
@@ -544,6 +550,9 @@ def register(subparsers) -> None:
                          "for more fields)")
     rm.add_argument("--dry-run", action="store_true", help="say how many documents (and which) would be removed, "
                                                            "and change nothing")
+    rm.add_argument("--allow-empty", action="store_true",
+                    help="allow a removal of every document, which leaves the index empty (else it is refused and "
+                         "nothing is removed)")
     rm.set_defaults(func=cmd_index_remove, command="index remove", more_positionals="ids")
 
     s = subparsers.add_parser("search", help="search a hybrid index")

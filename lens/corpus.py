@@ -620,6 +620,11 @@ def split_passages(doc: Document, words: int, overlap: int = 0) -> list[Document
     most ``words`` words is one passage, its text unchanged."""
     check_passage_sizes(words, overlap)
     taken = [name for name in PASSAGE_FIELDS if name in doc.extra]
+    if len(taken) == len(PASSAGE_FIELDS):
+        raise ValueError(f"document {doc.id!r} is already passage {doc.extra['passage']!r} of document "
+                         f"{doc.extra['document']!r} (its metadata has {' and '.join(PASSAGE_FIELDS)}): the corpus is "
+                         "split into passages already; index it as it is (lens search --collapse document ranks its "
+                         "documents), or split the documents it came from")
     if taken:
         raise ValueError(f"document {doc.id!r} has its own metadata field {taken[0]!r}, which a passage uses for its "
                          "document: rename that field in the corpus")
@@ -638,7 +643,8 @@ def pydoc_passages(max_chars: int = 1000) -> list[Document]:
     """The Python documentation topics in the standard library (``pydoc_data.topics``), split into passages.
 
     Paragraphs are packed into passages of at most ``max_chars`` characters (a longer paragraph stands
-    alone); ids are ``topic#n`` and the topic name is the title. Available wherever Python is.
+    alone); ids are ``topic#n``, the topic name is the title, and the metadata says which passage of which topic
+    it is, as ``split_passages`` writes it (``PASSAGE_FIELDS``). Available wherever Python is.
     """
     from pydoc_data.topics import topics
 
@@ -654,7 +660,8 @@ def pydoc_passages(max_chars: int = 1000) -> list[Document]:
             current.append(p)
         if current:
             chunks.append(" ".join(current))
-        docs += [Document(f"{name}#{i}", text, name) for i, text in enumerate(chunks)]
+        docs += [Document(f"{name}#{i}", text, name, {"document": name, "passage": i})
+                 for i, text in enumerate(chunks)]
     return docs
 
 

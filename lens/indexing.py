@@ -156,9 +156,9 @@ def check_build_options(workers: int, shards: int, top_m: int | None, n_docs: in
 def check_build_output(output: str | Path, *, resume: bool = False, overwrite: bool = False) -> None:
     """Refuse to build over a saved index unless asked to: ``overwrite``, or ``resume`` of the unfinished build
     whose chunks are kept beside it (``partial_dir``). A build replaces its output whole, so an ``--output`` that
-    names an existing index by mistake would otherwise lose it. (``index.store.check_save_target`` refuses what is
+    names an existing index by mistake would otherwise lose it. (``index.targets.check_save_target`` refuses what is
     not an index.)"""
-    from index.store import existing_index
+    from index.targets import existing_index
 
     output = Path(output)
     found = None if overwrite else existing_index(output)
@@ -227,7 +227,7 @@ def _build(docs, output: Path, encoder, *, index_type="flat", chunk_size=None, b
            idf=DEFAULT_IDF, store_text=False):
     """(manifest, the in-memory index when there is one) of a build; (None, None) on a torchrun rank > 0."""
     from index.factory import get_index_type
-    from index.store import check_save_target
+    from index.targets import check_save_target
 
     check_build_options(workers, shards, top_m, len(docs))
     get_index_type(index_type)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from index.store import check_save_target
+from index.targets import check_save_target
 from lens.corpus import Document
 
 logger = logging.getLogger(__name__)
@@ -107,11 +107,13 @@ def _match_quantize(encoder, built: str | None, directory: Path) -> None:
 
 
 def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = None, *,
-                     filter: Mapping[str, Any] | None = None) -> IndexChange:
+                     filter: Mapping[str, Any] | None = None, allow_empty: bool = False) -> IndexChange:
     """Remove documents from the index at ``directory`` and save it again atomically: those with ``ids`` (an
     unknown id is a ``KeyError`` naming it, and nothing is removed), or those whose metadata matches ``filter``
     (``HybridIndex.ids_matching``; as ``search`` takes it: ``{"source": "wiki"}``), found under the same lock.
-    A filter that matches nothing removes nothing and leaves the files as they were. Needs no model."""
+    A filter that matches nothing removes nothing and leaves the files as they were. A removal that would leave
+    the index empty (a filter broader than meant, an ids file of every id) is refused and changes nothing unless
+    ``allow_empty``. Needs no model."""
     from index import load_index
     from index.metadata import check_filter
     from lens.atomic import DirectoryLock
@@ -136,6 +138,12 @@ def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = N
                 logger.warning("no document in %s matches the filter %s: nothing removed%s", directory, filter,
                                f"; {note}" if note else "")
                 return IndexChange(count=len(index))
+        if not allow_empty and len(ids) >= len(index) and all(i in index for i in ids):
+            how = f"the filter {dict(filter)}" if filter is not None else "the ids given"
+            raise ValueError(f"{how} would remove every document ({len(index)}) of {directory}, leaving it empty: "
+                             "nothing was removed. To empty the index, allow it (lens index remove --allow-empty, "
+                             "remove_documents(..., allow_empty=True)); to check what a filter matches first, "
+                             "use --dry-run")
         index.remove(ids)
         index.save(directory)
     logger.info("removed %d documents from %s", len(ids), directory)

@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "lens.encoder": 3, "lens.fixed_shape": 3, "lens.paper_models": 3, "lens.vocab": 3, "lens.dense": 3, "lens.peers": 3, "lens.bm25": 3, "lens.quantize": 3,
     "index": 3, "index.factory": 3, "index.metadata": 3, "index.manifest": 3, "index.store": 3,
     "index.ondisk": 3, "index.shards": 3, "index.remote": 3, "index.loading": 3, "index.bm25_part": 3, "index.df_part": 3, "index.rows": 3, "index.rescore": 3,
+    "index.faiss_ops": 3, "index.targets": 3,
     "lens.sharding": 4,
     "lens.hybrid": 4, "lens.index_record": 4, "lens.indexing": 4, "lens.encode_job": 4, "lens.search": 4,
     "lens.serve": 4, "lens.updating": 4, "lens.train": 4,

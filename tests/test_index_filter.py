@@ -214,7 +214,7 @@ def test_remembered_matches_follow_every_change():
 
 
 def test_approximate_types_look_further_under_a_restrictive_filter():
-    from index.store import filtered_breadth
+    from index.faiss_ops import filtered_breadth
 
     assert filtered_breadth(16, 1000, 1000, 64) == 16  # no filter's worth of loss: unchanged
     assert filtered_breadth(16, 1000, 100, 64) == 64  # 160, capped at nlist
@@ -235,7 +235,7 @@ def test_approximate_types_look_further_under_a_restrictive_filter():
 def test_hnsw_scores_a_narrow_filter_exactly_and_walks_the_graph_for_a_wide_one():
     import faiss
 
-    from index.store import hnsw_filter_is_exact
+    from index.faiss_ops import hnsw_filter_is_exact
 
     # a walk with ef 64 over m 32 links computes about 64 * 32 distances; widened by total / allowed under a filter
     assert hnsw_filter_is_exact(64, 32, 30_000, 300)  # ef 6400: ~205k distances vs 300 matches

@@ -359,7 +359,7 @@ def test_faiss_padding_is_stripped_for_approximate_types():
 def test_faiss_search_matches_idmap_search(index_type):
     import faiss
 
-    from index.store import faiss_search
+    from index.faiss_ops import faiss_search
 
     lex, den = data(300, seed=18)
     index = HybridIndex(DL, DD, index_type)

@@ -54,6 +54,18 @@ def test_bad_options_and_a_field_of_the_corpus_own_are_refused():
             split_passages(doc, words, overlap)
     with pytest.raises(ValueError, match="its own metadata field 'document'.*rename that field"):
         split_passages(Document("a", "x", extra={"document": "mine"}), 3)
+    with pytest.raises(ValueError, match="'a#1' is already passage 1 of document 'a'.*split into passages already"):
+        split_passages(Document("a#1", "x", extra={"document": "a", "passage": 1}), 3)
+
+
+def test_the_python_docs_corpus_is_passages_of_its_topics(tmp_path, capsys):
+    from lens.cli import main
+    from lens.corpus import pydoc_passages
+
+    docs = pydoc_passages()
+    assert all(d.extra == {"document": d.title, "passage": int(d.id.rsplit("#", 1)[1])} for d in docs)
+    assert main(["-q", "data", "passages", "--corpus", "pydoc-topics", "--out", str(tmp_path / "p.jsonl")]) == 2
+    assert "split into passages already" in capsys.readouterr().err and not (tmp_path / "p.jsonl").exists()
 
 
 def _long_corpus(path, n=8, seed=0):

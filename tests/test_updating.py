@@ -171,6 +171,46 @@ def test_remove_by_filter_equals_removing_those_ids(tiny_lens_dir, corpus_lines,
         remove_documents(sharded)
 
 
+def test_removing_every_document_needs_allow_empty(tiny_lens_dir, corpus_lines, tmp_path, capsys):
+    records = [json.loads(line) for line in corpus_lines[:6]]
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines[:6]), tmp_path / "ix")
+    before = files_sha(ix)
+    every = [r["_id"] for r in records]
+    every_title = [a for t in sorted({r["title"] for r in records}) for a in ("--filter", f"title={t}")]
+    capsys.readouterr()
+    with pytest.raises(ValueError, match=r"the ids given would remove every document \(6\).*nothing was removed"):
+        remove_documents(ix, every)
+    with pytest.raises(ValueError, match="the filter .* would remove every document"):
+        remove_documents(ix, filter={"title": sorted({r["title"] for r in records})})
+    assert main(["-q", "index", "remove", str(ix), *every]) == 2
+    assert "--allow-empty" in capsys.readouterr().err
+    assert main(["-q", "index", "remove", str(ix), *every_title]) == 2
+    assert "--allow-empty" in capsys.readouterr().err and files_sha(ix) == before
+    assert main(["-q", "index", "remove", str(ix), *every_title, "--dry-run"]) == 0
+    assert "would remove 6 of 6" in (out := capsys.readouterr().out) and "refused without --allow-empty" in out
+    assert main(["-q", "index", "remove", str(ix), *every[:5]]) == 0  # one left: allowed as it is
+    assert main(["-q", "index", "remove", str(ix), every[5], "--allow-empty"]) == 0
+    assert "0 documents left" in capsys.readouterr().out and len(load_index(ix)) == 0
+
+
+def test_ctrl_c_during_a_removal_says_what_the_index_holds(tiny_lens_dir, corpus_lines, tmp_path, capsys,
+                                                            monkeypatch):
+    from index.store import HybridIndex
+
+    ix = build(tiny_lens_dir, write_lines(tmp_path / "all.jsonl", corpus_lines[:6]), tmp_path / "ix")
+    before = files_sha(ix)
+
+    def interrupted(self, directory):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(HybridIndex, "save", interrupted)
+    capsys.readouterr()
+    assert main(["-q", "index", "remove", str(ix), "d1"]) == 130
+    err = capsys.readouterr().err
+    assert "holds the index as it was" in err and f"lens index info {ix}" in err
+    assert files_sha(ix) == before and len(load_index(ix)) == 6
+
+
 def test_types_that_cannot_change_say_what_to_do(tiny_lens_dir, corpus_lines, tmp_path, capsys):
     corpus = write_lines(tmp_path / "first.jsonl", corpus_lines[:15])
     rest = write_lines(tmp_path / "rest.jsonl", corpus_lines[15:])
