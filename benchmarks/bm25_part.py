@@ -24,7 +24,6 @@ Writes ``benchmarks/results/bm25_part.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import RESULTS, data_dir, machine, script_command, write_results
+from lens.cli_args import Parser
 
 OUT = RESULTS / "bm25_part"
 
@@ -146,7 +146,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default=None, help="a BEIR directory (default: ../shared/data/beir/scifact)")
     p.add_argument("--copies", default="1,10,40", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--shards", type=int, default=4)

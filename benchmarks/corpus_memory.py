@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import RESULTS, machine, proc_memory, run_child, script_command, write_results
+from lens.cli_args import Parser
 
 OUT = RESULTS / "corpus_memory"
 MODES = {"loaded": "loaded into memory (load_corpus)", "in-place": "read where it lies (CorpusFile)",
@@ -101,7 +102,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=200_000)
     p.add_argument("--chars", type=int, default=1000, help="characters of text per document")
     p.add_argument("--chunk", type=int, default=256, help="documents per slice of the text pass")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import RESULTS, machine, run_child, script_command, write_results
+from lens.cli_args import Parser
 
 OUT = RESULTS / "df_load"
 
@@ -86,7 +87,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=200_000)
     p.add_argument("--nonzeros", type=int, default=762)
     p.add_argument("--clusters", type=int, default=8000)

@@ -13,7 +13,6 @@ benchmark cache (``.cache/lens-bench``; the length is part of its key), so the s
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -25,6 +24,7 @@ from _common import add_dev_study_arguments, data_dir, dev_study_encoders, finis
 from index.vectors import l2_normalize
 from lens.cmdline import int_list
 from lens.eval.dev import RetrievalSet, holdout_retrieval_set, retrieval_ndcg
+from lens.cli_args import Parser
 
 logger = logging.getLogger("doc_length")
 
@@ -92,7 +92,7 @@ def render(results: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--lengths", type=length_list, default=[256, 512], help="max_seq_length values (default 256,512)")
     p.add_argument("--quantize", default=None, help="int8: encode with int8 linear layers (faster, cached apart)")
     add_dev_study_arguments(p)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import RESULTS, machine, proc_memory, run_child, script_command, write_results
+from lens.cli_args import Parser
 
 OUT = RESULTS / "doc_table_load"
 SOURCES = 8
@@ -119,7 +120,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=500_000)
     p.add_argument("--snippet", type=int, default=300, help="characters of text per document's metadata")
     p.add_argument("--queries", type=int, default=2000, help="fetches of random hits timed per load")

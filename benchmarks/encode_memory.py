@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import RESULTS, machine, proc_memory, run_child, script_command, write_results
+from lens.cli_args import Parser
 
 OUT = RESULTS / "encode_memory"
 PATHS = {"whole": "every vector held, one write (write_export)", "chunked": "a chunk at a time (encode_to_file)"}
@@ -101,7 +102,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--texts", type=int, default=20_000)
     p.add_argument("--clusters", type=int, default=8000)
     p.add_argument("--nonzero", type=int, default=700)

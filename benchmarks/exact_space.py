@@ -33,13 +33,13 @@ Writes ``benchmarks/results/exact_space.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 from typing import Sequence
 
 import numpy as np
 from _common import RESULTS, add_suite_study_arguments, run_suite_study, set_label, study_set_data
+from lens.cli_args import Parser
 
 OUT = RESULTS / "exact_space"
 DEPTH = 100
@@ -217,7 +217,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     add_suite_study_arguments(parser, OUT)
     args = parser.parse_args(argv)
     return run_suite_study(args, argv, "exact_space.py", study_set, render)

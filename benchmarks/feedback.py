@@ -20,13 +20,13 @@ One run each, no paired test. Writes ``benchmarks/results/feedback.json`` and ``
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 
 import numpy as np
 from _common import (RESULTS, add_suite_study_arguments, idf_lexicons, run_suite_study, set_label,
                      study_set_data)
+from lens.cli_args import Parser
 
 OUT = RESULTS / "feedback"
 DEPTH = 100  # hits kept per query
@@ -152,7 +152,7 @@ def render(meta: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     floats = lambda s: [float(x) for x in s.split(",")]  # noqa: E731
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--fb-docs", default="3,5,10", type=lambda s: [int(x) for x in s.split(",")],
                    help="feedback documents n (the first pass's top n)")
     p.add_argument("--betas", default="0.25,0.5,1", type=floats, help="weights of the feedback centroid")

@@ -15,13 +15,13 @@ IVF's ``nprobe`` and HNSW's graph walk miss under a filter.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
 
 import numpy as np
 from _common import finish, start
+from lens.cli_args import Parser
 
 SHARES = (1, 10, 50)  # percent of the documents a filter keeps
 KINDS = ("flat", "ivf", "hnsw")
@@ -177,7 +177,7 @@ def _rank(value) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--docs", type=int, default=50_000)
     p.add_argument("--queries", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)

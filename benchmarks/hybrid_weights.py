@@ -25,7 +25,6 @@ on the same queries, so a weight can be compared with the peers it must beat. Do
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -39,6 +38,7 @@ from index.fusion import get_fusion
 from index.vectors import balanced_weights, l2_normalize
 from lens.eval.dev import RetrievalSet, holdout_retrieval_set, pairs_retrieval_set, retrieval_ndcg, top_run
 from lens.metrics import evaluate
+from lens.cli_args import Parser
 
 logger = logging.getLogger("hybrid_weights")
 DEFAULT_GRID = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
@@ -125,7 +125,7 @@ def render(results: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     add_dev_study_arguments(p)
     p.add_argument("--squad-val", type=Path, default=ROOT / ".cache" / "lens-train" / "mixture-val" / "squad.jsonl.gz")
     p.add_argument("--squad-queries", type=int, default=None, help="keep the first N SQuAD val queries")

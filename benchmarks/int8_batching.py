@@ -17,12 +17,12 @@ Writes ``benchmarks/results/int8_batching.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import numpy as np
 from _common import RESULTS, add_data_dir_argument, machine, machine_description, script_command, write_results
+from lens.cli_args import Parser
 
 OUT = RESULTS / "int8_batching"
 
@@ -90,7 +90,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--set", default="cranfield", help="a set name under the data directory or a BEIR directory")
     p.add_argument("--texts", type=int, default=16)
     p.add_argument("--queries", action="store_true", help="the set's queries instead of its documents")

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from _common import RESULTS, data_dir, machine, script_command, write_results
 
 from lens.quantize import WEIGHT_LEVELS  # (the shipped grid, simulated here)
+from lens.cli_args import Parser
 
 SCIFACT = data_dir() / "beir" / "scifact"
 SQUAD = data_dir() / "train" / "squad" / "pairs.jsonl.gz"
@@ -174,7 +175,7 @@ def main(argv=None) -> int:
     from lens.corpus import iter_corpus, read_jsonl
     from lens.encoder import LensEncoder
 
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+    ap = Parser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default")
     ap.add_argument("--docs", type=int, default=48)

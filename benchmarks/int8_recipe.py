@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from _common import RESULTS, data_dir, machine, write_results
 from lens.eval.report import output_file
+from lens.cli_args import Parser
 
 SCIFACT = data_dir() / "beir" / "scifact"
 INSTRUCTION = "Given a scientific claim, retrieve documents that support or refute the claim"
@@ -59,7 +60,7 @@ def top10_overlap(d: np.ndarray, q: np.ndarray, ref_d: np.ndarray, ref_q: np.nda
 def main() -> None:
     from lens.cmdline import command_line
 
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+    ap = Parser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default")
     ap.add_argument("--docs", type=int, default=96)

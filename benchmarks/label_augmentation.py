@@ -26,6 +26,7 @@ from pathlib import Path
 
 from _common import REPO, script_command, write_markdown as write_markdown_file, write_results
 from lens.eval.report import output_file
+from lens.cli_args import Parser
 
 logger = logging.getLogger("label_augmentation")
 
@@ -39,7 +40,7 @@ PRIMARY = {"dialfact": "classification", "esnli": "classification", "piqa": "mul
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+    p = Parser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--per-task", type=int, default=1000)

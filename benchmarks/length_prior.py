@@ -17,12 +17,12 @@ Writes ``benchmarks/results/length_prior.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 from _common import (RESULTS, add_suite_study_arguments, idf_lexicons, run_suite_study, set_label,
                      study_set_data)
+from lens.cli_args import Parser
 
 OUT = RESULTS / "length_prior"
 SEARCHES = ("lexicon", "hybrid", "index")
@@ -95,7 +95,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--gammas", default="0,0.1,0.2,0.3,0.5", type=lambda s: [float(x) for x in s.split(",")])
     add_suite_study_arguments(p, OUT)
     args = p.parse_args(argv)

@@ -12,7 +12,6 @@ starts its BCE bias at SigLIP's -log(N-1) instead of the trainer's fitted start 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -20,12 +19,13 @@ import time
 from pathlib import Path
 
 from _common import REPO as ROOT, RESULTS, data_dir, write_results
+from lens.cli_args import Parser
 
 LOSSES = ("infonce", "bce", "bce-graded", "bce:siglip", "bce-graded:siglip")
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--sts", type=Path, default=data_dir() / "sts/stsbenchmark/stsbenchmark.tsv.gz")
     p.add_argument("--model", default=str(ROOT / ".cache" / "lens-train" / "smollm2-k4000"),
                    help="an untrained clustering (`lens cluster-vocab --clusters 4000 --out DIR`; what make train-default makes)")

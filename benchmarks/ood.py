@@ -13,12 +13,12 @@ skipped with a note.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from _common import RESULTS as ALL_RESULTS, add_data_dir_argument, script_command, write_markdown
+from lens.cli_args import Parser
 
 RESULTS = ALL_RESULTS / "ood"
 DEFAULT_SYSTEMS = ("bm25,minilm,bm25+minilm,bm25+minilm-rrf,lens-lexicon-int8,lens-hybrid-int8,"
@@ -64,7 +64,7 @@ def run_suite(args) -> None:
         if args.dtype:
             argv += ["--dtype", args.dtype]
         argv += ["--overwrite"]  # a tag's rerun replaces its own runs, as every benchmark script does
-        parser = beir.add_arguments(argparse.ArgumentParser())
+        parser = beir.add_arguments(Parser())
         run_args = parser.parse_args(argv)
         run_args.bench_command_line = script_command(args.argv, "benchmarks/ood.py")
         print(f"== {args.tag} / {variant}: {', '.join(d.name for d in dirs)}", flush=True)
@@ -108,7 +108,7 @@ def table(results: Path = RESULTS) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="adi,cranfield,medline", help="comma-separated set names or directories")
     p.add_argument("--variants",
                    default="original,upper-queries,upper-corpus,upper-all,lower-queries,lower-all,title-only,typos")

@@ -10,7 +10,6 @@ the passages ``lens.corpus.split_passages`` makes and the share of them still cu
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import logging
 import sys
@@ -18,6 +17,7 @@ import sys
 from _common import add_data_dir_argument, data_dir, finish, start
 
 from lens.cmdline import int_list
+from lens.cli_args import Parser
 
 logger = logging.getLogger("passage_length")
 
@@ -72,7 +72,7 @@ def render(results: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="beir/scifact,classic/cranfield,classic/medline,classic/adi",
                    help="corpora under the data dir, comma-separated (default %(default)s)")
     p.add_argument("--words", type=word_list, default=[100, 128, 160], help="passage lengths (default 100,128,160)")

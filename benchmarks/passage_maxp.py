@@ -16,12 +16,12 @@ Writes ``benchmarks/results/passage_maxp.json`` and ``.md``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 from _common import (RESULTS, add_suite_study_arguments, idf_lexicons, run_suite_study, set_label,
                      study_set_data)
+from lens.cli_args import Parser
 
 OUT = RESULTS / "passage_maxp"
 SEARCHES = ("lexicon", "hybrid", "index", "bm25")
@@ -102,7 +102,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--words", type=int, default=100, help="words per passage (default 100, lens data passages')")
     p.add_argument("--overlap", type=int, default=20, help="words shared by neighbouring passages (default 20)")
     add_suite_study_arguments(p, OUT)

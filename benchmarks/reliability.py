@@ -12,7 +12,6 @@ A few minutes on a laptop CPU. Needs Linux (``fcntl``, ``RLIMIT_FSIZE``, ``/proc
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import io
@@ -36,6 +35,7 @@ from _common import REPO as ROOT, machine
 # the fault programs, tiny models and corpora that tests/test_reliability.py uses too
 from lens import testing as fixtures
 from lens.testing import DISK_FULL_SAVE, HOLD_LOCK, KILL_BETWEEN_RENAMES, MAKE_INDEX, SAVE_LOOP, SLOW_BUILD, make_index
+from lens.cli_args import Parser
 
 WORDS = ("the a of and to in is was for on with as by at from that this it be are or an which review study cell cells "
          "protein gene genes cancer patients results data model method effect analysis high low increase show found "
@@ -812,7 +812,7 @@ def markdown(rows: list[Row], seconds: float, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reliability.md")
     p.add_argument("--only", default=None, help="run the rows whose function name contains this")
     args = p.parse_args(argv)

@@ -18,7 +18,6 @@ corpus over machines saves.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from _common import finish, start
 from serve_speed import add_search_arguments, built_index, corpus_and_queries, interleaved, summary
+from lens.cli_args import Parser
 
 
 def render(results: dict) -> list[str]:
@@ -72,7 +72,7 @@ def write_parts(corpus: Path, out: Path, parts: int) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     add_search_arguments(p, "remote")
     p.add_argument("--parts", type=int, default=2)
     args = start(p, argv, "remote_search", render, level=logging.WARNING, fmt=None)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import RESULTS, machine, write_results
+from lens.cli_args import Parser
 
 LEXICON, DENSE = 4000, 384
 TOPICS = 2000
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     from lens.cmdline import command_line
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=int, default=1_000_000)
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--queries", type=int, default=200, help="queries searched and checked against exact search")

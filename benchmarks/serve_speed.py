@@ -24,6 +24,7 @@ import urllib.request
 from pathlib import Path
 
 from _common import REPO as ROOT, add_data_dir_argument, data_dir, finish, start
+from lens.cli_args import Parser
 
 
 def timings(call, queries: list[str], repeat: int) -> list[float]:
@@ -135,7 +136,7 @@ def built_index(corpus: str | Path, out: Path) -> Path:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     add_search_arguments(p, "serve")
     p.add_argument("--clients", type=int, default=4)
     args = start(p, argv, "serve_speed", render, level=logging.WARNING, fmt=None)

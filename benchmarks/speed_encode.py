@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from _common import RESULTS, data_dir, machine, write_markdown, write_results
 from lens.eval.report import output_file
+from lens.cli_args import Parser
 
 SCIFACT = data_dir() / "beir" / "scifact"
 
@@ -175,7 +176,7 @@ def time_cluster_vocab(model: str, k: int) -> float:
 def main() -> None:
     from lens.cmdline import command_line
 
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+    ap = Parser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default", help="LENS directory or 'default'")
     ap.add_argument("--backbone-ref", default="default", help="backbone for the cluster-vocab timing")

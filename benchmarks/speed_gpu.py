@@ -52,6 +52,7 @@ from typing import Callable
 import numpy as np
 import torch
 from _common import RESULTS, add_data_dir_argument, data_dir, finish, machine, start
+from lens.cli_args import Parser
 
 logger = logging.getLogger("speed_gpu")
 
@@ -344,7 +345,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+    ap = Parser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="default", help="LENS directory or 'default'")
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (with --smoke: the script "

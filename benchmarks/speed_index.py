@@ -17,7 +17,6 @@ store ``index.faiss`` + ``docs.sqlite`` from ``HybridIndex.save``). "RSS delta" 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import gc
 import logging
@@ -33,6 +32,7 @@ from _common import machine as machine_facts, write_results
 
 from index import HybridIndex
 from index.vectors import document_vectors, query_vectors
+from lens.cli_args import Parser
 
 logger = logging.getLogger("speed_index")
 
@@ -188,7 +188,7 @@ def machine() -> dict:
 def main(argv: list[str] | None = None) -> dict:
     from lens.cmdline import command_line
 
-    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    ap = Parser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=100_000, help="documents")
     ap.add_argument("--lexicon-dim", type=int, default=4000)
     ap.add_argument("--dense-dim", type=int, default=384)

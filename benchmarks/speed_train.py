@@ -10,7 +10,6 @@ prefix cache's one-off cost (the frozen layers run once per text) is reported pe
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 from _common import RESULTS, machine, write_results
+from lens.cli_args import Parser
 
 
 def run_variant(name, data, args, lora_layers, bf16, cache_dir):
@@ -44,7 +44,7 @@ def run_variant(name, data, args, lora_layers, bf16, cache_dir):
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
+    p = Parser(description=__doc__.splitlines()[0])
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--model", default="default")
     p.add_argument("--batch-size", type=int, default=16)

@@ -22,11 +22,11 @@ floors both sides, the index weighs the query; so the same table reads for an in
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
 from _common import RESULTS, add_suite_study_arguments, run_suite_study, set_label, study_set_data
+from lens.cli_args import Parser
 
 OUT = RESULTS / "term_floor"
 DEPTH = 100
@@ -179,7 +179,7 @@ def render(meta: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--floors", default="0,0.1,0.2,0.3,0.5", type=lambda s: [float(x) for x in s.split(",")])
     p.add_argument("--bm25-weights", default="0.25,0.5,1", type=lambda s: [float(x) for x in s.split(",")],
                    help="BM25 weights w of the index's three-part score 0.5 cos_lex + 0.5 cos_dense + w BM25/max")

@@ -16,11 +16,11 @@ given (``--tables``, e.g. one that ``lens data casing --min-share`` counted with
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from _common import add_data_dir_argument, finish, start
+from lens.cli_args import Parser
 
 VARIANTS = "original,upper-queries,upper-corpus,upper-all,lower-queries,lower-all,title-only,typos"
 RESTORE = "stsbenchmark:train,stsbenchmark:test,sick-r:test,scifact:queries,adi:queries"
@@ -110,7 +110,7 @@ def restoration(sentences: list[str], rules: list[str], functions: dict | None =
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
+    p = Parser(description=__doc__.split("\n")[0])
     p.add_argument("--sets", default="scifact,adi,cranfield,medline", help="comma-separated set names or directories")
     p.add_argument("--variants", default=VARIANTS, help="lens data variant names ('original': the set as it is)")
     p.add_argument("--rules", default=None, help="comma-separated rules (default: every rule)")

@@ -35,6 +35,7 @@ from pathlib import Path
 from _common import (REPO, add_data_dir_argument, data_dir, script_command, write_markdown as write_markdown_file,
                      write_results)
 from lens.eval.report import output_file
+from lens.cli_args import Parser
 
 logger = logging.getLogger("training_study")
 
@@ -184,7 +185,7 @@ def variant_of(row: str) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__,
+    p = Parser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
     p.add_argument("--steps", type=int, default=150, help="optimiser steps per variant (the same for all)")
