@@ -425,6 +425,27 @@ def test_plan_refuses_a_stage_without_a_usable_batch():
         plan_steps(config, [same])
 
 
+def test_an_epoch_is_the_batches_that_train():
+    """epochs: 1 takes each batch of 2 or more examples once: a task's batch of one (no in-batch negative) is
+    dropped, not counted, so the epoch does not spill into the next one's batches."""
+    from types import SimpleNamespace
+
+    from lens.train.data import plan_steps
+
+    examples = ([TrainExample(f"a query {i}", f"a doc {i}", task="a") for i in range(5)]  # batches of 4 and 1
+                + [TrainExample(f"b query {i}", f"b doc {i}", task="b") for i in range(4)])  # one batch of 4
+
+    def plan(epochs):
+        stage = SimpleNamespace(name="s", batch_size=None, steps=None, epochs=epochs)
+        return plan_steps(SimpleNamespace(stages=[stage], batch_size=4, seed=0), [examples])
+
+    one = plan(1.0)
+    assert len(one) == 2 and all(len(s.batch) == 4 for s in one)
+    seen = [i for s in one for i in s.batch]
+    assert len(seen) == len(set(seen)) == 8 and {examples[i].task for s in one for i in s.batch} == {"a", "b"}
+    assert len(plan(2.0)) == 4 and len(plan(0.5)) == 1
+
+
 class _FakeEncoder:
     """Unnormalised fixed vectors per text, so the test also checks that cosines are computed, not dot products."""
 

@@ -664,6 +664,18 @@ class Step:
     batch: list[int]
 
 
+def _training_batches(examples: Sequence[TrainExample], batch_size: int, seed: int, stage: str) -> list[list[int]]:
+    """One epoch's batches that train (``task_batches`` with ``seed``): those of 2 or more examples, since a batch
+    of one has no in-batch negative."""
+    found = [b for b in task_batches(examples, batch_size, seed) if len(b) >= 2]
+    if not found:
+        raise ValueError(
+            f"stage {stage!r}: no batch of 2 or more examples can be formed, because its examples share their query "
+            "or positive text (a batch never holds two of the same, they would be false negatives); give the stage "
+            "examples with distinct queries and positives")
+    return found
+
+
 def plan_steps(config, data: list[list[TrainExample]]) -> list[Step]:
     """Every step of every stage, fixed by the seed, so a resumed run takes the same batches."""
     plan: list[Step] = []
@@ -681,18 +693,12 @@ def plan_steps(config, data: list[list[TrainExample]]) -> list[Step]:
         if alone:  # a batch holds one task, and a batch of one has no in-batch negative: never trained on
             logger.warning("stage %r: %d task(s) with a single example are never trained on (a batch holds one task "
                            "and needs 2 examples): %s", stage.name, len(alone), ", ".join(alone[:5]))
-        per_epoch = len(task_batches(examples, bs, config.seed))
-        total = stage.steps if stage.steps is not None else max(1, math.ceil(stage.epochs * per_epoch))
-        batches: list[list[int]] = []
-        epoch = 0
+        seed = config.seed + 1000 * si
+        batches = _training_batches(examples, bs, seed, stage.name)  # an epoch: its batches that train, each once
+        total = stage.steps if stage.steps is not None else max(1, math.ceil(stage.epochs * len(batches)))
+        epoch = 1
         while len(batches) < total:
-            usable = [b for b in task_batches(examples, bs, config.seed + 1000 * si + epoch) if len(b) >= 2]
-            if not usable:
-                raise ValueError(
-                    f"stage {stage.name!r}: no batch of 2 or more examples can be formed, because its examples "
-                    "share their query or positive text (a batch never holds two of the same, they would be false "
-                    "negatives); give the stage examples with distinct queries and positives")
-            batches += usable
+            batches += _training_batches(examples, bs, seed + epoch, stage.name)
             epoch += 1
         plan += [Step(si, b) for b in batches[:total]]
     return plan
