@@ -200,10 +200,19 @@ def cmd_encode(args: argparse.Namespace) -> None:
 def cmd_explain(args: argparse.Namespace) -> None:
     from lens.encoder import LensEncoder
 
-    instruction = task_instruction(args, args.query)
+    match = args.match is not None
+    instruction = task_instruction(args, args.query or match)
     encoder = LensEncoder.from_pretrained(args.model)
     for text in args.text:
         print(f"\n{text!r}")
+        if match:
+            why = encoder.explain_match(text, args.match, top_k=args.top_k, instruction=instruction)
+            print(f"  lexicon cosine {why.score:.4f} with {args.match!r}; its heaviest shared clusters:")
+            for r in why.clusters:
+                toks = " ".join(repr(t) for t in r.tokens)
+                print(f"  cluster {r.cluster:>5}  adds {r.contribution:6.4f}  (query {r.query_weight:.3f}, "
+                      f"document {r.document_weight:.3f})  {toks}")
+            continue
         rows = encoder.explain(text, top_k=args.top_k, query=args.query, instruction=instruction)
         for r in rows:
             toks = " ".join(repr(t) for t in r.tokens)
@@ -313,11 +322,15 @@ def register(subparsers) -> None:
                    help="replace an existing --output file (refused without it; never the --input)")
     e.set_defaults(func=cmd_encode)
 
-    x = subparsers.add_parser("explain", help="print the heaviest clusters of texts' lexicon vectors")
+    x = subparsers.add_parser("explain", help="print the heaviest clusters of texts' lexicon vectors, or with --match "
+                                              "what a query shares with a document")
     x.add_argument("text", nargs="+")
     x.add_argument("--model", default="default", help="a LENS directory (from cluster-vocab) or 'default'")
     x.add_argument("--top-k", type=positive_int, default=10, help="clusters shown per text (default 10)")
     x.add_argument("--query", action="store_true", help="encode as a query, behind the instruction")
+    x.add_argument("--match", default=None, metavar="DOCUMENT",
+                   help="explain each text's match, as a query (behind the instruction), with this document: their "
+                        "lexicon cosine and the shared clusters that make it up, heaviest first")
     x.add_argument("--instruction", default=None)
     x.add_argument("--task", default=None, metavar="NAME",
                    help="use this task's instruction for --query (lens.instructions, e.g. esnli, piqa, scifact)")

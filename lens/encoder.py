@@ -113,6 +113,26 @@ class ClusterWeight(NamedTuple):
     tokens: list[str]
 
 
+class SharedCluster(NamedTuple):
+    """One line of ``explain_match``: a cluster both texts weigh, its part of their lexicon cosine (the product of
+    its weights in the two unit vectors), each text's weight in it (unnormalised, as ``explain`` shows them), and
+    some of its tokens, those of the two texts first."""
+
+    cluster: int
+    contribution: float
+    query_weight: float
+    document_weight: float
+    tokens: list[str]
+
+
+class MatchExplanation(NamedTuple):
+    """``explain_match``'s answer: the lexicon cosine of a query and a document, and its heaviest shared clusters
+    (the contributions of all of them sum to ``score``)."""
+
+    score: float
+    clusters: list[SharedCluster]
+
+
 def auto_batch_size(free_bytes: int, *, hidden: int, intermediate: int, heads: int, seq_len: int,
                     dtype_bytes: int = 2, num_clusters: int = 0, safety: float = 0.5, reserve_bytes: int = 1 << 28,
                     maximum: int = GPU_MAX_BATCH_SIZE, multiple: int = 8) -> int:
@@ -769,6 +789,46 @@ class LensEncoder:
         own = set(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens, first=own))
                 for c in top if vec[c] > 0]
+
+    def intersection(self, embeddings_1, embeddings_2):
+        """sentence-transformers' ``SparseEncoder.intersection``: one lexicon vector times another, or each row of a
+        matrix, element-wise, so only the clusters both weigh stay non-zero. Of unit vectors (``encode``'s default)
+        a row sums to their cosine, the score a search gives, and ``decode`` names what makes it up:
+        ``enc.decode(enc.intersection(query, document), top_k=5)``. Returned in ``embeddings_2``'s form (numpy,
+        torch or SciPy sparse) and shape."""
+        one = _as_rows(embeddings_1)
+        if one.shape[0] != 1:
+            raise ValueError(f"embeddings_1 must be one vector (1-D), got {one.shape[0]} rows: intersect one query "
+                             "with one document or with each row of a matrix")
+        rows = _as_rows(embeddings_2)
+        if rows.shape[1] != one.shape[1]:
+            raise ValueError(f"the two embeddings have {one.shape[1]} and {rows.shape[1]} dimensions: intersect "
+                             "lexicon vectors of one model")
+        product = (rows * one).numpy()
+        kind = "torch" if isinstance(embeddings_2, torch.Tensor) else "sparse" if hasattr(embeddings_2, "tocsr") \
+            else "numpy"
+        return _convert(product, kind, _one_vector(embeddings_2))
+
+    def explain_match(self, query: str, document: str, top_k: int = 10, *, instruction: str | None = None,
+                      tokens: int = 8) -> MatchExplanation:
+        """Why a document matches a query in the lexicon: their cosine (the query encoded behind ``instruction``,
+        as ``encode_queries``; the document as ``encode_documents``) and the ``top_k`` clusters that contribute
+        most to it, each with its contribution, both texts' weights and its tokens, the two texts' own first (a
+        cluster both texts hold a word of is an exact match; one only the model put there is expansion)."""
+        for name, text in (("query", query), ("document", document)):
+            if not isinstance(text, str):
+                raise TypeError(f"{name} must be a string, got {type(text).__name__}")
+        top_k = _top_k(top_k)
+        check_positive_int(tokens, "tokens", "member tokens listed per cluster")
+        q = self.encode_queries([query], instruction, normalize=False, show_progress_bar=False)[0]
+        d = self.encode_documents([document], normalize=False, show_progress_bar=False)[0]
+        shared = l2_normalize(q[None])[0] * l2_normalize(d[None])[0]
+        top = [int(c) for c in np.argsort(-shared, kind="stable")[:top_k] if shared[c] > 0]
+        own = set(self.tokenizer(query, add_special_tokens=False)["input_ids"])
+        own |= set(self.tokenizer(document, add_special_tokens=False)["input_ids"])
+        return MatchExplanation(float(shared.sum(dtype=np.float64)), [
+            SharedCluster(c, float(shared[c]), float(q[c]), float(d[c]), self.cluster_tokens(c, tokens, first=own))
+            for c in top])
 
 
 def _one_vector(embeddings) -> bool:

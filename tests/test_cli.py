@@ -26,6 +26,20 @@ def test_encode_txt_and_jsonl(tiny_lens_dir, tmp_path):
     assert_close(np.load(q), enc.encode_queries(["cell gene", "cancer patients"], instruction="find studies"))
 
 
+def test_explain_match_prints_the_cosine_and_what_makes_it_up(tiny_lens_dir, capsys):
+    from lens.encoder import LensEncoder
+
+    argv = ["explain", "--model", str(tiny_lens_dir), "--top-k", "3", "--instruction", "Find it", "cell gene",
+            "--match", "the cell gene and its protein"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    why = LensEncoder.from_pretrained(str(tiny_lens_dir)).explain_match(
+        "cell gene", "the cell gene and its protein", top_k=3, instruction="Find it")
+    assert f"lexicon cosine {why.score:.4f} with 'the cell gene and its protein'" in out
+    assert [int(line.split()[1]) for line in out.splitlines() if line.strip().startswith("cluster")] == [
+        r.cluster for r in why.clusters] and why.clusters
+
+
 def test_explain_prints_clusters(tiny_lens_dir, capsys):
     assert main(["explain", "--model", str(tiny_lens_dir), "--top-k", "2", "cell gene", "drug dose"]) == 0
     out = capsys.readouterr().out

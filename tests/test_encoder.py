@@ -144,6 +144,55 @@ def test_similarity_decode_and_explain_refuse_what_they_cannot_use(tiny_encoder)
     assert all(len(row.tokens) <= 2 for row in tiny_encoder.explain(DOCS[0], tokens=2))
 
 
+def test_intersection_is_the_cosine_term_by_term_and_keeps_its_input_form(tiny_encoder):
+    """As sentence-transformers' SparseEncoder.intersection: one vector times another or each row of a matrix; of
+    unit vectors each row sums to the cosine (a naive loop), and decode names its clusters."""
+    q = tiny_encoder.encode_queries(["cell gene"], instruction="")[0]
+    docs = tiny_encoder.encode_documents(DOCS)
+    both = tiny_encoder.intersection(q, docs)
+    assert both.shape == docs.shape and isinstance(both, np.ndarray)
+    for row, doc in zip(both, docs):
+        assert_close(row, np.array([q[c] * doc[c] for c in range(len(q))], dtype=np.float32))
+        assert row.sum() == pytest.approx(float(q @ doc), abs=1e-6)
+        assert ((row > 0) == ((q > 0) & (doc > 0))).all()
+    one = tiny_encoder.intersection(q, docs[0])
+    assert one.shape == q.shape and np.array_equal(one, both[0])
+    assert isinstance(tiny_encoder.intersection(torch.from_numpy(q), torch.from_numpy(docs)), torch.Tensor)
+    sparse = tiny_encoder.intersection(q, scipy.sparse.csr_matrix(docs))
+    assert scipy.sparse.issparse(sparse) and np.array_equal(sparse.toarray(), both)
+    names = tiny_encoder.cluster_names()
+    assert dict(tiny_encoder.decode(one)) == {names[c]: pytest.approx(float(one[c])) for c in np.flatnonzero(one)}
+    with pytest.raises(ValueError, match="embeddings_1 must be one vector"):
+        tiny_encoder.intersection(docs, docs)
+    with pytest.raises(ValueError, match="16 and 3 dimensions"):
+        tiny_encoder.intersection(q, np.ones((2, 3), dtype=np.float32))
+
+
+def test_explain_match_sums_to_the_search_score(tiny_encoder):
+    """The lexicon cosine of encode_queries and encode_documents, and shared clusters, heaviest first, whose
+    contributions are those of the intersection of the unit vectors, with both texts' unnormalised weights."""
+    query, doc = "cell gene protein", DOCS[0]
+    why = tiny_encoder.explain_match(query, doc, top_k=100, instruction="Find it")
+    q = tiny_encoder.encode_queries([query], "Find it")[0]
+    d = tiny_encoder.encode_documents([doc])[0]
+    assert why.score == pytest.approx(float(q @ d), abs=1e-5)
+    assert sum(r.contribution for r in why.clusters) == pytest.approx(why.score, abs=1e-5)
+    shared = np.flatnonzero(q * d)
+    assert sorted(r.cluster for r in why.clusters) == sorted(shared.tolist()) and len(shared) > 0
+    contributions = [r.contribution for r in why.clusters]
+    assert contributions == sorted(contributions, reverse=True)
+    raw_q = tiny_encoder.encode_queries([query], "Find it", normalize=False)[0]
+    raw_d = tiny_encoder.encode_documents([doc], normalize=False)[0]
+    own = {i for text in (query, doc) for i in tiny_encoder.tokenizer(text, add_special_tokens=False)["input_ids"]}
+    for r in why.clusters:
+        assert r.contribution == pytest.approx(float(q[r.cluster] * d[r.cluster]), abs=1e-6)
+        assert (r.query_weight, r.document_weight) == pytest.approx((raw_q[r.cluster], raw_d[r.cluster]))
+        assert r.tokens == tiny_encoder.cluster_tokens(r.cluster, 8, first=own)  # both texts' tokens first
+    assert len(tiny_encoder.explain_match(query, doc, top_k=1).clusters) == 1
+    with pytest.raises(TypeError, match="document must be a string"):
+        tiny_encoder.explain_match(query, [doc])
+
+
 def test_blank_text_gives_zero_vector(tiny_encoder):
     out = tiny_encoder.encode(["", "cell gene", "   \n"], output="both")
     assert (out.lexicon[[0, 2]] == 0).all() and (out.dense[[0, 2]] == 0).all()
