@@ -6,11 +6,13 @@ Each figure the README states about using LENS on this machine, each measured as
 - the first ``LensEncoder.from_pretrained("default")`` on a machine (the GGUF converted into an empty
   ``$LENS_CACHE_DIR``, in a fresh process) and a later one (the same cache, another fresh process), in seconds,
   and what the cache then holds;
-- the Python quickstart's ``queries @ docs.T`` (``encode_documents`` / ``encode_queries`` of its texts, as written);
+- the Python quickstart's ``queries @ docs.T`` (``encode_documents`` / ``encode_queries`` of its texts, as written)
+  and ``explain_match`` of its first query and document;
 - ``save_pretrained`` of the default: the directory's size;
 - the README's ``lens index build --corpus pydoc-topics --model default --output DIR``, wall seconds in a fresh
   process (the model cached already, as after the first use);
-- the benchmark peer all-mpnet-base-v2 unpacked by ``make peers`` (``lens.peers``), its size, when it is there.
+- the benchmark peer all-mpnet-base-v2 unpacked by ``make peers`` (``lens.peers``), its size, when it is there;
+- the wheel ``pip wheel --no-deps .`` builds (docs/install.md), its size.
 Sizes are bytes of the files (MB = 10^6 bytes). Timings are one run each, beside whatever else the machine runs:
 the load average is recorded with them.
 """
@@ -71,8 +73,11 @@ def quickstart(work: Path, model: str = "default") -> dict:
     docs = enc.encode_documents(DOCS)
     queries = enc.encode_queries(QUERIES, instruction=INSTRUCTION)
     scores = queries @ docs.T
+    why = enc.explain_match(QUERIES[0], DOCS[0], top_k=5, instruction=INSTRUCTION)
     enc.save_pretrained(work / "copy")
     return {"scores": [[round(float(x), 3) for x in row] for row in scores], "quantize": enc.quantize,
+            "match": {"score": round(why.score, 4), "clusters": [
+                {"cluster": r.cluster, "adds": round(r.contribution, 4), "tokens": r.tokens[:4]} for r in why.clusters]},
             "saved_bytes": tree_bytes(work / "copy")}
 
 
@@ -82,6 +87,16 @@ def pydoc_build(work: Path) -> dict:
     row = timed([sys.executable, "-m", "lens.cli", "-q", "index", "build", "--corpus", "pydoc-topics", "--model",
                  "default", "--output", str(out)])
     return {**row, "index_bytes": tree_bytes(out)}
+
+
+def wheel_bytes(work: Path) -> int:
+    """The size of the wheel of this checkout (``pip wheel --no-deps --no-build-isolation``: the build backend of
+    the environment, nothing fetched)."""
+    root = Path(__file__).resolve().parent.parent
+    timed([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "wheel"),
+           str(root)])
+    (wheel,) = (work / "wheel").glob("*.whl")
+    return wheel.stat().st_size
 
 
 def mpnet_bytes() -> int | None:
@@ -103,10 +118,15 @@ def render(results: dict) -> list[str]:
             f"| the cache the first use writes | {mb(r['first_use']['cache_bytes'])} |",
             f"| the quickstart's `queries @ docs.T` ({r['quickstart']['quantize'] or 'float32'}) | "
             f"{r['quickstart']['scores']} |",
+            f"| `explain_match` of the quickstart's first query and document: the cosine, then its heaviest shared "
+            f"clusters (what each adds; first tokens) | {r['quickstart']['match']['score']}: " + "; ".join(
+                f"{c['adds']} ({'|'.join(t.strip() for t in c['tokens'])})" for c in r['quickstart']['match']['clusters'])
+            + " |",
             f"| `save_pretrained` of the default | {mb(r['quickstart']['saved_bytes'])} |",
             f"| `lens index build --corpus pydoc-topics --model default` | {t(r['pydoc'])}, index "
             f"{mb(r['pydoc']['index_bytes'])} |",
             f"| all-mpnet-base-v2 unpacked by `make peers` | {mb(r['mpnet_bytes'])} |",
+            f"| the wheel (`pip wheel --no-deps .`) | {mb(r['wheel_bytes'])} |",
             "", f"{meta['machine']}; one run each."]
 
 
@@ -124,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         results["pydoc"] = pydoc_build(work)
         logger.info("pydoc build: %s", results["pydoc"])
         results["mpnet_bytes"] = mpnet_bytes()
+        results["wheel_bytes"] = wheel_bytes(work)
     return finish(args, results, render)
 
 

@@ -32,3 +32,14 @@ def test_a_failed_command_is_an_error(rf):
     assert rf.timed([sys.executable, "-c", "pass"])["seconds"] >= 0
     with pytest.raises(RuntimeError, match="failed \\(3\\): boom"):
         rf.timed([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
+
+
+def test_the_table_shows_each_figure(rf, tiny_lens_dir, tmp_path):
+    row = rf.quickstart(tmp_path, str(tiny_lens_dir))
+    timing = {"seconds": 1.5, "load_before": 0.5, "load_after": 0.7}
+    results = {"first_use": {"first": timing, "later": timing, "cache_bytes": 2_000_000}, "quickstart": row,
+               "pydoc": {**timing, "index_bytes": 3_000_000}, "mpnet_bytes": None, "wheel_bytes": 27_300_000,
+               "_meta": {"command": "python benchmarks/readme_facts.py", "machine": "a CPU"}}
+    text = "\n".join(rf.render(results))
+    assert str(row["scores"]) in text and f"{row['match']['score']}: " in text and "| 2 MB |" in text
+    assert "1.5 s (load 0.5 -> 0.7), index 3 MB" in text and "| not installed |" in text and "| 27 MB |" in text
