@@ -275,6 +275,11 @@ class ShardedIndex:
         raise ValueError("a sharded index takes no new documents: build an index of them and merge it in "
                          "(lens index merge), or build the whole index again")
 
+    def check_removable(self) -> None:
+        """Raise the ValueError ``remove`` would raise whatever the ids (as ``HybridIndex.check_removable``)."""
+        for shard in self._shards:
+            shard.check_removable()
+
     def remove(self, ids: Sequence[str]) -> None:
         """Remove documents by id from whichever shards hold them; an unknown id raises KeyError (nothing removed)."""
         ids = check_ids(ids, "remove", dedupe=True)

@@ -573,6 +573,13 @@ class HybridIndex:
             f"(FAISS HNSW graphs cannot delete). Rebuild the index without them, or use one of: {able}"
         )
 
+    def check_removable(self) -> None:
+        """Raise the ValueError ``remove`` would raise whatever the ids (a read-only load, a type that cannot
+        remove), so a caller can refuse before other checks."""
+        self._check_writable("remove documents")
+        if not self._type.supports_remove:
+            raise ValueError(self._no_remove_message("remove documents"))
+
     def remove(self, ids: Sequence[str]) -> None:
         """Remove documents by id. An unknown id raises KeyError naming it (nothing is removed).
 
@@ -580,9 +587,7 @@ class HybridIndex:
         index, or use flat/ivf/sq8/fp16 when documents must be deleted.
         """
         ids = check_ids(ids, "remove", dedupe=True)
-        self._check_writable("remove documents")
-        if not self._type.supports_remove:
-            raise ValueError(self._no_remove_message("remove documents"))
+        self.check_removable()
         found = self._docs.lookup(ids)
         missing = [i for i in ids if i not in found]
         if missing:

@@ -207,7 +207,8 @@ def cmd_explain(args: argparse.Namespace) -> None:
         print(f"\n{text!r}")
         if match:
             why = encoder.explain_match(text, args.match, top_k=args.top_k, instruction=instruction)
-            print(f"  lexicon cosine {why.score:.4f} with {args.match!r}; its heaviest shared clusters:")
+            print(f"  lexicon cosine {why.score:.4f} with {args.match!r}; " + (
+                "its heaviest shared clusters:" if why.clusters else "no cluster is weighed by both"))
             for r in why.clusters:
                 toks = " ".join(repr(t) for t in r.tokens)
                 print(f"  cluster {r.cluster:>5}  adds {r.contribution:6.4f}  (query {r.query_weight:.3f}, "

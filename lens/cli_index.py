@@ -249,9 +249,13 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
 
         index = load_index(args.dir, read_only=True)
         found = index.ids_matching(flt) if flt is not None else [i for i in dict.fromkeys(ids) if i in index]
+        unknown = [] if flt is not None else [i for i in dict.fromkeys(ids) if i not in index]
         shown = ", ".join(found[:10]) + (f", ... ({len(found) - 10} more)" if len(found) > 10 else "")
         print(f"would remove {len(found)} of {len(index)} documents from {args.dir}" + (f": {shown}" if found else ""))
-        if found and len(found) == len(index) and not args.allow_empty:
+        if unknown:
+            print(f"but {len(unknown)} given id(s) are not in the index ({', '.join(unknown[:10])}"
+                  f"{', ...' if len(unknown) > 10 else ''}): the removal itself would fail and remove nothing")
+        elif found and len(found) == len(index) and not args.allow_empty:
             print("that is every document: the removal itself is refused without --allow-empty")
         note = None if found or flt is None else index.missing_filter_fields(flt)
         if note is not None:

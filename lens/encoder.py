@@ -28,7 +28,7 @@ from lens.clustering import centroids_from_assignment
 from lens.config import LensConfig
 from lens.corpus import invalid_unicode
 from lens.inputs import (NO_TEXT_RULE, PADDING_SIDE, Encoded, check_text_normalization, encode_model_texts,
-                         length_sorted_batches, pad_batch, query_prompt)
+                         length_sorted_batches, normalize_texts, pad_batch, query_prompt)
 from lens.fixed_shape import FixedShapeForward
 from lens.model import LensModel, LensOutput, decoder_of
 from lens.model_dir import (BACKBONE_DIR, TRAINING_RECORDS, read_model_dir, sentence_transformers_config,
@@ -786,16 +786,23 @@ class LensEncoder:
         kwargs = {"instruction": instruction} if query else {}
         vec = enc([text], normalize=False, show_progress_bar=False, **kwargs)[0]
         top = np.argsort(-vec, kind="stable")[:top_k]
-        own = set(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        own = self._own_token_ids(text)
         return [ClusterWeight(int(c), float(vec[c]), self.cluster_tokens(int(c), tokens, first=own))
                 for c in top if vec[c] > 0]
+
+    def _own_token_ids(self, *texts: str) -> set[int]:
+        """The token ids of ``texts`` as the model reads them (its text rule applied, with this encoder's casing
+        table): what ``explain`` lists first in a cluster."""
+        read = normalize_texts(list(texts), self.config.text_normalization, self.casing_table)
+        return {i for text in read for i in self.tokenizer(text, add_special_tokens=False)["input_ids"]}
 
     def intersection(self, embeddings_1, embeddings_2):
         """sentence-transformers' ``SparseEncoder.intersection``: one lexicon vector times another, or each row of a
         matrix, element-wise, so only the clusters both weigh stay non-zero. Of unit vectors (``encode``'s default)
-        a row sums to their cosine, the score a search gives, and ``decode`` names what makes it up:
-        ``enc.decode(enc.intersection(query, document), top_k=5)``. Returned in ``embeddings_2``'s form (numpy,
-        torch or SciPy sparse) and shape."""
+        a row sums to their cosine (``queries @ docs.T``; an index's scores add idf weights and the other parts),
+        and ``decode`` names what makes it up: ``enc.decode(enc.intersection(query, document), top_k=5)``. Returned
+        with ``embeddings_2``'s shape as float32 on the CPU: a numpy array, a dense torch tensor, or a SciPy CSR
+        matrix, as ``embeddings_2`` was numpy (or a list), a torch tensor, or SciPy sparse."""
         one = _as_rows(embeddings_1)
         if one.shape[0] != 1:
             raise ValueError(f"embeddings_1 must be one vector (1-D), got {one.shape[0]} rows: intersect one query "
@@ -812,7 +819,8 @@ class LensEncoder:
     def explain_match(self, query: str, document: str, top_k: int = 10, *, instruction: str | None = None,
                       tokens: int = 8) -> MatchExplanation:
         """Why a document matches a query in the lexicon: their cosine (the query encoded behind ``instruction``,
-        as ``encode_queries``; the document as ``encode_documents``) and the ``top_k`` clusters that contribute
+        as ``encode_queries``; the document as ``encode_documents``; an index weighs the query by idf and adds its
+        other parts, so its score differs) and the ``top_k`` clusters that contribute
         most to it, each with its contribution, both texts' weights and its tokens, the two texts' own first (a
         cluster both texts hold a word of is an exact match; one only the model put there is expansion)."""
         for name, text in (("query", query), ("document", document)):
@@ -822,10 +830,9 @@ class LensEncoder:
         check_positive_int(tokens, "tokens", "member tokens listed per cluster")
         q = self.encode_queries([query], instruction, normalize=False, show_progress_bar=False)[0]
         d = self.encode_documents([document], normalize=False, show_progress_bar=False)[0]
-        shared = l2_normalize(q[None])[0] * l2_normalize(d[None])[0]
+        shared = self.intersection(l2_normalize(q[None])[0], l2_normalize(d[None])[0])
         top = [int(c) for c in np.argsort(-shared, kind="stable")[:top_k] if shared[c] > 0]
-        own = set(self.tokenizer(query, add_special_tokens=False)["input_ids"])
-        own |= set(self.tokenizer(document, add_special_tokens=False)["input_ids"])
+        own = self._own_token_ids(query, document)
         return MatchExplanation(float(shared.sum(dtype=np.float64)), [
             SharedCluster(c, float(shared[c]), float(q[c]), float(d[c]), self.cluster_tokens(c, tokens, first=own))
             for c in top])

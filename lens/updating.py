@@ -138,6 +138,7 @@ def remove_documents(directory: str | os.PathLike, ids: Sequence[str] | None = N
                 logger.warning("no document in %s matches the filter %s: nothing removed%s", directory, filter,
                                f"; {note}" if note else "")
                 return IndexChange(count=len(index))
+        index.check_removable()  # a type that cannot remove says so before the question of emptying it
         if not allow_empty and len(ids) >= len(index) and all(i in index for i in ids):
             how = f"the filter {dict(filter)}" if filter is not None else "the ids given"
             raise ValueError(f"{how} would remove every document ({len(index)}) of {directory}, leaving it empty: "

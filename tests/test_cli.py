@@ -38,6 +38,8 @@ def test_explain_match_prints_the_cosine_and_what_makes_it_up(tiny_lens_dir, cap
     assert f"lexicon cosine {why.score:.4f} with 'the cell gene and its protein'" in out
     assert [int(line.split()[1]) for line in out.splitlines() if line.strip().startswith("cluster")] == [
         r.cluster for r in why.clusters] and why.clusters
+    assert main(["explain", "--model", str(tiny_lens_dir), "cell gene", "--match", " "]) == 0
+    assert "lexicon cosine 0.0000 with ' '; no cluster is weighed by both" in capsys.readouterr().out
 
 
 def test_explain_prints_clusters(tiny_lens_dir, capsys):

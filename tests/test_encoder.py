@@ -168,7 +168,7 @@ def test_intersection_is_the_cosine_term_by_term_and_keeps_its_input_form(tiny_e
         tiny_encoder.intersection(q, np.ones((2, 3), dtype=np.float32))
 
 
-def test_explain_match_sums_to_the_search_score(tiny_encoder):
+def test_explain_match_sums_to_the_lexicon_cosine(tiny_encoder):
     """The lexicon cosine of encode_queries and encode_documents, and shared clusters, heaviest first, whose
     contributions are those of the intersection of the unit vectors, with both texts' unnormalised weights."""
     query, doc = "cell gene protein", DOCS[0]
@@ -184,6 +184,7 @@ def test_explain_match_sums_to_the_search_score(tiny_encoder):
     raw_q = tiny_encoder.encode_queries([query], "Find it", normalize=False)[0]
     raw_d = tiny_encoder.encode_documents([doc], normalize=False)[0]
     own = {i for text in (query, doc) for i in tiny_encoder.tokenizer(text, add_special_tokens=False)["input_ids"]}
+    assert tiny_encoder.config.text_normalization is None  # the texts as written are what the model reads
     for r in why.clusters:
         assert r.contribution == pytest.approx(float(q[r.cluster] * d[r.cluster]), abs=1e-6)
         assert (r.query_weight, r.document_weight) == pytest.approx((raw_q[r.cluster], raw_d[r.cluster]))
@@ -191,6 +192,17 @@ def test_explain_match_sums_to_the_search_score(tiny_encoder):
     assert len(tiny_encoder.explain_match(query, doc, top_k=1).clusters) == 1
     with pytest.raises(TypeError, match="document must be a string"):
         tiny_encoder.explain_match(query, [doc])
+
+
+def test_explain_lists_the_tokens_the_model_read_under_its_text_rule(tiny_lens_dir):
+    """Under a text rule the tokens listed first are those of the text the model encodes (lower-cased here), not
+    of the text as given."""
+    enc = LensEncoder.from_pretrained(str(tiny_lens_dir), text_normalization="lowercase")
+    read = set(enc.tokenizer("cell gene", add_special_tokens=False)["input_ids"])
+    assert enc._own_token_ids("CELL GENE") == read != set(enc.tokenizer("CELL GENE", add_special_tokens=False)[
+        "input_ids"])
+    for row in enc.explain("CELL GENE", top_k=3):
+        assert row.tokens == enc.cluster_tokens(row.cluster, 8, first=read)
 
 
 def test_blank_text_gives_zero_vector(tiny_encoder):

@@ -188,6 +188,12 @@ def test_removing_every_document_needs_allow_empty(tiny_lens_dir, corpus_lines, 
     assert "--allow-empty" in capsys.readouterr().err and files_sha(ix) == before
     assert main(["-q", "index", "remove", str(ix), *every_title, "--dry-run"]) == 0
     assert "would remove 6 of 6" in (out := capsys.readouterr().out) and "refused without --allow-empty" in out
+    assert main(["-q", "index", "remove", str(ix), *every, "nope", "--dry-run"]) == 0
+    assert "1 given id(s) are not in the index (nope): the removal itself would fail" in capsys.readouterr().out
+    hnsw = build(tiny_lens_dir, tmp_path / "all.jsonl", tmp_path / "hnsw", "--index", "hnsw")
+    for allow in (False, True):  # what cannot remove says so, not that --allow-empty would help
+        with pytest.raises(ValueError, match="HNSW graphs cannot delete"):
+            remove_documents(hnsw, every, allow_empty=allow)
     assert main(["-q", "index", "remove", str(ix), *every[:5]]) == 0  # one left: allowed as it is
     assert main(["-q", "index", "remove", str(ix), every[5], "--allow-empty"]) == 0
     assert "0 documents left" in capsys.readouterr().out and len(load_index(ix)) == 0
