@@ -90,11 +90,15 @@ def pydoc_build(work: Path) -> dict:
 
 
 def wheel_bytes(work: Path) -> int:
-    """The size of the wheel of this checkout (``pip wheel --no-deps --no-build-isolation``: the build backend of
-    the environment, nothing fetched)."""
-    root = Path(__file__).resolve().parent.parent
+    """The size of the wheel of this checkout's commit (``pip wheel --no-deps --no-build-isolation``: the build
+    backend of the environment, nothing fetched), built from a copy (``git archive``) so that the build leaves
+    no ``build/`` or ``*.egg-info`` in the checkout."""
+    root, src = Path(__file__).resolve().parent.parent, work / "src"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(root), "archive", "HEAD"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     timed([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "wheel"),
-           str(root)])
+           str(src)])
     (wheel,) = (work / "wheel").glob("*.whl")
     return wheel.stat().st_size
 

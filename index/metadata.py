@@ -163,7 +163,7 @@ def _value_condition(value: FilterValue) -> tuple[str, list[Any]]:
 
 
 def _json_key(json_type: str, value: Any) -> tuple | None:
-    """The key of one ``json_each`` row (its ``type`` and ``value``) that :func:`_value_key` of an equal filter value
+    """The key of one ``json_each`` row (its ``type`` and ``value``) that :func:`value_key` of an equal filter value
     has: numbers by value (``1`` and ``1.0`` are one key), booleans and strings apart; others (null, arrays,
     objects) never match a filter and have none."""
     if json_type == "text":
@@ -175,8 +175,9 @@ def _json_key(json_type: str, value: Any) -> tuple | None:
     return None
 
 
-def _value_key(value: FilterValue) -> tuple:
-    """The key of a filter value (see :func:`_json_key`); bool before int, as ``True`` is an int in Python."""
+def value_key(value: FilterValue) -> tuple:
+    """The key of a filter value (see :func:`_json_key`); bool before int, as ``True`` is an int in Python: two
+    values with one key are equal as a filter compares them (``1`` and ``1.0``; never ``1`` and ``"1"`` or ``true``)."""
     if isinstance(value, bool):
         return ("b", value)
     return ("n", value) if isinstance(value, (int, float)) else ("t", value)
@@ -233,7 +234,7 @@ class FieldIndex:
         """The int ids (ascending, unique) of the documents holding any of ``values``."""
         parts = []
         for v in values:
-            code = self._codes.get(_value_key(v))
+            code = self._codes.get(value_key(v))
             if code is not None:
                 parts.append(self._ids[self._starts[code] : self._starts[code + 1]])
         if not parts:

@@ -248,8 +248,9 @@ def cmd_index_remove(args: argparse.Namespace) -> None:
         from index import load_index
 
         index = load_index(args.dir, read_only=True)
-        found = index.ids_matching(flt) if flt is not None else [i for i in dict.fromkeys(ids) if i in index]
-        unknown = [] if flt is not None else [i for i in dict.fromkeys(ids) if i not in index]
+        given = list(dict.fromkeys(ids))
+        found = index.ids_matching(flt) if flt is not None else [i for i in given if i in index]
+        unknown = [i for i in given if i not in index]  # none with a filter: no ids are given with one
         shown = ", ".join(found[:10]) + (f", ... ({len(found) - 10} more)" if len(found) > 10 else "")
         print(f"would remove {len(found)} of {len(index)} documents from {args.dir}" + (f": {shown}" if found else ""))
         if unknown:

@@ -602,8 +602,9 @@ _WORD = re.compile(r"\S+")
 
 def check_passage_sizes(words: int, overlap: int) -> None:
     """``split_passages``' sizes checked: ``words`` a positive integer, ``overlap`` from 0 to ``words - 1``."""
-    if isinstance(words, bool) or not isinstance(words, int) or words < 1:
-        raise ValueError(f"words must be a positive integer (words per passage), got {words!r}")
+    from index.vectors import check_positive_int
+
+    check_positive_int(words, "words", "words per passage")
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap < words:
         raise ValueError(f"overlap must be an integer from 0 to words - 1 ({words - 1}), got {overlap!r}")
 

@@ -62,15 +62,13 @@ def group_key(doc_id: str, meta: Mapping[str, Any] | None, field: str) -> tuple:
     """The group of a hit when collapsing on ``field`` (dotted: nested): its value compared as the metadata filter
     compares values, by JSON type (``true`` is not ``1``, ``1`` is ``1.0``, ``7`` is not ``"7"``; lists and objects
     by their JSON); a hit without the field is a group of its own."""
+    from index.metadata import value_key
+
     value = field_value(meta, field)
     if value is None:
         return ("id", doc_id)
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, (int, float)):
-        return ("number", float(value))
-    if isinstance(value, str):
-        return ("text", value)
+    if isinstance(value, (str, int, float)):  # bool too
+        return value_key(value)
     return ("json", json.dumps(value, sort_keys=True))
 
 
